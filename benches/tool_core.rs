@@ -1,0 +1,101 @@
+//! Costs of the tool core's hot paths: dispatch, the argument size cap, session snapshots.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use agentd::tools::args::estimate_json_size;
+use agentd::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolResult};
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::{Value, json};
+
+/// A tool that does nothing, so only the registry's own work is measured.
+struct Noop(String);
+
+#[async_trait]
+impl Tool for Noop {
+    fn name(&self) -> &str {
+        &self.0
+    }
+    fn description(&self) -> &str {
+        "does nothing"
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["path"]
+        })
+    }
+    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+        Ok(ToolResult::ok(""))
+    }
+}
+
+fn registry(tools: usize) -> ToolRegistry {
+    let mut registry = ToolRegistry::default();
+    for i in 0..tools {
+        registry
+            .register(Arc::new(Noop(format!("tool_{i:02}"))))
+            .expect("valid schema");
+    }
+    for base in ["tool_00", "tool_01", "tool_02"] {
+        registry.pin_base_tool(base);
+    }
+    registry
+}
+
+/// About 1 MiB of mixed JSON: strings needing escapes, integers, floats, nesting.
+fn large_value() -> Value {
+    let rows: Vec<Value> = (0..6_000)
+        .map(|i| {
+            json!({
+                "id": i,
+                "score": i as f64 * 1.000_37,
+                "line": format!("line {i}\twith \"quotes\" and a \\ backslash\n"),
+                "tags": ["alpha", "beta", i % 7],
+                "ok": i % 2 == 0,
+            })
+        })
+        .collect();
+    json!({ "path": "big.json", "rows": rows })
+}
+
+fn dispatch(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let mut registry = registry(40);
+    let ctx = ToolContext::detached(".");
+    let args = json!({"path": "src/lib.rs", "limit": 20});
+    c.bench_function("execute_with_context/noop", |b| {
+        b.iter(|| {
+            let outcome = runtime.block_on(registry.execute_with_context(&ctx, "tool_17", &args));
+            black_box(outcome.expect("noop succeeds"));
+        })
+    });
+}
+
+fn argument_size(c: &mut Criterion) {
+    let value = large_value();
+    let size = serde_json::to_vec(&value).expect("serialises").len();
+    assert_eq!(estimate_json_size(&value), size);
+    let mut group = c.benchmark_group(format!("args_size/{size}_bytes"));
+    group.bench_function("estimate_json_size", |b| {
+        b.iter(|| black_box(estimate_json_size(black_box(&value))))
+    });
+    group.bench_function("serde_json_to_vec_len", |b| {
+        b.iter(|| black_box(serde_json::to_vec(black_box(&value)).map(|v| v.len())))
+    });
+    group.finish();
+}
+
+fn snapshot(c: &mut Criterion) {
+    let parent = registry(40);
+    c.bench_function("snapshot_excluding/40_tools", |b| {
+        b.iter(|| black_box(parent.snapshot_excluding(black_box(&["group:delegated"]))))
+    });
+}
+
+criterion_group!(benches, dispatch, argument_size, snapshot);
+criterion_main!(benches);

@@ -1,0 +1,887 @@
+//! Symlink-safe file access confined to a workspace root.
+//!
+//! The root directory is opened normally; everything beneath it is reached
+//! through directory file descriptors that never follow symbolic links, so a
+//! link planted (or swapped in) anywhere under the root cannot redirect a tool
+//! outside it. `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` does the walk
+//! in the kernel when available; otherwise each component is opened with
+//! `O_NOFOLLOW` relative to its parent's descriptor.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+/// Why a path or file operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// The requested path is absolute.
+    #[error("path \"{0}\" is absolute; use a path relative to the workspace root")]
+    Absolute(String),
+    /// The requested path contains a NUL byte.
+    #[error("path contains a NUL byte")]
+    NulByte,
+    /// A `..` component would leave the workspace root.
+    #[error("path \"{0}\" escapes the workspace root")]
+    EscapesRoot(String),
+    /// A component of the path (parent directory or final entry) is a symlink.
+    #[error("refusing to follow symbolic link at \"{0}\"")]
+    Symlink(String),
+    /// The path does not exist.
+    #[error("\"{0}\" does not exist")]
+    NotFound(String),
+    /// A directory was required but something else was found.
+    #[error("\"{0}\" is not a directory")]
+    NotADirectory(String),
+    /// A file was required but a directory was found.
+    #[error("\"{0}\" is a directory")]
+    IsADirectory(String),
+    /// The file is bigger than the caller's limit.
+    #[error("\"{path}\" is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// The file, relative to the root.
+        path: String,
+        /// Its size in bytes (at least `limit + 1` if it grew while being read).
+        size: u64,
+        /// The caller's limit in bytes.
+        limit: u64,
+    },
+    /// Any other I/O failure.
+    #[error("I/O error on \"{path}\": {source}")]
+    Io {
+        /// The path involved, relative to the root.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    /// Stable snake_case name of the variant, for structured tool results.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Absolute(_) => "absolute_path",
+            Self::NulByte => "nul_byte",
+            Self::EscapesRoot(_) => "escapes_root",
+            Self::Symlink(_) => "symlink",
+            Self::NotFound(_) => "not_found",
+            Self::NotADirectory(_) => "not_a_directory",
+            Self::IsADirectory(_) => "is_a_directory",
+            Self::TooLarge { .. } => "too_large",
+            Self::Io { .. } => "io",
+        }
+    }
+}
+
+/// Kind of a directory entry as reported by [`list_dir_no_follow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (listed, never followed).
+    Symlink,
+    /// A FIFO, socket or device node.
+    Other,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntryInfo {
+    /// File name within the directory.
+    pub name: OsString,
+    /// What the entry is, without following links.
+    pub kind: EntryKind,
+}
+
+/// Lexically normalises `requested` into a path relative to the root; touches no filesystem.
+pub fn resolve_path(_root: &Path, requested: &str) -> Result<PathBuf, FsError> {
+    Ok(normalize(Path::new(requested))?.iter().collect())
+}
+
+/// Opens an existing regular file beneath `root` read-only.
+pub fn open_no_follow(root: &Path, rel: &Path) -> Result<File, FsError> {
+    Beneath::new(root, Walk::detect())?.open_file(rel)
+}
+
+/// Reads a whole regular file, refusing files larger than `limit` bytes.
+pub fn read_no_follow(root: &Path, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+    Beneath::new(root, Walk::detect())?.read(rel, limit)
+}
+
+/// Atomically replaces (or creates) a file via a temp file and `renameat`.
+pub fn write_no_follow(
+    root: &Path,
+    rel: &Path,
+    contents: &[u8],
+    create_parents: bool,
+) -> Result<(), FsError> {
+    Beneath::new(root, Walk::detect())?.write(rel, contents, create_parents)
+}
+
+/// Opens a directory beneath `root` (the root itself when `rel` is empty).
+pub fn open_dir_no_follow(root: &Path, rel: &Path) -> Result<File, FsError> {
+    Beneath::new(root, Walk::detect())?
+        .open_dir(rel)
+        .map(File::from)
+}
+
+/// Lists a directory beneath `root` without following links, sorted by name.
+pub fn list_dir_no_follow(root: &Path, rel: &Path) -> Result<Vec<DirEntryInfo>, FsError> {
+    Beneath::new(root, Walk::detect())?.list_dir(rel)
+}
+
+/// Creates a directory and any missing parents beneath `root`.
+pub fn create_dir_all_no_follow(root: &Path, rel: &Path) -> Result<(), FsError> {
+    Beneath::new(root, Walk::detect())?.create_dir_all(rel)
+}
+
+/// Succeeds only if `rel` exists and none of its components is a symlink.
+pub fn reject_symlink(root: &Path, rel: &Path) -> Result<(), FsError> {
+    Beneath::new(root, Walk::detect())?.reject_symlink(rel)
+}
+
+/// Removes a file (never a symlink or directory) beneath `root`.
+pub fn remove_file_no_follow(root: &Path, rel: &Path) -> Result<(), FsError> {
+    Beneath::new(root, Walk::detect())?.remove_file(rel)
+}
+
+/// Renames `from` to `to`, both beneath `root`; neither may be a symlink.
+pub fn rename_no_follow(
+    root: &Path,
+    from: &Path,
+    to: &Path,
+    create_parents: bool,
+) -> Result<(), FsError> {
+    Beneath::new(root, Walk::detect())?.rename(from, to, create_parents)
+}
+
+/// Metadata of the entry at `rel`, refusing symlinks anywhere on the way.
+pub fn metadata_no_follow(root: &Path, rel: &Path) -> Result<std::fs::Metadata, FsError> {
+    Beneath::new(root, Walk::detect())?.metadata(rel)
+}
+
+/// How paths beneath the root are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Walk {
+    /// One `openat2` call with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`.
+    Openat2,
+    /// One `openat(O_NOFOLLOW)` per component, for kernels or sandboxes without `openat2`.
+    Components,
+}
+
+static WALK: AtomicU8 = AtomicU8::new(0);
+static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Walk {
+    /// Probes `openat2` once per process; ENOSYS (old kernel) or EPERM (seccomp) selects the fallback.
+    pub(crate) fn detect() -> Walk {
+        match WALK.load(Ordering::Relaxed) {
+            1 => Walk::Openat2,
+            2 => Walk::Components,
+            _ => {
+                let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let probe = rustix::fs::openat2(CWD, ".", flags, Mode::empty(), RESOLVE);
+                let walk = match probe {
+                    Err(Errno::NOSYS | Errno::PERM) => Walk::Components,
+                    _ => Walk::Openat2,
+                };
+                WALK.store(if walk == Walk::Openat2 { 1 } else { 2 }, Ordering::Relaxed);
+                walk
+            }
+        }
+    }
+}
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_SYMLINKS);
+const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY);
+
+/// Splits a relative path into plain components, resolving `.` and `..` lexically.
+fn normalize(path: &Path) -> Result<Vec<&OsStr>, FsError> {
+    let shown = || path.to_string_lossy().into_owned();
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(FsError::NulByte);
+    }
+    let mut out = Vec::new();
+    for comp in path.components() {
+        match comp {
+            Component::Prefix(_) | Component::RootDir => return Err(FsError::Absolute(shown())),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop().ok_or_else(|| FsError::EscapesRoot(shown()))?;
+            }
+            Component::Normal(c) => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// Renders normalised components for messages; the root itself shows as ".".
+fn show(comps: &[&OsStr]) -> String {
+    if comps.is_empty() {
+        return ".".to_owned();
+    }
+    comps
+        .iter()
+        .map(|c| c.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn io_err(comps: &[&OsStr], source: impl Into<io::Error>) -> FsError {
+    FsError::Io {
+        path: show(comps),
+        source: source.into(),
+    }
+}
+
+fn is_type(st: &rustix::fs::Stat, ty: FileType) -> bool {
+    FileType::from_raw_mode(st.st_mode) == ty
+}
+
+/// Splits off the final component; the root itself has no name to operate on.
+fn split_name<'a>(comps: &'a [&'a OsStr]) -> Result<(&'a OsStr, &'a [&'a OsStr]), FsError> {
+    comps
+        .split_last()
+        .map(|(n, p)| (*n, p))
+        .ok_or_else(|| FsError::IsADirectory(show(comps)))
+}
+
+/// An opened workspace root plus the resolution strategy used beneath it.
+pub(crate) struct Beneath {
+    root: OwnedFd,
+    walk: Walk,
+}
+
+impl Beneath {
+    /// Opens the root directory itself, following links the operator put in its path.
+    pub(crate) fn new(root: &Path, walk: Walk) -> Result<Self, FsError> {
+        let flags = DIR_FLAGS | OFlags::CLOEXEC;
+        let root = rustix::fs::open(root, flags, Mode::empty()).map_err(|e| io_err(&[], e))?;
+        Ok(Self { root, walk })
+    }
+
+    /// Opens one component relative to `dir` without following a symlink.
+    fn step(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        flags: OFlags,
+    ) -> rustix::io::Result<OwnedFd> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match self.walk {
+            Walk::Openat2 => rustix::fs::openat2(dir, name, flags, Mode::empty(), RESOLVE),
+            Walk::Components => rustix::fs::openat(dir, name, flags, Mode::empty()),
+        }
+    }
+
+    /// Opens `comps` beneath the root with `flags` on the final component.
+    fn open_at(&self, comps: &[&OsStr], flags: OFlags) -> Result<OwnedFd, FsError> {
+        let res = match (self.walk, comps.split_last()) {
+            (_, None) => self.step(self.root.as_fd(), OsStr::new("."), flags),
+            (Walk::Openat2, Some(_)) => {
+                let path: PathBuf = comps.iter().collect();
+                self.step(self.root.as_fd(), path.as_os_str(), flags)
+            }
+            (Walk::Components, Some((last, parents))) => (|| {
+                // O_PATH needs only search permission, matching what openat2 requires.
+                let mut dir: Option<OwnedFd> = None;
+                for c in parents {
+                    let at = dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd());
+                    dir = Some(self.step(at, c, OFlags::PATH | OFlags::DIRECTORY)?);
+                }
+                self.step(
+                    dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd()),
+                    last,
+                    flags,
+                )
+            })(),
+        };
+        res.map_err(|e| self.classify(comps, e))
+    }
+
+    /// Maps an errno to an `FsError`, pinpointing which component is a symlink or non-directory.
+    fn classify(&self, comps: &[&OsStr], err: Errno) -> FsError {
+        if matches!(err, Errno::LOOP | Errno::NOTDIR) {
+            // Diagnostic only: nothing is opened, so a concurrent swap can at worst blur the message.
+            let mut prefix = PathBuf::new();
+            for (i, c) in comps.iter().enumerate() {
+                prefix.push(c);
+                let Ok(st) = rustix::fs::statat(&self.root, &prefix, AtFlags::SYMLINK_NOFOLLOW)
+                else {
+                    break;
+                };
+                if is_type(&st, FileType::Symlink) {
+                    return FsError::Symlink(show(&comps[..=i]));
+                }
+                if i + 1 < comps.len() && !is_type(&st, FileType::Directory) {
+                    return FsError::NotADirectory(show(&comps[..=i]));
+                }
+            }
+        }
+        match err {
+            Errno::LOOP => FsError::Symlink(show(comps)),
+            Errno::NOTDIR => FsError::NotADirectory(show(comps)),
+            Errno::NOENT => FsError::NotFound(show(comps)),
+            Errno::ISDIR => FsError::IsADirectory(show(comps)),
+            Errno::XDEV => FsError::EscapesRoot(show(comps)),
+            e => io_err(comps, e),
+        }
+    }
+
+    /// Opens the directory holding an entry, creating missing directories if asked.
+    fn open_parent(&self, parents: &[&OsStr], create: bool) -> Result<OwnedFd, FsError> {
+        if !create {
+            return self.open_at(parents, DIR_FLAGS);
+        }
+        let mut dir = self.open_at(&[], DIR_FLAGS)?;
+        for (i, c) in parents.iter().enumerate() {
+            let shown = &parents[..=i];
+            dir = match self.step(dir.as_fd(), c, DIR_FLAGS) {
+                Err(Errno::NOENT) => {
+                    match rustix::fs::mkdirat(&dir, *c, Mode::from_bits_truncate(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(self.classify(shown, e)),
+                    }
+                    self.step(dir.as_fd(), c, DIR_FLAGS)
+                }
+                other => other,
+            }
+            .map_err(|e| self.classify(shown, e))?;
+        }
+        Ok(dir)
+    }
+
+    /// `lstat` of an entry inside an already-opened parent; `None` when absent.
+    fn stat_entry(
+        &self,
+        parent: &OwnedFd,
+        name: &OsStr,
+        comps: &[&OsStr],
+    ) -> Result<Option<rustix::fs::Stat>, FsError> {
+        match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if is_type(&st, FileType::Symlink) => Err(FsError::Symlink(show(comps))),
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(self.classify(comps, e)),
+        }
+    }
+
+    /// See [`open_no_follow`].
+    pub(crate) fn open_file(&self, rel: &Path) -> Result<File, FsError> {
+        self.file_at(&normalize(rel)?)
+    }
+
+    fn file_at(&self, comps: &[&OsStr]) -> Result<File, FsError> {
+        // O_NONBLOCK keeps a FIFO from hanging the open; it is refused just below anyway.
+        let fd = self.open_at(comps, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err(comps, e))?;
+        if is_type(&st, FileType::Directory) {
+            return Err(FsError::IsADirectory(show(comps)));
+        }
+        if !is_type(&st, FileType::RegularFile) {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+            return Err(io_err(comps, e));
+        }
+        rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| io_err(comps, e))?;
+        Ok(File::from(fd))
+    }
+
+    /// See [`read_no_follow`].
+    pub(crate) fn read(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+        let comps = normalize(rel)?;
+        let file = self.file_at(&comps)?;
+        let size = file.metadata().map_err(|e| io_err(&comps, e))?.len();
+        if size > limit {
+            let path = show(&comps);
+            return Err(FsError::TooLarge { path, size, limit });
+        }
+        let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        // The file may grow after fstat; one byte past the limit is enough to notice.
+        (&file)
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| io_err(&comps, e))?;
+        let read = buf.len() as u64;
+        if read > limit {
+            let (path, size) = (show(&comps), read.max(size));
+            return Err(FsError::TooLarge { path, size, limit });
+        }
+        Ok(buf)
+    }
+
+    /// See [`write_no_follow`].
+    pub(crate) fn write(
+        &self,
+        rel: &Path,
+        contents: &[u8],
+        create_parents: bool,
+    ) -> Result<(), FsError> {
+        let comps = normalize(rel)?;
+        let (name, parents) = split_name(&comps)?;
+        let dir = self.open_parent(parents, create_parents)?;
+        let existing = self.stat_entry(&dir, name, &comps)?;
+        let mode = match &existing {
+            Some(st) if is_type(st, FileType::Directory) => {
+                return Err(FsError::IsADirectory(show(&comps)));
+            }
+            // Set-id bits are dropped on purpose: the contents are no longer the vetted ones.
+            Some(st) => Some(Mode::from_bits_truncate(st.st_mode & 0o777)),
+            None => None,
+        };
+        let (fd, temp) = create_temp(&dir, &comps)?;
+        let guard = TempGuard {
+            dir: &dir,
+            name: Some(temp.clone()),
+        };
+        let fail = |e: io::Error| io_err(&comps, e);
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&fd, mode).map_err(|e| fail(e.into()))?;
+        }
+        let mut file = File::from(fd);
+        file.write_all(contents).map_err(fail)?;
+        file.sync_all().map_err(fail)?;
+        rustix::fs::renameat(&dir, &temp, &dir, name).map_err(|e| self.classify(&comps, e))?;
+        guard.disarm();
+        // Without this the rename itself may not survive a crash.
+        rustix::fs::fsync(&dir).map_err(|e| fail(e.into()))
+    }
+
+    /// See [`open_dir_no_follow`].
+    pub(crate) fn open_dir(&self, rel: &Path) -> Result<OwnedFd, FsError> {
+        self.open_at(&normalize(rel)?, DIR_FLAGS)
+    }
+
+    /// See [`list_dir_no_follow`].
+    pub(crate) fn list_dir(&self, rel: &Path) -> Result<Vec<DirEntryInfo>, FsError> {
+        let comps = normalize(rel)?;
+        let fd = self.open_at(&comps, DIR_FLAGS)?;
+        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| io_err(&comps, e))?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.map_err(|e| io_err(&comps, e))?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let mut ty = entry.file_type();
+            if ty == FileType::Unknown {
+                // Some filesystems leave d_type empty.
+                let st = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW);
+                ty = st.map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode));
+            }
+            let kind = match ty {
+                FileType::RegularFile => EntryKind::File,
+                FileType::Directory => EntryKind::Dir,
+                FileType::Symlink => EntryKind::Symlink,
+                _ => EntryKind::Other,
+            };
+            out.push(DirEntryInfo {
+                name: name.to_owned(),
+                kind,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// See [`create_dir_all_no_follow`].
+    pub(crate) fn create_dir_all(&self, rel: &Path) -> Result<(), FsError> {
+        self.open_parent(&normalize(rel)?, true).map(drop)
+    }
+
+    /// Opens the entry itself (O_PATH), so a final symlink is seen rather than followed.
+    fn open_entry(&self, comps: &[&OsStr]) -> Result<OwnedFd, FsError> {
+        let fd = self.open_at(comps, OFlags::PATH)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err(comps, e))?;
+        if is_type(&st, FileType::Symlink) {
+            return Err(FsError::Symlink(show(comps)));
+        }
+        Ok(fd)
+    }
+
+    /// See [`reject_symlink`].
+    pub(crate) fn reject_symlink(&self, rel: &Path) -> Result<(), FsError> {
+        self.open_entry(&normalize(rel)?).map(drop)
+    }
+
+    /// See [`metadata_no_follow`].
+    pub(crate) fn metadata(&self, rel: &Path) -> Result<std::fs::Metadata, FsError> {
+        let comps = normalize(rel)?;
+        let fd = self.open_entry(&comps)?;
+        File::from(fd).metadata().map_err(|e| io_err(&comps, e))
+    }
+
+    /// See [`remove_file_no_follow`].
+    pub(crate) fn remove_file(&self, rel: &Path) -> Result<(), FsError> {
+        let comps = normalize(rel)?;
+        let (name, parents) = split_name(&comps)?;
+        let dir = self.open_parent(parents, false)?;
+        match self.stat_entry(&dir, name, &comps)? {
+            None => return Err(FsError::NotFound(show(&comps))),
+            Some(st) if is_type(&st, FileType::Directory) => {
+                return Err(FsError::IsADirectory(show(&comps)));
+            }
+            Some(_) => {}
+        }
+        // A swap to a symlink after the check only unlinks the link entry itself, inside the root.
+        rustix::fs::unlinkat(&dir, name, AtFlags::empty()).map_err(|e| self.classify(&comps, e))
+    }
+
+    /// See [`rename_no_follow`].
+    pub(crate) fn rename(
+        &self,
+        from: &Path,
+        to: &Path,
+        create_parents: bool,
+    ) -> Result<(), FsError> {
+        let (from_c, to_c) = (normalize(from)?, normalize(to)?);
+        let (from_name, from_parents) = split_name(&from_c)?;
+        let (to_name, to_parents) = split_name(&to_c)?;
+        let from_dir = self.open_parent(from_parents, false)?;
+        if self.stat_entry(&from_dir, from_name, &from_c)?.is_none() {
+            return Err(FsError::NotFound(show(&from_c)));
+        }
+        let to_dir = self.open_parent(to_parents, create_parents)?;
+        self.stat_entry(&to_dir, to_name, &to_c)?;
+        rustix::fs::renameat(&from_dir, from_name, &to_dir, to_name)
+            .map_err(|e| self.classify(&to_c, e))
+    }
+}
+
+/// Creates a uniquely named, empty temp file next to the target.
+fn create_temp(dir: &OwnedFd, comps: &[&OsStr]) -> Result<(OwnedFd, OsString), FsError> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for _ in 0..16 {
+        let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = OsString::from(format!(".tmp-write.{}.{seq}.{nanos}", std::process::id()));
+        // 0o666 lets the umask decide, as for any newly created file; fchmod overrides for replacements.
+        match rustix::fs::openat(dir, &name, flags, Mode::from_bits_truncate(0o666)) {
+            Ok(fd) => return Ok((fd, name)),
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(io_err(comps, e)),
+        }
+    }
+    Err(io_err(comps, Errno::EXIST))
+}
+
+/// Unlinks the temp file unless the rename already consumed it.
+struct TempGuard<'a> {
+    dir: &'a OwnedFd,
+    name: Option<OsString>,
+}
+
+impl TempGuard<'_> {
+    fn disarm(mut self) {
+        self.name = None;
+    }
+}
+
+impl Drop for TempGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take() {
+            let _ = rustix::fs::unlinkat(self.dir, &name, AtFlags::empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    /// A temp dir holding `root/` (the workspace) and `outside/secret.txt`.
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("root"), tmp.path().join("outside"));
+        fs::create_dir(&root).unwrap();
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("secret.txt"), "top secret").unwrap();
+        let _tmp = tmp;
+        Fixture {
+            _tmp,
+            root,
+            outside,
+        }
+    }
+
+    /// Runs a behaviour test on a fresh fixture under every strategy this kernel supports.
+    fn each_walk(test: impl Fn(&Fixture, &Beneath)) {
+        let walks: &[Walk] = match Walk::detect() {
+            Walk::Openat2 => &[Walk::Openat2, Walk::Components],
+            Walk::Components => &[Walk::Components],
+        };
+        for &w in walks {
+            eprintln!("walk strategy: {w:?}");
+            let f = fixture();
+            test(&f, &Beneath::new(&f.root, w).unwrap());
+        }
+    }
+
+    #[track_caller]
+    fn is<T: std::fmt::Debug>(r: Result<T, FsError>, want: &str) {
+        assert_eq!(r.unwrap_err().kind(), want);
+    }
+
+    #[track_caller]
+    fn msg<T: std::fmt::Debug>(r: Result<T, FsError>) -> String {
+        r.unwrap_err().to_string()
+    }
+
+    fn p(s: &str) -> &Path {
+        Path::new(s)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let entries = fs::read_dir(dir).unwrap();
+        let mut v: Vec<_> = entries
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn probe_is_consistent_with_kernel() {
+        let raw = rustix::fs::openat2(CWD, ".", OFlags::PATH, Mode::empty(), RESOLVE);
+        let supported = !matches!(raw, Err(Errno::NOSYS | Errno::PERM));
+        assert_eq!(Walk::detect() == Walk::Openat2, supported);
+    }
+
+    #[test]
+    fn resolve_path_is_lexical() {
+        let r = Path::new("/ws");
+        assert_eq!(resolve_path(r, "a/./b").unwrap(), PathBuf::from("a/b"));
+        assert_eq!(resolve_path(r, "a//b/").unwrap(), PathBuf::from("a/b"));
+        assert_eq!(resolve_path(r, "a/../b").unwrap(), PathBuf::from("b"));
+        assert_eq!(resolve_path(r, "").unwrap(), PathBuf::new());
+        assert_eq!(resolve_path(r, ".").unwrap(), PathBuf::new());
+        is(resolve_path(r, ".."), "escapes_root");
+        is(resolve_path(r, "a/../../b"), "escapes_root");
+        is(resolve_path(r, "/etc/passwd"), "absolute_path");
+        is(resolve_path(r, "a\0b"), "nul_byte");
+        let want = "path \"../x\" escapes the workspace root";
+        assert_eq!(msg(resolve_path(r, "../x")), want);
+    }
+
+    #[test]
+    fn public_api_round_trip() {
+        let f = fixture();
+        write_no_follow(&f.root, p("d/a.txt"), b"hi", true).unwrap();
+        assert_eq!(read_no_follow(&f.root, p("d/a.txt"), 10).unwrap(), b"hi");
+        assert_eq!(metadata_no_follow(&f.root, p("d/a.txt")).unwrap().len(), 2);
+        let root_dir = open_dir_no_follow(&f.root, p("")).unwrap();
+        assert!(root_dir.metadata().unwrap().is_dir());
+        is(
+            read_no_follow(&f.root, p("../outside/secret.txt"), 100),
+            "escapes_root",
+        );
+        is(
+            read_no_follow(&f.root, p("/etc/passwd"), 100),
+            "absolute_path",
+        );
+    }
+
+    #[test]
+    fn read_write_round_trip() {
+        each_walk(|_, b| {
+            b.write(p("a.txt"), b"one", false).unwrap();
+            assert_eq!(b.read(p("a.txt"), 100).unwrap(), b"one");
+            b.write(p("./a.txt"), b"second", false).unwrap();
+            assert_eq!(b.read(p("x/../a.txt"), 100).unwrap(), b"second");
+            assert!(b.metadata(p("a.txt")).unwrap().is_file());
+            assert!(b.metadata(p("")).unwrap().is_dir());
+            b.reject_symlink(p("a.txt")).unwrap();
+            is(b.read(p("missing.txt"), 100), "not_found");
+            is(b.read(p(""), 100), "is_a_directory");
+            is(b.write(p(""), b"x", false), "is_a_directory");
+        });
+    }
+
+    #[test]
+    fn write_creates_parents_only_when_asked() {
+        each_walk(|f, b| {
+            assert_eq!(
+                msg(b.write(p("x/y/z.txt"), b"z", false)),
+                "\"x/y\" does not exist"
+            );
+            assert!(!f.root.join("x").exists());
+            b.write(p("x/y/z.txt"), b"z", true).unwrap();
+            assert_eq!(fs::read(f.root.join("x/y/z.txt")).unwrap(), b"z");
+            b.create_dir_all(p("x/q/r")).unwrap();
+            let listed = b.list_dir(p("x")).unwrap();
+            let got: Vec<_> = listed
+                .iter()
+                .map(|e| (e.name.to_str().unwrap(), e.kind))
+                .collect();
+            assert_eq!(got, [("q", EntryKind::Dir), ("y", EntryKind::Dir)]);
+        });
+    }
+
+    #[test]
+    fn symlinked_final_file_is_refused() {
+        each_walk(|f, b| {
+            symlink(f.outside.join("secret.txt"), f.root.join("link")).unwrap();
+            fs::write(f.root.join("plain.txt"), "p").unwrap();
+            let want = "refusing to follow symbolic link at \"link\"";
+            assert_eq!(msg(b.read(p("link"), 100)), want);
+            is(b.open_file(p("link")), "symlink");
+            is(b.write(p("link"), b"pwned", false), "symlink");
+            is(b.metadata(p("link")), "symlink");
+            is(b.reject_symlink(p("link")), "symlink");
+            is(b.remove_file(p("link")), "symlink");
+            is(b.rename(p("link"), p("moved"), false), "symlink");
+            is(b.rename(p("plain.txt"), p("link"), false), "symlink");
+            assert_eq!(
+                fs::read_to_string(f.outside.join("secret.txt")).unwrap(),
+                "top secret"
+            );
+            assert!(
+                fs::symlink_metadata(f.root.join("link"))
+                    .unwrap()
+                    .is_symlink()
+            );
+            assert_eq!(names(&f.root), ["link", "plain.txt"]);
+            assert_eq!(b.list_dir(p("")).unwrap()[0].kind, EntryKind::Symlink);
+        });
+    }
+
+    #[test]
+    fn symlinked_parent_directory_is_refused() {
+        each_walk(|f, b| {
+            symlink(&f.outside, f.root.join("sub")).unwrap();
+            fs::create_dir(f.root.join("d")).unwrap();
+            symlink(&f.outside, f.root.join("d/deep")).unwrap();
+            fs::write(f.root.join("a.txt"), "a").unwrap();
+            let want = "refusing to follow symbolic link at \"sub\"";
+            assert_eq!(msg(b.read(p("sub/secret.txt"), 100)), want);
+            let want = "refusing to follow symbolic link at \"d/deep\"";
+            assert_eq!(msg(b.read(p("d/deep/secret.txt"), 100)), want);
+            for create in [false, true] {
+                is(b.write(p("sub/new.txt"), b"x", create), "symlink");
+                is(b.write(p("sub/x/new.txt"), b"x", create), "symlink");
+            }
+            is(b.open_dir(p("sub")), "symlink");
+            is(b.list_dir(p("sub")), "symlink");
+            is(b.create_dir_all(p("sub/x")), "symlink");
+            is(b.reject_symlink(p("sub")), "symlink");
+            is(b.reject_symlink(p("sub/secret.txt")), "symlink");
+            is(b.metadata(p("sub/secret.txt")), "symlink");
+            is(b.remove_file(p("sub/secret.txt")), "symlink");
+            is(
+                b.rename(p("sub/secret.txt"), p("got.txt"), false),
+                "symlink",
+            );
+            is(b.rename(p("a.txt"), p("sub/a.txt"), true), "symlink");
+            assert_eq!(names(&f.outside), ["secret.txt"]);
+            assert_eq!(
+                fs::read_to_string(f.outside.join("secret.txt")).unwrap(),
+                "top secret"
+            );
+            assert_eq!(names(&f.root), ["a.txt", "d", "sub"]);
+        });
+    }
+
+    #[test]
+    fn file_swapped_for_symlink_between_calls_is_refused() {
+        each_walk(|f, b| {
+            b.write(p("f.txt"), b"mine", false).unwrap();
+            assert_eq!(b.read(p("f.txt"), 100).unwrap(), b"mine");
+            fs::remove_file(f.root.join("f.txt")).unwrap();
+            symlink(f.outside.join("secret.txt"), f.root.join("f.txt")).unwrap();
+            is(b.read(p("f.txt"), 100), "symlink");
+        });
+    }
+
+    #[test]
+    fn atomic_write_keeps_mode_and_leaves_no_temp_files() {
+        each_walk(|f, b| {
+            let target = f.root.join("f.txt");
+            fs::write(&target, "old").unwrap();
+            fs::set_permissions(&target, fs::Permissions::from_mode(0o600)).unwrap();
+            b.write(p("f.txt"), b"new", false).unwrap();
+            assert_eq!(
+                fs::metadata(&target).unwrap().permissions().mode() & 0o7777,
+                0o600
+            );
+            assert_eq!(fs::read(&target).unwrap(), b"new");
+            symlink(f.outside.join("secret.txt"), f.root.join("link")).unwrap();
+            is(b.write(p("link"), b"x", false), "symlink");
+            fs::create_dir(f.root.join("dir")).unwrap();
+            is(b.write(p("dir"), b"x", false), "is_a_directory");
+            for create in [false, true] {
+                let err = msg(b.write(p("f.txt/child.txt"), b"x", create));
+                assert_eq!(err, "\"f.txt\" is not a directory");
+            }
+            assert_eq!(names(&f.root), ["dir", "f.txt", "link"]);
+            assert_eq!(fs::read(&target).unwrap(), b"new");
+        });
+    }
+
+    #[test]
+    fn temp_guard_removes_temp_file_unless_disarmed() {
+        let f = fixture();
+        let dir = rustix::fs::open(&f.root, DIR_FLAGS, Mode::empty()).unwrap();
+        let (_, name) = create_temp(&dir, &[]).unwrap();
+        drop(TempGuard {
+            dir: &dir,
+            name: Some(name),
+        });
+        assert!(names(&f.root).is_empty());
+        let (_, name) = create_temp(&dir, &[]).unwrap();
+        TempGuard {
+            dir: &dir,
+            name: Some(name.clone()),
+        }
+        .disarm();
+        assert_eq!(names(&f.root), [name.into_string().unwrap()]);
+    }
+
+    #[test]
+    fn too_large_is_refused() {
+        each_walk(|f, b| {
+            fs::write(f.root.join("big"), [7u8; 100]).unwrap();
+            match b.read(p("big"), 99) {
+                Err(FsError::TooLarge {
+                    path,
+                    size: 100,
+                    limit: 99,
+                }) => assert_eq!(path, "big"),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(b.read(p("big"), 100).unwrap().len(), 100);
+        });
+    }
+
+    #[test]
+    fn remove_and_rename_inside_root() {
+        each_walk(|_, b| {
+            b.write(p("a.txt"), b"a", false).unwrap();
+            b.rename(p("a.txt"), p("n/e/b.txt"), true).unwrap();
+            assert_eq!(b.read(p("n/e/b.txt"), 10).unwrap(), b"a");
+            is(b.rename(p("a.txt"), p("c.txt"), false), "not_found");
+            is(b.remove_file(p("n/e")), "is_a_directory");
+            b.remove_file(p("n/e/b.txt")).unwrap();
+            is(b.remove_file(p("n/e/b.txt")), "not_found");
+            assert!(b.list_dir(p("n/e")).unwrap().is_empty());
+        });
+    }
+}

@@ -1,0 +1,243 @@
+//! The LRU that keeps the model's tool list short: idle, non-base tools are evicted into the
+//! deferred set once more than `max_active` are visible.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Default number of tools the model sees before eviction starts.
+pub const DEFAULT_MAX_ACTIVE: usize = 15;
+/// Default number of model iterations a tool must sit unused before it may be evicted.
+pub const DEFAULT_IDLE_THRESHOLD: u32 = 5;
+
+/// Per-session usage counters driving eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolLifecycle {
+    /// Tool name → the iteration it was last used (or activated) in.
+    pub(crate) last_used: HashMap<String, u32>,
+    /// Model iterations so far; advanced by `tick()` before every model call.
+    pub(crate) iteration: u32,
+    /// Names never evicted, pinned by name even before such a tool is registered.
+    pub(crate) base_tools: HashSet<String>,
+    /// Visible tools allowed before eviction starts.
+    pub(crate) max_active: usize,
+    /// Iterations of disuse before a tool may be evicted; protects against thrashing.
+    pub(crate) idle_threshold: u32,
+}
+
+impl Default for ToolLifecycle {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_ACTIVE, DEFAULT_IDLE_THRESHOLD)
+    }
+}
+
+impl ToolLifecycle {
+    /// Fresh counters with the given limits and no base tools.
+    pub fn new(max_active: usize, idle_threshold: u32) -> Self {
+        Self {
+            last_used: HashMap::new(),
+            iteration: 0,
+            base_tools: HashSet::new(),
+            max_active,
+            idle_threshold,
+        }
+    }
+
+    /// Fresh counters that keep this one's limits and base tools; what a session snapshot gets.
+    pub fn fresh(&self) -> Self {
+        Self {
+            last_used: HashMap::new(),
+            iteration: 0,
+            base_tools: self.base_tools.clone(),
+            max_active: self.max_active,
+            idle_threshold: self.idle_threshold,
+        }
+    }
+
+    /// Advances to the next model iteration.
+    pub fn tick(&mut self) {
+        self.iteration = self.iteration.saturating_add(1);
+    }
+
+    /// The current iteration.
+    pub fn iteration(&self) -> u32 {
+        self.iteration
+    }
+
+    /// Records that `tool` was used (or brought back) in the current iteration.
+    pub fn touch(&mut self, tool: &str) {
+        match self.last_used.get_mut(tool) {
+            Some(last) => *last = self.iteration,
+            None => {
+                self.last_used.insert(tool.to_string(), self.iteration);
+            }
+        }
+    }
+
+    /// Pins `tool` by name so it is never evicted.
+    pub fn pin(&mut self, tool: impl Into<String>) {
+        self.base_tools.insert(tool.into());
+    }
+
+    /// Whether `tool` is pinned.
+    pub fn is_base(&self, tool: &str) -> bool {
+        self.base_tools.contains(tool)
+    }
+
+    /// The visible-tool limit.
+    pub fn max_active(&self) -> usize {
+        self.max_active
+    }
+
+    /// The idle threshold in iterations.
+    pub fn idle_threshold(&self) -> u32 {
+        self.idle_threshold
+    }
+
+    /// The tools to evict from `active_tools`: none at or under `max_active`; otherwise the
+    /// oldest-used non-base tools idle for at least `idle_threshold` iterations, and only as many
+    /// as bring the count back to `max_active`. Names in `exempt` (spawn_only tools) are never
+    /// candidates but still count as active.
+    pub fn find_evictable(&self, active_tools: &[&str], exempt: &BTreeSet<String>) -> Vec<String> {
+        if active_tools.len() <= self.max_active {
+            return Vec::new();
+        }
+        let mut candidates: Vec<(&str, u32)> = active_tools
+            .iter()
+            .copied()
+            .filter(|name| !self.base_tools.contains(*name) && !exempt.contains(*name))
+            .map(|name| (name, self.last_used.get(name).copied().unwrap_or(0)))
+            .filter(|(_, last)| self.iteration.saturating_sub(*last) >= self.idle_threshold)
+            .collect();
+        // Ties broken by name so eviction is deterministic.
+        candidates.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
+        let to_evict = active_tools.len() - self.max_active;
+        candidates
+            .into_iter()
+            .take(to_evict)
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("tool_{i:02}")).collect()
+    }
+
+    fn refs(names: &[String]) -> Vec<&str> {
+        names.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn nothing_is_evicted_at_or_under_the_limit() {
+        let mut lc = ToolLifecycle::default();
+        for _ in 0..100 {
+            lc.tick();
+        }
+        let tools = names(15);
+        assert!(
+            lc.find_evictable(&refs(&tools), &BTreeSet::new())
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn sixteen_active_evicts_exactly_the_oldest_idle_one() {
+        let mut lc = ToolLifecycle::default();
+        let tools = names(16);
+        // tool_i used at iteration i + 1; at iteration 30 all are idle >= 5.
+        for (i, tool) in tools.iter().enumerate() {
+            while lc.iteration() < i as u32 + 1 {
+                lc.tick();
+            }
+            lc.touch(tool);
+        }
+        while lc.iteration() < 30 {
+            lc.tick();
+        }
+        assert_eq!(
+            lc.find_evictable(&refs(&tools), &BTreeSet::new()),
+            vec!["tool_00".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_tool_used_four_iterations_ago_is_safe() {
+        let mut lc = ToolLifecycle::default();
+        let tools = names(16);
+        for _ in 0..10 {
+            lc.tick();
+        }
+        for tool in &tools {
+            lc.touch(tool);
+        }
+        for _ in 0..4 {
+            lc.tick();
+        }
+        assert!(
+            lc.find_evictable(&refs(&tools), &BTreeSet::new())
+                .is_empty()
+        );
+        lc.tick();
+        assert_eq!(lc.find_evictable(&refs(&tools), &BTreeSet::new()).len(), 1);
+    }
+
+    #[test]
+    fn recently_used_tools_survive_while_older_ones_go() {
+        let mut lc = ToolLifecycle::default();
+        let tools = names(18);
+        for _ in 0..20 {
+            lc.tick();
+        }
+        // tool_00 is fresh; the rest were never used.
+        lc.touch(&tools[0]);
+        let evicted = lc.find_evictable(&refs(&tools), &BTreeSet::new());
+        assert_eq!(evicted, vec!["tool_01", "tool_02", "tool_03"]);
+    }
+
+    #[test]
+    fn all_base_registries_evict_nothing() {
+        let mut lc = ToolLifecycle::default();
+        let tools = names(20);
+        for tool in &tools {
+            lc.pin(tool.clone());
+        }
+        for _ in 0..50 {
+            lc.tick();
+        }
+        assert!(
+            lc.find_evictable(&refs(&tools), &BTreeSet::new())
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn base_and_exempt_tools_are_never_candidates_but_still_count() {
+        let mut lc = ToolLifecycle::default();
+        let tools = names(17);
+        lc.pin("tool_00");
+        let exempt: BTreeSet<String> = ["tool_01".to_string()].into();
+        for _ in 0..10 {
+            lc.tick();
+        }
+        assert_eq!(
+            lc.find_evictable(&refs(&tools), &exempt),
+            vec!["tool_02", "tool_03"]
+        );
+    }
+
+    #[test]
+    fn fresh_keeps_limits_and_base_tools_but_not_usage() {
+        let mut lc = ToolLifecycle::new(3, 2);
+        lc.pin("read_file");
+        lc.tick();
+        lc.touch("grep");
+        let fresh = lc.fresh();
+        assert_eq!(fresh.iteration(), 0);
+        assert!(fresh.last_used.is_empty());
+        assert!(fresh.is_base("read_file"));
+        assert_eq!((fresh.max_active(), fresh.idle_threshold()), (3, 2));
+    }
+}

@@ -1,0 +1,274 @@
+//! The tool system: the `Tool` trait, what a call returns, and the registry, policy, LRU and
+//! safety layers every call passes through.
+//!
+//! - [`registry`]: the per-session set of tools, spec cache, deferral and dispatch.
+//! - [`lifecycle`]: the LRU that evicts idle tools from the model's view.
+//! - [`policy`]: allow / deny / require_tags with groups and wildcards.
+//! - [`catalog`]: the live list of every tool and why it is or is not visible.
+//! - [`args`]: the argument size cap and schema validation.
+//! - [`fs_safe`]: symlink-safe, root-confined file I/O.
+
+pub mod args;
+pub mod catalog;
+pub mod fs_safe;
+pub mod lifecycle;
+pub mod policy;
+pub mod registry;
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use catalog::{CatalogEntry, ToolCatalog, ToolState};
+pub use lifecycle::ToolLifecycle;
+pub use policy::{HiddenReason, ToolPolicy};
+pub use registry::{DispatchError, RegistryError, ToolRegistry};
+
+/// Whether a tool may run at the same time as other tools of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConcurrencyClass {
+    /// Reads only or has no observable side effect: runs concurrently with other Safe tools.
+    Safe,
+    /// Writes files, starts processes or changes state: runs alone, in the model's order.
+    Exclusive,
+}
+
+/// Tokens a tool spent on model calls of its own (sub-agents, pipelines).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+/// What a tool call produced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The text the model sees.
+    pub output: String,
+    /// Whether the call did what was asked.
+    pub success: bool,
+    /// A file the call changed, for the UI and the workspace log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_modified: Option<PathBuf>,
+    /// Files the call hands to the user as downloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_to_send: Vec<PathBuf>,
+    /// Model tokens the tool itself spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_used: Option<TokenUsage>,
+    /// A side channel for the host and the UI (cost rows, process status, error kinds); the
+    /// model never sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_metadata: Option<Value>,
+}
+
+impl ToolResult {
+    /// A successful result carrying `output`.
+    pub fn ok(output: impl Into<String>) -> Self {
+        Self {
+            output: output.into(),
+            success: true,
+            ..Self::default()
+        }
+    }
+
+    /// An unsuccessful result carrying `output` for the model to act on.
+    pub fn failure(output: impl Into<String>) -> Self {
+        Self {
+            output: output.into(),
+            success: false,
+            ..Self::default()
+        }
+    }
+
+    /// Attaches host-side metadata.
+    pub fn with_metadata(mut self, metadata: Value) -> Self {
+        self.structured_metadata = Some(metadata);
+        self
+    }
+}
+
+/// Why a tool could not do its job.
+///
+/// The split decides who hears about it: [`ToolError::Model`] becomes an unsuccessful
+/// [`ToolResult`] the model reads and can correct; [`ToolError::Fatal`] ends the turn, because
+/// retrying cannot help (the host is broken, not the call).
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// A mistake or refusal the model should read: bad input, a missing file, no backend.
+    #[error("{message}")]
+    Model {
+        /// A snake_case word for the UI and metrics (`invalid_input`, `not_found`,
+        /// `unsupported`, …).
+        kind: &'static str,
+        /// What went wrong and how to fix the call.
+        message: String,
+    },
+    /// A failure of the host itself; the turn stops.
+    #[error("fatal tool error: {0}")]
+    Fatal(String),
+}
+
+impl ToolError {
+    /// A model-facing error of the given kind.
+    pub fn model(kind: &'static str, message: impl Into<String>) -> Self {
+        Self::Model {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The typed answer of a tool that has no backend on this server.
+    pub fn unsupported(tool: &str, why: &str) -> Self {
+        Self::model("unsupported", format!("{tool} is unsupported here: {why}"))
+    }
+}
+
+impl From<fs_safe::FsError> for ToolError {
+    fn from(err: fs_safe::FsError) -> Self {
+        Self::model(err.kind(), err.to_string())
+    }
+}
+
+/// Something a running tool tells its session before it finishes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolEvent {
+    /// A human-readable progress note, optionally with a completed fraction in 0..=1.
+    Progress {
+        /// The call this belongs to.
+        tool_call_id: String,
+        /// What is happening.
+        message: String,
+        /// How far along, when known.
+        fraction: Option<f32>,
+    },
+    /// A chunk of output produced while running.
+    Output {
+        /// The call this belongs to.
+        tool_call_id: String,
+        /// The text produced.
+        text: String,
+    },
+}
+
+/// Everything a tool may know about the call it is serving.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The session the call runs in.
+    pub session_id: String,
+    /// The model's (or client's) id for this call.
+    pub tool_call_id: String,
+    /// The directory relative paths resolve against; the session's workspace.
+    pub cwd: PathBuf,
+    /// Fires when the turn is interrupted or the session closes; long tools must stop.
+    pub cancel: CancellationToken,
+    /// Progress and output notes; the session actor holds the receiver and forwards them to
+    /// clients. `None` when nobody listens (tests, plain dispatch).
+    pub events: Option<mpsc::Sender<ToolEvent>>,
+}
+
+impl ToolContext {
+    /// A context nobody listens to, for direct calls and tests.
+    pub fn detached(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            session_id: String::new(),
+            tool_call_id: String::new(),
+            cwd: cwd.into(),
+            cancel: CancellationToken::new(),
+            events: None,
+        }
+    }
+
+    /// Sends a progress note; waits when the listener is behind, drops it when nobody listens.
+    pub async fn progress(&self, message: impl Into<String>, fraction: Option<f32>) {
+        if let Some(events) = &self.events {
+            // A closed receiver means the session is gone; the tool's result is what matters.
+            let _ = events
+                .send(ToolEvent::Progress {
+                    tool_call_id: self.tool_call_id.clone(),
+                    message: message.into(),
+                    fraction,
+                })
+                .await;
+        }
+    }
+
+    /// Sends a chunk of output produced while running.
+    pub async fn output(&self, text: impl Into<String>) {
+        if let Some(events) = &self.events {
+            let _ = events
+                .send(ToolEvent::Output {
+                    tool_call_id: self.tool_call_id.clone(),
+                    text: text.into(),
+                })
+                .await;
+        }
+    }
+}
+
+/// What the model is shown about a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name; the API.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: Value,
+}
+
+/// A capability the model can call.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The unique name the model calls it by.
+    fn name(&self) -> &str;
+
+    /// What it does, written for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments.
+    fn input_schema(&self) -> Value;
+
+    /// Capability tags (`fs`, `search`, `web`, …); an untagged tool passes every tag filter.
+    fn tags(&self) -> &[&str] {
+        &[]
+    }
+
+    /// Safe tools run concurrently within a batch; Exclusive ones run alone.
+    fn concurrency_class(&self) -> ConcurrencyClass {
+        ConcurrencyClass::Safe
+    }
+
+    /// Runs the tool without knowing who called it.
+    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError>;
+
+    /// Runs the tool with the call's context; tools that need the session, cancellation or
+    /// progress override this.
+    async fn execute_with_context(
+        &self,
+        _ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        self.execute(args).await
+    }
+
+    /// A copy of this tool working in `cwd`, for tools bound to a workspace directory; `None`
+    /// for tools that do not depend on one (they stay shared as they are).
+    fn rebind_cwd(&self, _cwd: &Path) -> Option<Arc<dyn Tool>> {
+        None
+    }
+
+    /// Lets the host reach a concrete tool type in the rare cases it must wire one up.
+    fn as_any(&self) -> &dyn Any {
+        &()
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration test modules.
+
+mod tool_core;
