@@ -47,7 +47,7 @@ fn registry(tools: usize) -> ToolRegistry {
 
 /// About 1 MiB of mixed JSON: strings needing escapes, integers, floats, nesting.
 fn large_value() -> Value {
-    let rows: Vec<Value> = (0..6_000)
+    let rows: Vec<Value> = (0..8_000)
         .map(|i| {
             json!({
                 "id": i,
@@ -76,18 +76,28 @@ fn dispatch(c: &mut Criterion) {
     });
 }
 
+/// A `write_file` call carrying about 1 MiB of source text: the shape large arguments take.
+fn source_file_value() -> Value {
+    let line = "    let value = format!(\"{}\\t{}\", name, \"x\"); // keep \\ and \"quotes\"\n";
+    json!({ "path": "src/generated.rs", "content": line.repeat(1024 * 1024 / line.len()) })
+}
+
 fn argument_size(c: &mut Criterion) {
-    let value = large_value();
-    let size = serde_json::to_vec(&value).expect("serialises").len();
-    assert_eq!(estimate_json_size(&value), size);
-    let mut group = c.benchmark_group(format!("args_size/{size}_bytes"));
-    group.bench_function("estimate_json_size", |b| {
-        b.iter(|| black_box(estimate_json_size(black_box(&value))))
-    });
-    group.bench_function("serde_json_to_vec_len", |b| {
-        b.iter(|| black_box(serde_json::to_vec(black_box(&value)).map(|v| v.len())))
-    });
-    group.finish();
+    for (shape, value) in [
+        ("source_file", source_file_value()),
+        ("mixed", large_value()),
+    ] {
+        let size = serde_json::to_vec(&value).expect("serialises").len();
+        assert_eq!(estimate_json_size(&value), size);
+        let mut group = c.benchmark_group(format!("args_size/{shape}_{size}_bytes"));
+        group.bench_function("estimate_json_size", |b| {
+            b.iter(|| black_box(estimate_json_size(black_box(&value))))
+        });
+        group.bench_function("serde_json_to_vec_len", |b| {
+            b.iter(|| black_box(serde_json::to_vec(black_box(&value)).map(|v| v.len())))
+        });
+        group.finish();
+    }
 }
 
 fn snapshot(c: &mut Criterion) {

@@ -59,17 +59,25 @@ fn walk(value: &Value, remaining: &mut usize) -> Option<()> {
 fn take_str(s: &str, remaining: &mut usize) -> Option<()> {
     // Escaping only lengthens a string, so the raw length is charged first as a lower bound.
     take(remaining, s.len().checked_add(2)?)?;
-    for &byte in s.as_bytes() {
-        let extra = match byte {
-            b'"' | b'\\' | 0x08 | 0x0c | b'\n' | b'\r' | b'\t' => 1,
-            0x00..=0x1f => 5,
-            _ => 0,
-        };
-        if extra != 0 {
-            take(remaining, extra)?;
-        }
+    take(remaining, escape_overhead(s.as_bytes()))
+}
+
+/// Extra bytes escaping adds. Written as branch-free counts so the compiler vectorises them:
+/// most strings have nothing to escape and pay one pass.
+fn escape_overhead(bytes: &[u8]) -> usize {
+    let escaped = bytes
+        .iter()
+        .filter(|&&b| b < 0x20 || b == b'"' || b == b'\\')
+        .count();
+    if escaped == 0 {
+        return 0;
     }
-    Some(())
+    // Controls without a short form (`\b \t \n \f \r`) take `\u00XX`: 4 more bytes each.
+    let long = bytes
+        .iter()
+        .filter(|&&b| b < 0x20 && !matches!(b, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d))
+        .count();
+    escaped + 4 * long
 }
 
 // Assumes serde_json without `arbitrary_precision`, where a `Number` is always a u64, i64 or f64.

@@ -1,7 +1,7 @@
 //! The live catalog: every tool a registry knows, visible or not, and why; refreshed on every
 //! registry mutation so discovery tools and `tool/list` never read a stale picture.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 use serde::ser::{SerializeStruct, Serializer};
@@ -132,26 +132,49 @@ impl ToolCatalog {
 }
 
 /// A shared, always-current view of one registry's catalog; discovery tools hold a clone and
-/// read it while the registry's owner keeps mutating.
+/// read it while the registry's owner keeps mutating. It also carries activation requests back:
+/// a tool cannot borrow the registry while it runs, so it asks, and the registry applies the
+/// request before its next model iteration or call.
 #[derive(Debug, Clone, Default)]
-pub struct CatalogCell(Arc<RwLock<Arc<ToolCatalog>>>);
+pub struct CatalogCell(Arc<CatalogShared>);
+
+#[derive(Debug, Default)]
+struct CatalogShared {
+    current: RwLock<Arc<ToolCatalog>>,
+    activation_requests: Mutex<Vec<String>>,
+}
 
 impl CatalogCell {
     /// The current catalog.
     pub fn load(&self) -> Arc<ToolCatalog> {
         // A poisoned lock only means a writer panicked between two whole-Arc swaps; the
         // catalog inside is still a complete value.
-        match self.0.read() {
+        match self.0.current.read() {
             Ok(guard) => Arc::clone(&guard),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         }
     }
 
+    /// Asks the registry to activate these tools or `group:` names.
+    pub fn request_activation(&self, names: impl IntoIterator<Item = String>) {
+        lock(&self.0.activation_requests).extend(names);
+    }
+
+    pub(crate) fn take_activation_requests(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.0.activation_requests))
+    }
+
     pub(crate) fn store(&self, catalog: ToolCatalog) {
         let catalog = Arc::new(catalog);
-        match self.0.write() {
+        match self.0.current.write() {
             Ok(mut guard) => *guard = catalog,
             Err(poisoned) => *poisoned.into_inner() = catalog,
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

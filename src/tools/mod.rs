@@ -7,28 +7,33 @@
 //! - [`catalog`]: the live list of every tool and why it is or is not visible.
 //! - [`args`]: the argument size cap and schema validation.
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
+//! - [`workspace`]: a session's directory, the journal of its changes, its tools' shared state.
+//! - [`builtin`]: the tools every registry offers.
 
 pub mod args;
+pub mod builtin;
 pub mod catalog;
 pub mod fs_safe;
 pub mod lifecycle;
 pub mod policy;
 pub mod registry;
+pub mod workspace;
 
 use std::any::Any;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-pub use catalog::{CatalogEntry, ToolCatalog, ToolState};
+pub use catalog::{CatalogCell, CatalogEntry, ToolCatalog, ToolState};
 pub use lifecycle::ToolLifecycle;
 pub use policy::{HiddenReason, ToolPolicy};
-pub use registry::{DispatchError, RegistryError, ToolRegistry};
+pub use registry::{DispatchError, PreparedCall, RegistryError, ToolRegistry};
+pub use workspace::Workspace;
 
 /// Whether a tool may run at the same time as other tools of one batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -140,7 +145,7 @@ impl From<fs_safe::FsError> for ToolError {
 }
 
 /// Something a running tool tells its session before it finishes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum ToolEvent {
     /// A human-readable progress note, optionally with a completed fraction in 0..=1.
     Progress {
@@ -158,6 +163,23 @@ pub enum ToolEvent {
         /// The text produced.
         text: String,
     },
+    /// The model's plan changed; becomes `plan/updated`.
+    PlanUpdated {
+        /// Why the plan changed.
+        explanation: Option<String>,
+        /// The steps, each `{step, status}`.
+        plan: Value,
+    },
+    /// The model asks the user questions; becomes `user_input/requested`. The session sends
+    /// the answers (`{question_id: text}`) through `reply`; dropping it means nobody will answer.
+    UserInputRequested {
+        /// Identifies the request in `user_input/respond`.
+        request_id: String,
+        /// The questions as the model wrote them.
+        questions: Value,
+        /// Where the answers go.
+        reply: oneshot::Sender<Value>,
+    },
 }
 
 /// Everything a tool may know about the call it is serving.
@@ -171,9 +193,11 @@ pub struct ToolContext {
     pub cwd: PathBuf,
     /// Fires when the turn is interrupted or the session closes; long tools must stop.
     pub cancel: CancellationToken,
-    /// Progress and output notes; the session actor holds the receiver and forwards them to
-    /// clients. `None` when nobody listens (tests, plain dispatch).
+    /// Progress, output, plan and question events; the session actor holds the receiver and
+    /// forwards them to clients. `None` when nobody listens (tests, plain dispatch).
     pub events: Option<mpsc::Sender<ToolEvent>>,
+    /// The live catalog of the registry serving this call, for discovery tools.
+    pub catalog: Option<CatalogCell>,
 }
 
 impl ToolContext {
@@ -185,32 +209,35 @@ impl ToolContext {
             cwd: cwd.into(),
             cancel: CancellationToken::new(),
             events: None,
+            catalog: None,
         }
     }
 
     /// Sends a progress note; waits when the listener is behind, drops it when nobody listens.
     pub async fn progress(&self, message: impl Into<String>, fraction: Option<f32>) {
-        if let Some(events) = &self.events {
-            // A closed receiver means the session is gone; the tool's result is what matters.
-            let _ = events
-                .send(ToolEvent::Progress {
-                    tool_call_id: self.tool_call_id.clone(),
-                    message: message.into(),
-                    fraction,
-                })
-                .await;
-        }
+        // A closed receiver means the session is gone; the tool's result is what matters.
+        self.emit(ToolEvent::Progress {
+            tool_call_id: self.tool_call_id.clone(),
+            message: message.into(),
+            fraction,
+        })
+        .await;
     }
 
     /// Sends a chunk of output produced while running.
     pub async fn output(&self, text: impl Into<String>) {
-        if let Some(events) = &self.events {
-            let _ = events
-                .send(ToolEvent::Output {
-                    tool_call_id: self.tool_call_id.clone(),
-                    text: text.into(),
-                })
-                .await;
+        self.emit(ToolEvent::Output {
+            tool_call_id: self.tool_call_id.clone(),
+            text: text.into(),
+        })
+        .await;
+    }
+
+    /// Sends any event; returns false when nobody listens.
+    pub async fn emit(&self, event: ToolEvent) -> bool {
+        match &self.events {
+            Some(events) => events.send(event).await.is_ok(),
+            None => false,
         }
     }
 }
@@ -261,9 +288,9 @@ pub trait Tool: Send + Sync + 'static {
         self.execute(args).await
     }
 
-    /// A copy of this tool working in `cwd`, for tools bound to a workspace directory; `None`
-    /// for tools that do not depend on one (they stay shared as they are).
-    fn rebind_cwd(&self, _cwd: &Path) -> Option<Arc<dyn Tool>> {
+    /// A copy of this tool working in `workspace`, for tools bound to a workspace directory;
+    /// `None` for tools that do not depend on one (they stay shared as they are).
+    fn rebind_cwd(&self, _workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         None
     }
 

@@ -14,7 +14,20 @@ use super::args::{
 use super::catalog::{CatalogCell, CatalogEntry, ToolCatalog, ToolState};
 use super::lifecycle::ToolLifecycle;
 use super::policy::{self, HiddenReason, ToolPolicy, Verdict};
+use super::workspace::Workspace;
 use super::{Tool, ToolContext, ToolError, ToolResult, ToolSpec};
+
+/// Builds the tool whose presence and description follow the deferred set (`activate_tools`):
+/// given the deferred names, it returns the tool to show while any exist.
+pub type DeferralToolFactory = Arc<dyn Fn(&[&str]) -> Arc<dyn Tool> + Send + Sync>;
+
+#[derive(Clone)]
+struct DeferralTool {
+    name: String,
+    factory: DeferralToolFactory,
+    /// The deferred names the registered instance was built for.
+    listed: Vec<String>,
+}
 
 /// A registry could not take a tool.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +193,8 @@ impl PreparedCall {
 /// Mutations take `&mut self`: a registry has one owner (the session actor), and calls are
 /// prepared under that ownership and then run without it.
 pub struct ToolRegistry {
-    tools: BTreeMap<String, Entry>,
+    /// Keyed by shared names so a session snapshot copies no text.
+    tools: BTreeMap<Arc<str>, Entry>,
     /// Tools the hard policy removed; kept only to describe them and to answer
     /// `policy_denied` instead of `unknown_tool`.
     removed: BTreeMap<String, Entry>,
@@ -193,6 +207,8 @@ pub struct ToolRegistry {
     max_args_bytes: usize,
     specs: OnceLock<Arc<[ToolSpec]>>,
     catalog: CatalogCell,
+    workspace: Option<Arc<Workspace>>,
+    deferral_tool: Option<DeferralTool>,
 }
 
 impl Default for ToolRegistry {
@@ -227,7 +243,29 @@ impl ToolRegistry {
             max_args_bytes: DEFAULT_MAX_ARGS_BYTES,
             specs: OnceLock::new(),
             catalog: CatalogCell::default(),
+            workspace: None,
+            deferral_tool: None,
         }
+    }
+
+    /// The workspace the cwd-bound tools work in, once one is bound.
+    pub fn workspace(&self) -> Option<&Arc<Workspace>> {
+        self.workspace.as_ref()
+    }
+
+    /// Records the workspace the registered tools were built for.
+    pub fn set_workspace(&mut self, workspace: Arc<Workspace>) {
+        self.workspace = Some(workspace);
+    }
+
+    /// Installs the tool shown only while something is deferred (see [`DeferralToolFactory`]).
+    pub fn set_deferral_tool(&mut self, name: impl Into<String>, factory: DeferralToolFactory) {
+        self.deferral_tool = Some(DeferralTool {
+            name: name.into(),
+            factory,
+            listed: Vec::new(),
+        });
+        self.changed();
     }
 
     /// Adds a tool, replacing one of the same name. A tool the hard policy refuses is recorded
@@ -250,14 +288,14 @@ impl ToolRegistry {
             .as_ref()
             .is_some_and(|p| p.verdict(&name, entry.tool.tags()) != Verdict::Allowed);
         if refused {
-            self.tools.remove(&name);
+            self.tools.remove(name.as_str());
             self.deferred.remove(&name);
             self.spawn_only.remove(&name);
             self.removed.insert(name, entry);
         } else {
             self.removed.remove(&name);
             self.lifecycle.touch(&name);
-            self.tools.insert(name, entry);
+            self.tools.insert(name.into(), entry);
         }
         self.changed();
         Ok(())
@@ -384,9 +422,20 @@ impl ToolRegistry {
         activated
     }
 
-    /// Advances the LRU to the next model iteration; call before every model request.
+    /// Advances the LRU to the next model iteration; call before every model request. Applies
+    /// activations tools asked for since the last iteration.
     pub fn tick(&mut self) {
+        self.apply_activation_requests();
         self.lifecycle.tick();
+    }
+
+    /// Activates what tools asked for through the catalog cell; returns the names activated.
+    pub fn apply_activation_requests(&mut self) -> Vec<String> {
+        self.catalog
+            .take_activation_requests()
+            .iter()
+            .flat_map(|name| self.activate(name))
+            .collect()
     }
 
     /// Moves idle tools into the deferred set when too many are visible; returns their names.
@@ -411,10 +460,10 @@ impl ToolRegistry {
             .tools
             .iter()
             .filter(|(name, entry)| policy.verdict(name, entry.tool.tags()) != Verdict::Allowed)
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| name.to_string())
             .collect();
         for name in &refused {
-            if let Some(entry) = self.tools.remove(name) {
+            if let Some(entry) = self.tools.remove(name.as_str()) {
                 self.removed.insert(name.clone(), entry);
             }
             self.deferred.remove(name);
@@ -467,7 +516,7 @@ impl ToolRegistry {
         self.tools
             .iter()
             .filter(|(name, entry)| self.state_of(name, entry.tool.as_ref()) == ToolState::Active)
-            .map(|(name, _)| name.as_str())
+            .map(|(name, _)| &**name)
             .collect()
     }
 
@@ -486,13 +535,7 @@ impl ToolRegistry {
                 .filter(|(name, entry)| {
                     self.state_of(name, entry.tool.as_ref()) == ToolState::Active
                 })
-                .map(|(name, entry)| {
-                    (
-                        !self.lifecycle.is_base(name),
-                        name.as_str(),
-                        entry.tool.as_ref(),
-                    )
-                })
+                .map(|(name, entry)| (!self.lifecycle.is_base(name), &**name, entry.tool.as_ref()))
                 .collect();
             // BTreeMap order is by name; a stable sort on "not base" puts base tools first.
             visible.sort_by_key(|(not_base, _, _)| *not_base);
@@ -531,7 +574,7 @@ impl ToolRegistry {
                 .tools
                 .iter()
                 .filter(|(name, _)| keep(name))
-                .map(|(name, entry)| (name.clone(), entry.clone()))
+                .map(|(name, entry)| (Arc::clone(name), entry.clone()))
                 .collect(),
             removed: self.removed.clone(),
             deferred: self.deferred.iter().filter(|n| keep(n)).cloned().collect(),
@@ -548,30 +591,37 @@ impl ToolRegistry {
             max_args_bytes: self.max_args_bytes,
             specs: OnceLock::new(),
             catalog: CatalogCell::default(),
+            workspace: self.workspace.clone(),
+            deferral_tool: self.deferral_tool.clone(),
         };
         child.refresh_catalog();
         child
     }
 
-    /// Rebuilds the tools bound to a workspace directory so they work in `cwd`; every other
-    /// tool stays the same shared object.
-    pub fn rebind_cwd(&mut self, cwd: &Path) {
+    /// Rebuilds the tools bound to a workspace directory so they work in a fresh workspace at
+    /// `cwd` (its own change journal and shared state); every other tool stays the same shared
+    /// object. Returns the new workspace.
+    pub fn rebind_cwd(&mut self, cwd: &Path) -> Arc<Workspace> {
+        let workspace = Workspace::new(cwd);
         let mut rebound = false;
         for entry in self.tools.values_mut() {
-            if let Some(tool) = entry.tool.rebind_cwd(cwd) {
+            if let Some(tool) = entry.tool.rebind_cwd(&workspace) {
                 entry.tool = tool;
                 rebound = true;
             }
         }
+        self.workspace = Some(Arc::clone(&workspace));
         if rebound {
             self.changed();
         }
+        workspace
     }
 
     /// Checks a call and readies it to run, in this order: provider policy, activation of a
     /// deferred tool (its primary group, else itself), argument size, existence (or
     /// `policy_denied` for a tool the hard policy removed), schema, then usage accounting.
     pub fn prepare(&mut self, name: &str, args: &Value) -> Result<PreparedCall, DispatchError> {
+        self.apply_activation_requests();
         let tags = self
             .tools
             .get(name)
@@ -645,15 +695,55 @@ impl ToolRegistry {
         let listed = policy::group_members(bare);
         self.tools
             .iter()
-            .filter(|(name, entry)| entry.group == Some(bare) || listed.contains(&name.as_str()))
-            .map(|(name, _)| name.clone())
+            .filter(|(name, entry)| entry.group == Some(bare) || listed.contains(&&***name))
+            .map(|(name, _)| name.to_string())
             .collect()
     }
 
     /// Drops derived state after a mutation: the spec cache and the catalog.
     fn changed(&mut self) {
+        self.sync_deferral_tool();
         self.specs = OnceLock::new();
         self.refresh_catalog();
+    }
+
+    /// Shows the deferral tool while anything is deferred, describing exactly what is.
+    fn sync_deferral_tool(&mut self) {
+        let Some(deferral) = self.deferral_tool.as_mut() else {
+            return;
+        };
+        let listed: Vec<&str> = self
+            .deferred
+            .iter()
+            .map(String::as_str)
+            .filter(|name| *name != deferral.name)
+            .collect();
+        let registered = self.tools.contains_key(deferral.name.as_str());
+        if listed.is_empty() {
+            if registered {
+                self.tools.remove(deferral.name.as_str());
+            }
+            deferral.listed.clear();
+            return;
+        }
+        if registered && deferral.listed == listed {
+            return;
+        }
+        let tool = (deferral.factory)(&listed);
+        let Ok(validator) = ArgsValidator::compile(&tool.input_schema()) else {
+            tracing::error!(tool = %deferral.name, "deferral tool has an invalid schema");
+            return;
+        };
+        deferral.listed = listed.iter().map(|s| s.to_string()).collect();
+        self.lifecycle.touch(&deferral.name);
+        self.tools.insert(
+            deferral.name.as_str().into(),
+            Entry {
+                tool,
+                validator: Arc::new(validator),
+                group: None,
+            },
+        );
     }
 
     fn refresh_catalog(&self) {
@@ -663,7 +753,7 @@ impl ToolRegistry {
             .map(|(name, entry)| CatalogEntry {
                 tool: Arc::clone(&entry.tool),
                 group: entry.group,
-                spawn_only: self.spawn_only.contains(name),
+                spawn_only: self.spawn_only.contains(&**name),
                 state: self.state_of(name, entry.tool.as_ref()),
             })
             .chain(self.removed.values().map(|entry| CatalogEntry {
@@ -673,7 +763,10 @@ impl ToolRegistry {
                 state: ToolState::Hidden(HiddenReason::PolicyDeny),
             }))
             .collect();
-        entries.sort_by(|a, b| a.name().cmp(b.name()));
+        if !self.removed.is_empty() {
+            // Registered tools come out of the map in name order; only removed ones need merging.
+            entries.sort_by(|a, b| a.name().cmp(b.name()));
+        }
         self.catalog.store(ToolCatalog { entries });
     }
 }
@@ -687,7 +780,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tools::lifecycle::ToolLifecycle;
     use crate::tools::{ConcurrencyClass, ToolEvent};
 
     /// A configurable tool that counts its calls.
@@ -777,10 +869,10 @@ mod tests {
                 }
             }
         }
-        fn rebind_cwd(&self, cwd: &Path) -> Option<Arc<dyn Tool>> {
+        fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
             self.cwd.as_ref()?;
             let mut copy = Probe::new(&self.name).tags(&self.tags);
-            copy.cwd = Some(cwd.to_path_buf());
+            copy.cwd = Some(workspace.root().to_path_buf());
             Some(Arc::new(copy))
         }
         fn as_any(&self) -> &dyn std::any::Any {
@@ -1362,21 +1454,16 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(result.output, "done");
-        assert_eq!(
+        assert!(matches!(
             rx.recv().await,
-            Some(ToolEvent::Progress {
-                tool_call_id: "call-7".into(),
-                message: "halfway".into(),
-                fraction: Some(0.5)
-            })
-        );
-        assert_eq!(
+            Some(ToolEvent::Progress { tool_call_id, message, fraction: Some(f) })
+                if tool_call_id == "call-7" && message == "halfway" && f == 0.5
+        ));
+        assert!(matches!(
             rx.recv().await,
-            Some(ToolEvent::Output {
-                tool_call_id: "call-7".into(),
-                text: "chunk".into()
-            })
-        );
+            Some(ToolEvent::Output { tool_call_id, text })
+                if tool_call_id == "call-7" && text == "chunk"
+        ));
     }
 
     #[test]
@@ -1449,8 +1536,73 @@ mod tests {
 
     #[test]
     fn concurrency_class_defaults_to_safe() {
-        let probe = Probe::new("x");
-        assert_eq!(probe.concurrency_class(), ConcurrencyClass::Safe);
-        let _ = ToolLifecycle::default();
+        assert_eq!(Probe::new("x").concurrency_class(), ConcurrencyClass::Safe);
+    }
+
+    #[test]
+    fn activation_requests_from_tools_apply_before_the_next_iteration() {
+        let mut registry = registry_with(&["web_fetch", "web_search", "custom"]);
+        registry.defer_group("group:web");
+        registry.deferred.insert("custom".into());
+        registry.changed();
+        let cell = registry.catalog_cell();
+        cell.request_activation(["group:web".to_string(), "nope".to_string()]);
+        assert_eq!(registry.specs().len(), 0, "nothing applied yet");
+        registry.tick();
+        assert_eq!(spec_names(&registry), ["web_fetch", "web_search"]);
+        cell.request_activation(["custom".to_string()]);
+        registry.prepare("web_fetch", &json!({})).unwrap();
+        assert_eq!(registry.deferred_names(), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn the_deferral_tool_follows_the_deferred_set() {
+        let mut registry = registry_with(&["web_fetch", "web_search", "grep"]);
+        let factory: DeferralToolFactory = Arc::new(|deferred: &[&str]| {
+            let mut probe = Probe::new("activate_tools");
+            probe.name = format!("activate_tools[{}]", deferred.join(","));
+            // The registry keys by the configured name; the probe's own name carries the list.
+            Arc::new(Listing(probe)) as Arc<dyn Tool>
+        });
+        registry.set_deferral_tool("activate_tools", factory);
+        assert!(!registry.contains("activate_tools"), "nothing deferred yet");
+        registry.defer_group("group:web");
+        let listed = registry
+            .get("activate_tools")
+            .unwrap()
+            .description()
+            .to_string();
+        assert_eq!(listed, "activate_tools[web_fetch,web_search]");
+        let mut child = registry.snapshot_excluding(&[]);
+        child.activate("web_fetch");
+        assert_eq!(
+            child.get("activate_tools").unwrap().description(),
+            "activate_tools[web_search]"
+        );
+        child.activate("web_search");
+        assert!(!child.contains("activate_tools"));
+        assert!(
+            registry.contains("activate_tools"),
+            "the parent keeps its own"
+        );
+    }
+
+    /// Wraps a probe so its description is its (generated) name.
+    struct Listing(Probe);
+
+    #[async_trait]
+    impl Tool for Listing {
+        fn name(&self) -> &str {
+            "activate_tools"
+        }
+        fn description(&self) -> &str {
+            &self.0.name
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+            self.0.execute(args).await
+        }
     }
 }

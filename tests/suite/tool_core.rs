@@ -7,7 +7,7 @@ use std::sync::Arc;
 use agentd::tools::fs_safe::{read_no_follow, resolve_path};
 use agentd::tools::{
     DispatchError, HiddenReason, Tool, ToolContext, ToolError, ToolPolicy, ToolRegistry,
-    ToolResult, ToolState,
+    ToolResult, ToolState, Workspace,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -42,9 +42,9 @@ impl Tool for Cat {
         let bytes = read_no_follow(&self.root, &rel, 1024 * 1024)?;
         Ok(ToolResult::ok(String::from_utf8_lossy(&bytes)))
     }
-    fn rebind_cwd(&self, cwd: &Path) -> Option<Arc<dyn Tool>> {
+    fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Cat {
-            root: cwd.to_path_buf(),
+            root: workspace.root().to_path_buf(),
         }))
     }
 }

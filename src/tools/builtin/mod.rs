@@ -1,0 +1,1 @@
+//! The tools every registry offers.

@@ -1,0 +1,371 @@
+//! A session's working directory as its tools see it: the root every path is confined to, the
+//! journal of what tools changed there, and state its tools share (such as their processes).
+
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+
+use super::fs_safe::{self, FsError};
+
+/// What one tool call did to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// The file did not exist before.
+    Created,
+    /// The file's contents were replaced.
+    Modified,
+    /// The file was removed.
+    Deleted,
+    /// The file was moved away from this path (see `moved_to`).
+    Moved,
+}
+
+/// One entry of the workspace log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// Position in the log, from 1.
+    pub seq: u64,
+    /// The file, relative to the workspace root.
+    pub path: String,
+    /// What happened to it.
+    pub kind: ChangeKind,
+    /// Where it went, for a move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<String>,
+    /// The tool that made the change.
+    pub tool: String,
+    /// When, as RFC 3339 UTC.
+    pub changed_at: String,
+}
+
+#[derive(Debug, Default)]
+struct Journal {
+    /// Each changed file's contents before the session first touched it; `None` when it did
+    /// not exist.
+    originals: BTreeMap<PathBuf, Option<Vec<u8>>>,
+    log: Vec<Change>,
+}
+
+/// A workspace bound to one root directory; shared by the tools of one registry binding.
+pub struct Workspace {
+    root: PathBuf,
+    journal: Mutex<Journal>,
+    shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workspace")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Largest file the journal keeps an original copy of; larger files are logged but not diffed.
+const MAX_ORIGINAL_BYTES: u64 = 10 * 1024 * 1024;
+
+impl Workspace {
+    /// A workspace rooted at `root`, with an empty journal.
+    pub fn new(root: impl Into<PathBuf>) -> Arc<Self> {
+        Arc::new(Self {
+            root: root.into(),
+            journal: Mutex::new(Journal::default()),
+            shared: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The one value of type `T` this workspace's tools share, created on first use; it lives
+    /// (and is dropped) with the workspace.
+    pub fn shared<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut shared = lock(&self.shared);
+        let entry = shared
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        match Arc::clone(entry).downcast::<T>() {
+            Ok(value) => value,
+            // The map is keyed by the value's own TypeId, so the downcast cannot fail.
+            Err(_) => unreachable!("workspace shared state keyed by TypeId"),
+        }
+    }
+
+    /// Lexically resolves a path the model gave into one relative to the root.
+    pub fn resolve(&self, requested: &str) -> Result<PathBuf, FsError> {
+        fs_safe::resolve_path(&self.root, requested)
+    }
+
+    /// Reads a file beneath the root, refusing symlinks and files over `limit` bytes.
+    pub fn read(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+        fs_safe::read_no_follow(&self.root, rel, limit)
+    }
+
+    /// Atomically writes a file (creating parent directories) and records the change.
+    pub fn write(&self, tool: &str, rel: &Path, contents: &[u8]) -> Result<ChangeKind, FsError> {
+        let mut journal = lock(&self.journal);
+        let existed = self.remember_original(&mut journal, rel)?;
+        fs_safe::write_no_follow(&self.root, rel, contents, true)?;
+        let kind = if existed {
+            ChangeKind::Modified
+        } else {
+            ChangeKind::Created
+        };
+        journal.record(rel, kind, None, tool);
+        Ok(kind)
+    }
+
+    /// Removes a file and records the change.
+    pub fn remove(&self, tool: &str, rel: &Path) -> Result<(), FsError> {
+        let mut journal = lock(&self.journal);
+        self.remember_original(&mut journal, rel)?;
+        fs_safe::remove_file_no_follow(&self.root, rel)?;
+        journal.record(rel, ChangeKind::Deleted, None, tool);
+        Ok(())
+    }
+
+    /// Moves a file (creating the destination's parents) and records the change.
+    pub fn rename(&self, tool: &str, from: &Path, to: &Path) -> Result<(), FsError> {
+        let mut journal = lock(&self.journal);
+        self.remember_original(&mut journal, from)?;
+        self.remember_original(&mut journal, to)?;
+        fs_safe::rename_no_follow(&self.root, from, to, true)?;
+        journal.record(from, ChangeKind::Moved, Some(to), tool);
+        Ok(())
+    }
+
+    /// The ordered log of changes tools made.
+    pub fn changes(&self) -> Vec<Change> {
+        lock(&self.journal).log.clone()
+    }
+
+    /// One unified diff of every file changed since the session first touched it, in path
+    /// order; files changed back to their original contents are left out.
+    pub fn diff(&self) -> String {
+        let journal = lock(&self.journal);
+        let mut out = String::new();
+        for (rel, original) in &journal.originals {
+            let current = match fs_safe::read_no_follow(&self.root, rel, MAX_ORIGINAL_BYTES) {
+                Ok(bytes) => Some(bytes),
+                Err(FsError::NotFound(_)) => None,
+                Err(err) => {
+                    out.push_str(&format!("# {}: {err}\n", rel.display()));
+                    continue;
+                }
+            };
+            if *original == current {
+                continue;
+            }
+            let shown = rel.to_string_lossy();
+            let old_text = original.as_deref().map(String::from_utf8_lossy);
+            let new_text = current.as_deref().map(String::from_utf8_lossy);
+            let old_name = if original.is_some() {
+                format!("a/{shown}")
+            } else {
+                "/dev/null".to_string()
+            };
+            let new_name = if current.is_some() {
+                format!("b/{shown}")
+            } else {
+                "/dev/null".to_string()
+            };
+            let diff = similar::TextDiff::from_lines(
+                old_text.as_deref().unwrap_or(""),
+                new_text.as_deref().unwrap_or(""),
+            );
+            out.push_str(&format!("diff --git a/{shown} b/{shown}\n"));
+            out.push_str(
+                &diff
+                    .unified_diff()
+                    .header(&old_name, &new_name)
+                    .missing_newline_hint(true)
+                    .to_string(),
+            );
+        }
+        out
+    }
+
+    /// Keeps the file's contents the first time the session touches it; returns whether the
+    /// file exists now.
+    fn remember_original(&self, journal: &mut Journal, rel: &Path) -> Result<bool, FsError> {
+        let current = match fs_safe::read_no_follow(&self.root, rel, MAX_ORIGINAL_BYTES) {
+            Ok(bytes) => Some(bytes),
+            Err(FsError::NotFound(_)) => None,
+            // Too large to keep: the change is still logged, the diff says nothing about it.
+            Err(FsError::TooLarge { .. }) => {
+                return Ok(true);
+            }
+            Err(err) => return Err(err),
+        };
+        let exists = current.is_some();
+        journal
+            .originals
+            .entry(rel.to_path_buf())
+            .or_insert(current);
+        Ok(exists)
+    }
+}
+
+impl Journal {
+    fn record(&mut self, rel: &Path, kind: ChangeKind, moved_to: Option<&Path>, tool: &str) {
+        let seq = self.log.len() as u64 + 1;
+        self.log.push(Change {
+            seq,
+            path: rel.to_string_lossy().into_owned(),
+            kind,
+            moved_to: moved_to.map(|p| p.to_string_lossy().into_owned()),
+            tool: tool.to_string(),
+            changed_at: now_rfc3339(),
+        });
+    }
+}
+
+/// Locks a mutex, taking the data even if a holder panicked: the journal's entries are each
+/// written whole, so a panic cannot leave one half-made.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Now as RFC 3339 UTC with seconds precision, the form every `*_at` field takes.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(0).unwrap_or(now);
+    now.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| now.unix_timestamp().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_seconds() {
+        let now = now_rfc3339();
+        assert_eq!(now.len(), "2026-11-29T20:18:11Z".len(), "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+    }
+
+    #[test]
+    fn the_journal_keeps_originals_and_logs_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+        let ws = Workspace::new(dir.path());
+        let a = Path::new("a.txt");
+        assert_eq!(
+            ws.write("edit_file", a, b"one\n2\n").unwrap(),
+            ChangeKind::Modified
+        );
+        assert_eq!(
+            ws.write("edit_file", a, b"one\nTWO\n").unwrap(),
+            ChangeKind::Modified
+        );
+        assert_eq!(
+            ws.write("write_file", Path::new("new/b.txt"), b"fresh\n")
+                .unwrap(),
+            ChangeKind::Created
+        );
+        ws.rename("apply_patch", Path::new("new/b.txt"), Path::new("c.txt"))
+            .unwrap();
+
+        let log: Vec<(u64, String, ChangeKind, String)> = ws
+            .changes()
+            .into_iter()
+            .map(|c| (c.seq, c.path, c.kind, c.tool))
+            .collect();
+        assert_eq!(
+            log,
+            [
+                (1, "a.txt".into(), ChangeKind::Modified, "edit_file".into()),
+                (2, "a.txt".into(), ChangeKind::Modified, "edit_file".into()),
+                (
+                    3,
+                    "new/b.txt".into(),
+                    ChangeKind::Created,
+                    "write_file".into()
+                ),
+                (
+                    4,
+                    "new/b.txt".into(),
+                    ChangeKind::Moved,
+                    "apply_patch".into()
+                ),
+            ]
+        );
+        let diff = ws.diff();
+        assert!(diff.contains("--- a/a.txt\n+++ b/a.txt\n"), "{diff}");
+        assert!(
+            diff.contains("-two\n+TWO\n"),
+            "diff is against the first original: {diff}"
+        );
+        assert!(diff.contains("--- /dev/null\n+++ b/c.txt\n"), "{diff}");
+        assert!(
+            !diff.contains("new/b.txt\n+++"),
+            "created then moved away: {diff}"
+        );
+    }
+
+    #[test]
+    fn changing_a_file_back_leaves_it_out_of_the_diff_and_deletions_show() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("keep.txt"), "same\n").unwrap();
+        std::fs::write(dir.path().join("gone.txt"), "bye\n").unwrap();
+        let ws = Workspace::new(dir.path());
+        ws.write("write_file", Path::new("keep.txt"), b"changed\n")
+            .unwrap();
+        ws.write("write_file", Path::new("keep.txt"), b"same\n")
+            .unwrap();
+        ws.remove("apply_patch", Path::new("gone.txt")).unwrap();
+        let diff = ws.diff();
+        assert!(!diff.contains("keep.txt"), "{diff}");
+        assert!(
+            diff.contains("--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"),
+            "{diff}"
+        );
+    }
+
+    #[test]
+    fn refused_paths_change_nothing_and_log_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        let ws = Workspace::new(dir.path());
+        let err = ws
+            .write("write_file", Path::new("out/x.txt"), b"x")
+            .unwrap_err();
+        assert_eq!(err.kind(), "symlink");
+        assert!(ws.changes().is_empty());
+        assert!(!outside.path().join("x.txt").exists());
+    }
+
+    #[test]
+    fn shared_state_is_one_value_per_type() {
+        #[derive(Default)]
+        struct Counter(std::sync::atomic::AtomicUsize);
+        let ws = Workspace::new(".");
+        ws.shared::<Counter>()
+            .0
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            ws.shared::<Counter>()
+                .0
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        let other = Workspace::new(".");
+        assert_eq!(
+            other
+                .shared::<Counter>()
+                .0
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+    }
+}
