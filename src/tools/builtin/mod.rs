@@ -1,1 +1,59 @@
-//! The tools every registry offers.
+//! The tools every registry offers, one file per tool or family, and `with_builtins` which
+//! registers them for a workspace.
+//!
+//! - [`files`]: read_file, write_file, edit_file.
+//! - [`patch`]: apply_patch (the Codex patch grammar, all-or-nothing).
+//! - [`diff_edit`]: diff_edit (one unified diff, one file).
+//! - [`search`]: list_dir, glob, grep.
+//! - [`history`]: workspace_diff, workspace_log.
+//! - [`shell`]: shell.
+//! - [`exec`]: exec_command, write_stdin and the session's process table.
+//! - [`web`]: web_fetch, web_search.
+//! - [`plan`]: update_plan, request_user_input.
+//! - [`discovery`]: tool_search, tool_suggest, activate_tools.
+//! - [`image`]: image_generation (no backend: always `unsupported`).
+
+pub mod diff_edit;
+pub mod discovery;
+pub mod exec;
+pub mod files;
+pub mod history;
+pub mod image;
+pub mod patch;
+pub mod plan;
+pub mod search;
+pub mod shell;
+pub mod web;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::ToolError;
+
+/// What the built-in tools may do beyond the workspace; from the config's `[tools]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolPermissions {
+    /// Lets `web_fetch` reach loopback, private, link-local and metadata addresses.
+    pub web_fetch_allow_private: bool,
+    /// A SearXNG-style JSON endpoint for `web_search`; without one it is `unsupported`.
+    pub web_search_url: Option<String>,
+    /// Live `exec_command` processes allowed per session.
+    pub max_processes: usize,
+}
+
+impl Default for ToolPermissions {
+    fn default() -> Self {
+        Self {
+            web_fetch_allow_private: false,
+            web_search_url: None,
+            max_processes: 64,
+        }
+    }
+}
+
+/// Decodes a tool's arguments into its typed form; a mismatch is the model's to fix.
+pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: &Value) -> Result<T, ToolError> {
+    T::deserialize(args).map_err(|err| {
+        ToolError::model("invalid_input", format!("{tool}: invalid arguments: {err}"))
+    })
+}
