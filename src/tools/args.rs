@@ -62,22 +62,27 @@ fn take_str(s: &str, remaining: &mut usize) -> Option<()> {
     take(remaining, escape_overhead(s.as_bytes()))
 }
 
-/// Extra bytes escaping adds. Written as branch-free counts so the compiler vectorises them:
-/// most strings have nothing to escape and pay one pass.
+/// Extra bytes escaping adds: `"` and `\\` and the short controls (`\b \t \n \f \r`) one
+/// each, every other control five (`\u00XX`).
+///
+/// One pass with three `u8` counters per chunk of at most 255 bytes, so no counter can wrap and
+/// the compiler keeps all three in byte-wide vector lanes; `usize` counters would widen every
+/// lane and run several times slower.
 fn escape_overhead(bytes: &[u8]) -> usize {
-    let escaped = bytes
-        .iter()
-        .filter(|&&b| b < 0x20 || b == b'"' || b == b'\\')
-        .count();
-    if escaped == 0 {
-        return 0;
+    let (mut quotes, mut controls, mut short) = (0usize, 0usize, 0usize);
+    for chunk in bytes.chunks(255) {
+        let (mut q, mut c, mut s) = (0u8, 0u8, 0u8);
+        for &b in chunk {
+            q = q.wrapping_add(u8::from((b == b'"') | (b == b'\\')));
+            c = c.wrapping_add(u8::from(b < 0x20));
+            // 0x08..=0x0d minus 0x0b (vertical tab, which has no short form).
+            s = s.wrapping_add(u8::from((b.wrapping_sub(0x08) < 6) & (b != 0x0b)));
+        }
+        quotes += usize::from(q);
+        controls += usize::from(c);
+        short += usize::from(s);
     }
-    // Controls without a short form (`\b \t \n \f \r`) take `\u00XX`: 4 more bytes each.
-    let long = bytes
-        .iter()
-        .filter(|&&b| b < 0x20 && !matches!(b, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d))
-        .count();
-    escaped + 4 * long
+    quotes + controls + 4 * (controls - short)
 }
 
 // Assumes serde_json without `arbitrary_precision`, where a `Number` is always a u64, i64 or f64.

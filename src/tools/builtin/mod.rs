@@ -25,10 +25,30 @@ pub mod search;
 pub mod shell;
 pub mod web;
 
+use std::path::Path;
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::ToolError;
+use super::registry::{RegistryError, ToolRegistry};
+use super::workspace::Workspace;
+use super::{Tool, ToolError};
+
+/// Tools never evicted by the LRU nor deferred, unless the config says otherwise.
+pub const DEFAULT_BASE_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "apply_patch",
+    "list_dir",
+    "glob",
+    "grep",
+    "shell",
+    "tool_search",
+    "activate_tools",
+    "read_task_output",
+];
 
 /// What the built-in tools may do beyond the workspace; from the config's `[tools]` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,4 +76,37 @@ pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: &Value) -> Resul
     T::deserialize(args).map_err(|err| {
         ToolError::model("invalid_input", format!("{tool}: invalid arguments: {err}"))
     })
+}
+
+/// A registry holding every built-in tool, bound to a workspace at `cwd`, with the default base
+/// tools pinned and `activate_tools` shown whenever something is deferred.
+pub fn with_builtins(
+    cwd: &Path,
+    permissions: &ToolPermissions,
+) -> Result<ToolRegistry, RegistryError> {
+    let workspace = Workspace::new(cwd);
+    let ws = || Arc::clone(&workspace);
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(files::ReadFile::new(ws())),
+        Arc::new(files::WriteFile::new(ws())),
+        Arc::new(files::EditFile::new(ws())),
+        Arc::new(history::WorkspaceDiff::new(ws())),
+        Arc::new(history::WorkspaceLog::new(ws())),
+        Arc::new(plan::UpdatePlan),
+        Arc::new(plan::RequestUserInput::default()),
+        Arc::new(discovery::ToolSearch),
+        Arc::new(discovery::ToolSuggest),
+        Arc::new(image::ImageGeneration),
+    ];
+    let _ = permissions;
+    let mut registry = ToolRegistry::default();
+    for name in DEFAULT_BASE_TOOLS {
+        registry.pin_base_tool(*name);
+    }
+    for tool in tools {
+        registry.register(tool)?;
+    }
+    registry.set_workspace(workspace);
+    registry.set_deferral_tool("activate_tools", discovery::ActivateTools::factory());
+    Ok(registry)
 }
