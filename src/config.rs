@@ -1,0 +1,638 @@
+//! One typed configuration, built once at start-up from defaults, a TOML file, the environment
+//! and flags (in rising priority), then passed down.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tools::ToolPolicy;
+use crate::tools::builtin::{DEFAULT_BASE_TOOLS, ToolPermissions};
+use crate::tools::lifecycle::{DEFAULT_IDLE_THRESHOLD, DEFAULT_MAX_ACTIVE};
+
+/// A secret string (API key, token) that never shows itself in `Debug` or logs.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(\"[redacted]\")")
+    }
+}
+
+/// A configuration problem; start-up prints it on one line and exits with code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for this schema.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with its location.
+        message: String,
+    },
+    /// A value is out of range or contradicts another.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// `[server]`: where agentd listens and keeps its data.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub bind: SocketAddr,
+    /// Where the SQLite database and task output live.
+    pub data_dir: PathBuf,
+    /// The root every session's tools work under.
+    pub workspace: PathBuf,
+    /// `sqlite://…` or `postgres://…`; default `<data_dir>/agentd.db`.
+    pub database_url: Option<Secret>,
+    /// One shared bearer token for everything under `/api/`.
+    pub auth_token: Option<Secret>,
+    /// WebSocket `Origin`s accepted besides the server's own.
+    pub allowed_origins: Vec<String>,
+    /// Seconds an actor with no connection and no running work stays loaded.
+    pub idle_unload_secs: u64,
+    /// Seconds shutdown waits for running work before giving up.
+    pub shutdown_grace_secs: u64,
+    /// Named users, each with a token; sessions then belong to a user.
+    pub users: Vec<UserConfig>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("data"),
+            workspace: PathBuf::from("workspace"),
+            database_url: None,
+            auth_token: None,
+            allowed_origins: Vec::new(),
+            idle_unload_secs: 1800,
+            shutdown_grace_secs: 10,
+            users: Vec::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The database URL in force: the configured one, or SQLite under the data dir.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.expose().to_string(),
+            None => format!("sqlite://{}", self.data_dir.join("agentd.db").display()),
+        }
+    }
+}
+
+/// `[[server.users]]`: one user and the token that identifies them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The user's name; also their workspace sub-directory.
+    pub name: String,
+    /// Their bearer token.
+    pub token: Secret,
+}
+
+/// USD per million tokens for one model.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Prompt tokens.
+    pub input_per_mtok: f64,
+    /// Completion tokens.
+    pub output_per_mtok: f64,
+}
+
+/// `[llm]`: the OpenAI-compatible model sessions talk to.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Chat completions base URL, such as `https://api.openai.com/v1`.
+    pub base_url: Option<String>,
+    /// Model id.
+    pub model: Option<String>,
+    /// Environment variable holding the key when `AGENTD_LLM_API_KEY` is unset.
+    pub api_key_env: String,
+    /// The key itself; only ever filled from the environment.
+    #[serde(skip)]
+    pub api_key: Option<Secret>,
+    /// Provider name, for `tool_policy_by_provider`.
+    pub provider: String,
+    /// Completion token cap per call.
+    pub max_tokens: u32,
+    /// The model's context window in tokens.
+    pub context_window: u32,
+    /// Prices by model id.
+    pub pricing: BTreeMap<String, ModelPrice>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            model: None,
+            api_key_env: "OPENAI_API_KEY".to_string(),
+            api_key: None,
+            provider: "openai".to_string(),
+            max_tokens: 4096,
+            context_window: 128_000,
+            pricing: BTreeMap::new(),
+        }
+    }
+}
+
+impl LlmConfig {
+    /// Whether a model is configured at all; without one `turn/start` answers
+    /// `llm_not_configured`.
+    pub fn is_configured(&self) -> bool {
+        self.base_url.is_some() && self.model.is_some()
+    }
+}
+
+/// `[tools]`: the registry's limits and defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Visible tools before LRU eviction starts.
+    pub max_active: usize,
+    /// Iterations a tool must be idle before it may be evicted.
+    pub idle_threshold: u32,
+    /// Cap on one call's serialised arguments.
+    pub max_args_bytes: usize,
+    /// Tools never evicted or deferred.
+    pub base_tools: Vec<String>,
+    /// Groups deferred at session start when more than `max_active` tools would be visible.
+    pub defer_groups: Vec<String>,
+    /// Tools whose calls run in the background.
+    pub spawn_only: Vec<String>,
+    /// Tags the registry's context filter keeps; empty keeps everything.
+    pub context_tags: Vec<String>,
+    /// Lets `web_fetch` reach private addresses.
+    pub web_fetch_allow_private: bool,
+    /// SearXNG-style endpoint for `web_search`.
+    pub web_search_url: Option<String>,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            max_active: DEFAULT_MAX_ACTIVE,
+            idle_threshold: DEFAULT_IDLE_THRESHOLD,
+            max_args_bytes: crate::tools::args::DEFAULT_MAX_ARGS_BYTES,
+            base_tools: DEFAULT_BASE_TOOLS.iter().map(|s| s.to_string()).collect(),
+            defer_groups: vec!["group:web".to_string(), "group:sessions".to_string()],
+            spawn_only: vec!["run_pipeline".to_string()],
+            context_tags: Vec::new(),
+            web_fetch_allow_private: false,
+            web_search_url: None,
+        }
+    }
+}
+
+impl ToolsConfig {
+    /// What the built-in tools may do beyond the workspace.
+    pub fn permissions(&self) -> ToolPermissions {
+        ToolPermissions {
+            web_fetch_allow_private: self.web_fetch_allow_private,
+            web_search_url: self.web_search_url.clone(),
+            ..ToolPermissions::default()
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_plugin_timeout() -> u64 {
+    600_000
+}
+
+fn default_plugin_schema() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// `[[plugins]]`: an external program offered as a tool.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The tool name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The program to run.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Whether calls run in the background.
+    #[serde(default)]
+    pub spawn_only: bool,
+    /// Capability tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Whether it must run alone.
+    #[serde(default = "default_true")]
+    pub exclusive: bool,
+    /// Kill it after this many milliseconds.
+    #[serde(default = "default_plugin_timeout")]
+    pub timeout_ms: u64,
+    /// JSON Schema of its arguments.
+    #[serde(default = "default_plugin_schema")]
+    pub input_schema: Value,
+}
+
+/// `[budget]`: spending limits.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Hard cap in USD per session; calls that would pass it are refused.
+    pub session_usd: Option<f64>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[llm]`.
+    pub llm: LlmConfig,
+    /// `[tools]`.
+    pub tools: ToolsConfig,
+    /// `[tool_policy]`: the hard, system-wide policy.
+    pub tool_policy: ToolPolicy,
+    /// `[tool_policy_by_provider."MODEL-OR-PROVIDER"]`: the soft per-model policies.
+    pub tool_policy_by_provider: BTreeMap<String, ToolPolicy>,
+    /// `[[plugins]]`.
+    pub plugins: Vec<PluginConfig>,
+    /// `[budget]`.
+    pub budget: BudgetConfig,
+}
+
+/// Command line of the `agentd` binary.
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentd",
+    version,
+    about = "Hosts LLM agent sessions for a browser app"
+)]
+pub struct Cli {
+    /// What to do; `serve` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Settings for `serve` when no subcommand is given.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// agentd's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the server (the default).
+    Serve(ServeArgs),
+}
+
+/// Flags (and their environment variables) that override the config file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML config file.
+    #[arg(long, env = "AGENTD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Listen address.
+    #[arg(long, env = "AGENTD_BIND")]
+    pub bind: Option<SocketAddr>,
+    /// Data directory.
+    #[arg(long, env = "AGENTD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Workspace root.
+    #[arg(long, env = "AGENTD_WORKSPACE")]
+    pub workspace: Option<PathBuf>,
+    /// Database URL (`sqlite://…` or `postgres://…`).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Chat completions base URL.
+    #[arg(long, env = "AGENTD_LLM_BASE_URL")]
+    pub llm_base_url: Option<String>,
+    /// Model id.
+    #[arg(long, env = "AGENTD_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// Bearer token for the API.
+    #[arg(long, env = "AGENTD_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+}
+
+impl Config {
+    /// Builds the configuration: defaults, then the file, then environment and flags (which
+    /// clap has already merged, flags winning), then the API key from the environment.
+    pub fn load(
+        args: &ServeArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut config = match &args.config {
+            Some(path) => Self::from_file(path)?,
+            None => Self::default(),
+        };
+        if let Some(bind) = args.bind {
+            config.server.bind = bind;
+        }
+        if let Some(dir) = &args.data_dir {
+            config.server.data_dir = dir.clone();
+        }
+        if let Some(dir) = &args.workspace {
+            config.server.workspace = dir.clone();
+        }
+        if let Some(url) = &args.database_url {
+            config.server.database_url = Some(Secret::new(url.clone()));
+        }
+        if let Some(url) = &args.llm_base_url {
+            config.llm.base_url = Some(url.clone());
+        }
+        if let Some(model) = &args.llm_model {
+            config.llm.model = Some(model.clone());
+        }
+        if let Some(token) = &args.auth_token {
+            config.server.auth_token = Some(Secret::new(token.clone()));
+        }
+        config.llm.api_key = env("AGENTD_LLM_API_KEY")
+            .or_else(|| env(&config.llm.api_key_env))
+            .filter(|key| !key.is_empty())
+            .map(Secret::new);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses TOML text; the error is one line naming the key and location.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|err| {
+            let message = err.message().to_string();
+            match err.span() {
+                Some(span) => {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    format!("line {line}: {message}")
+                }
+                None => message,
+            }
+        })
+    }
+
+    /// Checks values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |msg: String| Err(ConfigError::Invalid(msg));
+        if self.tools.max_active == 0 {
+            return invalid("tools.max_active must be at least 1".into());
+        }
+        if self.tools.max_args_bytes < 2 {
+            return invalid("tools.max_args_bytes must be at least 2".into());
+        }
+        if self.llm.base_url.is_some() != self.llm.model.is_some() {
+            return invalid("llm.base_url and llm.model must be set together".into());
+        }
+        if let Some(url) = &self.llm.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return invalid(format!(
+                    "llm.base_url {url:?} must start with http:// or https://"
+                ));
+            }
+        }
+        let url = self.server.database_url();
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            return invalid("database_url must start with sqlite: or postgres://".into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for user in &self.server.users {
+            let valid = !user.name.is_empty()
+                && user
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid {
+                return invalid(format!(
+                    "user name {:?} must be letters, digits, '-' or '_' (it names a directory)",
+                    user.name
+                ));
+            }
+            if !names.insert(&user.name) {
+                return invalid(format!("user {:?} is listed twice", user.name));
+            }
+            if user.token.expose().is_empty() {
+                return invalid(format!("user {:?} has an empty token", user.name));
+            }
+        }
+        for plugin in &self.plugins {
+            if plugin.name.is_empty() || plugin.command.is_empty() {
+                return invalid("every [[plugins]] entry needs a name and a command".into());
+            }
+        }
+        if let Some(limit) = self.budget.session_usd {
+            if !(limit.is_finite() && limit >= 0.0) {
+                return invalid("budget.session_usd must be a non-negative number".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let config = Config::load(&ServeArgs::default(), &no_env).unwrap();
+        assert_eq!(config.server.bind, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.server.database_url(), "sqlite://data/agentd.db");
+        assert_eq!(config.server.workspace, PathBuf::from("workspace"));
+        assert_eq!(config.server.idle_unload_secs, 1800);
+        assert_eq!(config.tools.max_active, 15);
+        assert_eq!(config.tools.idle_threshold, 5);
+        assert_eq!(config.tools.max_args_bytes, 1_048_576);
+        assert!(
+            config
+                .tools
+                .base_tools
+                .contains(&"read_task_output".to_string())
+        );
+        assert_eq!(config.tools.defer_groups, ["group:web", "group:sessions"]);
+        assert_eq!(config.tools.spawn_only, ["run_pipeline"]);
+        assert!(!config.llm.is_configured());
+    }
+
+    #[test]
+    fn the_file_then_env_and_flags_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agentd.toml");
+        std::fs::write(
+            &path,
+            r#"
+[server]
+bind = "0.0.0.0:9000"
+data_dir = "/var/lib/agentd"
+[llm]
+base_url = "http://127.0.0.1:1/v1"
+model = "file-model"
+api_key_env = "MY_KEY"
+[llm.pricing."file-model"]
+input_per_mtok = 2.5
+output_per_mtok = 10.0
+[tools]
+max_active = 9
+[tool_policy]
+deny = ["web_*"]
+[tool_policy_by_provider.openai]
+deny = ["shell"]
+[[plugins]]
+name = "lint"
+description = "runs the linter"
+command = "/usr/bin/true"
+[budget]
+session_usd = 5.0
+"#,
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            llm_model: Some("flag-model".into()),
+            ..ServeArgs::default()
+        };
+        let env = |name: &str| (name == "MY_KEY").then(|| "sk-test".to_string());
+        let config = Config::load(&args, &env).unwrap();
+        assert_eq!(config.server.bind, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(
+            config.server.database_url(),
+            "sqlite:///var/lib/agentd/agentd.db"
+        );
+        assert_eq!(config.llm.model.as_deref(), Some("flag-model"));
+        assert_eq!(
+            config.llm.api_key.as_ref().map(Secret::expose),
+            Some("sk-test")
+        );
+        assert_eq!(config.llm.pricing["file-model"].output_per_mtok, 10.0);
+        assert_eq!(config.tools.max_active, 9);
+        assert_eq!(config.tools.idle_threshold, 5, "unset keys keep defaults");
+        assert_eq!(config.tool_policy.deny, ["web_*"]);
+        assert_eq!(config.tool_policy_by_provider["openai"].deny, ["shell"]);
+        assert!(config.plugins[0].exclusive);
+        assert_eq!(config.plugins[0].timeout_ms, 600_000);
+        assert_eq!(config.budget.session_usd, Some(5.0));
+    }
+
+    #[test]
+    fn the_agentd_key_wins_over_the_fallback() {
+        let env = |name: &str| match name {
+            "AGENTD_LLM_API_KEY" => Some("agentd".to_string()),
+            "OPENAI_API_KEY" => Some("openai".to_string()),
+            _ => None,
+        };
+        let config = Config::load(&ServeArgs::default(), &env).unwrap();
+        assert_eq!(config.llm.api_key.unwrap().expose(), "agentd");
+        let env = |name: &str| (name == "OPENAI_API_KEY").then(|| "openai".to_string());
+        let config = Config::load(&ServeArgs::default(), &env).unwrap();
+        assert_eq!(config.llm.api_key.unwrap().expose(), "openai");
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let args = ServeArgs {
+            auth_token: Some("tok-123".into()),
+            database_url: Some("postgres://u:pw-456@h/db".into()),
+            ..ServeArgs::default()
+        };
+        let env = |name: &str| (name == "OPENAI_API_KEY").then(|| "sk-789".to_string());
+        let shown = format!("{:?}", Config::load(&args, &env).unwrap());
+        for secret in ["tok-123", "pw-456", "sk-789"] {
+            assert!(!shown.contains(secret), "{secret} leaked: {shown}");
+        }
+    }
+
+    #[test]
+    fn bad_files_and_values_are_one_clear_line() {
+        let err = Config::from_toml("[server]\nbind = 12\n").unwrap_err();
+        assert!(err.starts_with("line 2:"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        let err = Config::from_toml("[tools]\nmax_actve = 3\n").unwrap_err();
+        assert!(err.contains("max_actve"), "{err}");
+        let mut config = Config::default();
+        config.tools.max_active = 0;
+        assert!(config.validate().is_err());
+        let mut config = Config::default();
+        config.llm.base_url = Some("http://x/v1".into());
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("together")
+        );
+        let mut config =
+            Config::from_toml("[[server.users]]\nname = \"../x\"\ntoken = \"t\"\n").unwrap();
+        assert!(config.validate().is_err());
+        config.server.users.clear();
+        config.server.database_url = Some(Secret::new("mysql://x"));
+        assert!(config.validate().is_err());
+        let missing = Config::from_file(Path::new("/nonexistent/agentd.toml")).unwrap_err();
+        assert!(missing.to_string().contains("/nonexistent/agentd.toml"));
+    }
+
+    #[test]
+    fn the_command_line_parses_serve_and_bare_forms() {
+        let cli = Cli::try_parse_from(["agentd", "serve", "--bind", "127.0.0.1:0"]).unwrap();
+        match cli.command {
+            Some(Command::Serve(args)) => {
+                assert_eq!(args.bind, Some("127.0.0.1:0".parse().unwrap()))
+            }
+            None => panic!("serve expected"),
+        }
+        let cli = Cli::try_parse_from(["agentd", "--workspace", "/w"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.workspace, Some(PathBuf::from("/w")));
+        assert!(Cli::try_parse_from(["agentd", "--bind", "nope"]).is_err());
+    }
+}
