@@ -428,12 +428,12 @@ impl Config {
         if self.llm.base_url.is_some() != self.llm.model.is_some() {
             return invalid("llm.base_url and llm.model must be set together".into());
         }
-        if let Some(url) = &self.llm.base_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return invalid(format!(
-                    "llm.base_url {url:?} must start with http:// or https://"
-                ));
-            }
+        if let Some(url) = &self.llm.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return invalid(format!(
+                "llm.base_url {url:?} must start with http:// or https://"
+            ));
         }
         let url = self.server.database_url();
         if !(url.starts_with("sqlite:")
@@ -467,10 +467,10 @@ impl Config {
                 return invalid("every [[plugins]] entry needs a name and a command".into());
             }
         }
-        if let Some(limit) = self.budget.session_usd {
-            if !(limit.is_finite() && limit >= 0.0) {
-                return invalid("budget.session_usd must be a non-negative number".into());
-            }
+        if let Some(limit) = self.budget.session_usd
+            && !(limit.is_finite() && limit >= 0.0)
+        {
+            return invalid("budget.session_usd must be a non-negative number".into());
         }
         Ok(())
     }

@@ -1,17 +1,17 @@
 //! The tools every registry offers, one file per tool or family, and `with_builtins` which
 //! registers them for a workspace.
 //!
-//! - [`files`]: read_file, write_file, edit_file.
-//! - [`patch`]: apply_patch (the Codex patch grammar, all-or-nothing).
-//! - [`diff_edit`]: diff_edit (one unified diff, one file).
-//! - [`search`]: list_dir, glob, grep.
-//! - [`history`]: workspace_diff, workspace_log.
-//! - [`shell`]: shell.
-//! - [`exec`]: exec_command, write_stdin and the session's process table.
-//! - [`web`]: web_fetch, web_search.
-//! - [`plan`]: update_plan, request_user_input.
-//! - [`discovery`]: tool_search, tool_suggest, activate_tools.
-//! - [`image`]: image_generation (no backend: always `unsupported`).
+//! - [`files`] — read_file, write_file, edit_file.
+//! - [`patch`] — apply_patch (the Codex patch grammar, all-or-nothing).
+//! - [`diff_edit`] — diff_edit (one unified diff, one file).
+//! - [`search`] — list_dir, glob, grep.
+//! - [`history`] — workspace_diff, workspace_log.
+//! - [`shell`] — shell.
+//! - [`exec`] — exec_command, write_stdin and the session's process table.
+//! - [`web`] — web_fetch, web_search.
+//! - [`plan`] — update_plan, request_user_input.
+//! - [`discovery`] — tool_search, tool_suggest, activate_tools.
+//! - [`image`] — image_generation (no backend: always `unsupported`).
 
 pub mod diff_edit;
 pub mod discovery;
