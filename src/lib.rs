@@ -2,5 +2,8 @@
 //!
 //! - [`tools`]: the tool system — the `Tool` trait, the per-session registry with its policy,
 //!   LRU and argument checks, and symlink-safe file access.
+//! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
+//!   migrations.
 
+pub mod store;
 pub mod tools;
