@@ -1,0 +1,337 @@
+//! Persistence: the [`Store`] trait every other module talks to, the rows it reads and writes,
+//! and [`connect`], which picks the backend from the database URL and runs its migrations.
+//!
+//! - [`sqlite`]: the default backend, one file under the data dir (WAL, a small pool).
+//! - [`postgres`]: the same schema on PostgreSQL (JSONB, TIMESTAMPTZ).
+//!
+//! Timestamps are UTC at microsecond precision in both backends: values are truncated to the
+//! microsecond when stored, so build them with [`timestamp_now`] (or [`truncate_to_micros`]) when
+//! a row must compare equal to what is read back.
+
+pub mod postgres;
+pub mod sqlite;
+
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+/// What can go wrong talking to the database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The row the call needs (a session, a user) does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A unique key is taken: a duplicate session id, an event `seq` that is not past `last_seq`.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The database could not be reached when opening the store.
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[source] sqlx::Error),
+    /// A query failed, or what it returned could not be decoded.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// The schema migrations could not be applied.
+    #[error("database migration failed: {0}")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// The database URL names no backend we have or cannot be parsed. Never holds the URL itself,
+    /// which may carry a password.
+    #[error("invalid database URL: {0}")]
+    InvalidUrl(String),
+}
+
+/// The result of every store call.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Maps a driver error onto the store's kinds, so both backends report constraint violations
+/// the same way.
+pub(crate) fn db_error(err: sqlx::Error) -> StoreError {
+    if let Some(db) = err.as_database_error() {
+        match db.kind() {
+            sqlx::error::ErrorKind::UniqueViolation => {
+                return StoreError::Conflict(db.message().to_owned());
+            }
+            sqlx::error::ErrorKind::ForeignKeyViolation => {
+                return StoreError::NotFound(format!("referenced row missing ({})", db.message()));
+            }
+            _ => {}
+        }
+    }
+    StoreError::Database(err)
+}
+
+/// A decoding failure of stored data (bad JSON text, a malformed timestamp) as a store error.
+pub(crate) fn decode_error(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Database(sqlx::Error::Decode(Box::new(err)))
+}
+
+/// The current time, truncated to what the database keeps (microseconds).
+pub fn timestamp_now() -> OffsetDateTime {
+    truncate_to_micros(OffsetDateTime::now_utc())
+}
+
+/// `at` in UTC with its sub-microsecond part dropped, exactly as a store will return it.
+pub fn truncate_to_micros(at: OffsetDateTime) -> OffsetDateTime {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    let micros = at.nanosecond() / 1_000 * 1_000;
+    // Cannot fail: `micros` is at most the original nanosecond value, which was valid.
+    at.replace_nanosecond(micros).unwrap_or(at)
+}
+
+/// What creating a session needs; the store sets the timestamps and starts `last_seq` at 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// The session's id (a UUID the server chose).
+    pub session_id: String,
+    /// The owning user, or `None` on a server without users. Recorded in `users` if new.
+    pub user_name: Option<String>,
+    /// The session's working directory, relative to the (user's) workspace root.
+    pub cwd: String,
+    /// A title, if one is known at creation.
+    pub title: Option<String>,
+}
+
+/// One session as stored; serialises as the REST `sessions` entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRow {
+    /// The session's id.
+    pub session_id: String,
+    /// The owning user; `None` when the server has no users.
+    pub user_name: Option<String>,
+    /// The session's title, once it has one.
+    pub title: Option<String>,
+    /// Working directory relative to the (user's) workspace root.
+    pub cwd: String,
+    /// When the session was created.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When the last event was appended (creation time before that).
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+    /// The highest event `seq` stored; 0 before the first event.
+    pub last_seq: i64,
+}
+
+/// One persisted notification, the unit of replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRow {
+    /// The session the event belongs to.
+    pub session_id: String,
+    /// Its per-session sequence number.
+    pub seq: i64,
+    /// The notification's JSON-RPC method, e.g. `turn/started`.
+    pub method: String,
+    /// The notification's params, exactly as appended.
+    pub params: Value,
+    /// When it was stored.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// One background task; serialises as CONTRACT's `Task` (the output path stays internal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRow {
+    /// The task's id (its `task_handle`).
+    pub task_id: String,
+    /// The session that started it.
+    pub session_id: String,
+    /// The tool call that started it.
+    pub tool_call_id: String,
+    /// The tool it runs.
+    pub tool_name: String,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub state: String,
+    /// The process exit code, when it ended with one.
+    pub exit_code: Option<i32>,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// Bytes of output spooled so far.
+    pub total_bytes: i64,
+    /// Where the output spool lives on disk; never sent to clients.
+    #[serde(skip_serializing, default)]
+    pub output_path: String,
+    /// When the task started.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When it reached a final state.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// One priced model call; serialises as CONTRACT's `CostRow` (plus `session_id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostRow {
+    /// The session that pays for the call.
+    pub session_id: String,
+    /// Who made the call: `agent`, a pipeline node, or `agent:<agent_id>`.
+    pub node_id: String,
+    /// The model called.
+    pub model: String,
+    /// USD reserved against the budget before the call.
+    pub reserved_usd: f64,
+    /// USD the call actually cost.
+    pub actual_usd: f64,
+    /// Prompt tokens.
+    pub tokens_in: i64,
+    /// Completion tokens.
+    pub tokens_out: i64,
+    /// Whether the call went ahead (false when the budget refused it).
+    pub committed: bool,
+    /// The turn that made the call, if any.
+    pub turn_id: Option<String>,
+    /// The background task that made the call, if any.
+    pub task_id: Option<String>,
+    /// When the row was recorded.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// Everything agentd persists. Both backends pass the same test suite.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which backend this is: `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Checks the database answers (readiness).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Closes the pool; later calls fail. For shutdown.
+    async fn close(&self);
+
+    /// Records a user by name; a no-op if it exists.
+    async fn upsert_user(&self, name: &str) -> StoreResult<()>;
+
+    /// Creates a session (and its user, if new). A taken `session_id` is `Conflict`.
+    async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow>;
+
+    /// One session, or `None`.
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>>;
+
+    /// A user's sessions, most recently updated first; `None` lists the sessions without a user.
+    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>>;
+
+    /// Deletes a session with its events, messages, tasks and cost rows; false if it was not
+    /// there. Task output files on disk are the caller's to remove.
+    async fn delete_session(&self, session_id: &str) -> StoreResult<bool>;
+
+    /// Sets a session's title (`updated_at` is left alone); `NotFound` if there is no session.
+    async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()>;
+
+    /// Appends one event with exactly `seq` and, in the same transaction, sets the session's
+    /// `last_seq` to it and `updated_at` to now. The caller owns the counter and should pass
+    /// `last_seq + 1`; a `seq` not greater than `last_seq` (a duplicate, a reordering) is
+    /// `Conflict` and stores nothing. `NotFound` if there is no session.
+    async fn append_event(
+        &self,
+        session_id: &str,
+        seq: i64,
+        method: &str,
+        params: &Value,
+    ) -> StoreResult<EventRow>;
+
+    /// Up to `limit` events with `seq > after_seq`, ascending; empty when `limit <= 0`.
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRow>>;
+
+    /// Appends a message of the model-facing history; returns its 0-based index in the session.
+    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64>;
+
+    /// The session's model-facing history, in order.
+    async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>>;
+
+    /// Inserts a task, or updates the mutable fields (state, exit_code, reason, total_bytes,
+    /// output_path, finished_at) of an existing one. `NotFound` if its session does not exist.
+    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()>;
+
+    /// One task, or `None`.
+    async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>>;
+
+    /// A session's tasks, oldest first.
+    async fn list_tasks(&self, session_id: &str) -> StoreResult<Vec<TaskRow>>;
+
+    /// After a crash: every task still `running` becomes `failed` with `reason`, `exit_code`
+    /// NULL and `finished_at` now. Returns how many changed.
+    async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64>;
+
+    /// Records one cost row. `NotFound` if its session does not exist.
+    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()>;
+
+    /// A session's cost rows, oldest first (insertion order among equal timestamps).
+    async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>>;
+}
+
+/// Opens the backend named by the URL scheme (`sqlite://path`, `sqlite:path`, `sqlite::memory:`,
+/// `postgres://…` or `postgresql://…`), runs its migrations, and returns it.
+pub async fn connect(url: &str) -> StoreResult<Arc<dyn Store>> {
+    match scheme_of(url) {
+        Some("sqlite") => Ok(Arc::new(sqlite::SqliteStore::connect(url).await?)),
+        Some("postgres" | "postgresql") => {
+            Ok(Arc::new(postgres::PostgresStore::connect(url).await?))
+        }
+        Some(other) => Err(StoreError::InvalidUrl(format!(
+            "unsupported scheme `{other}`; use sqlite:// or postgres://"
+        ))),
+        None => Err(StoreError::InvalidUrl(
+            "no scheme; use sqlite://PATH or postgres://HOST/DB".to_owned(),
+        )),
+    }
+}
+
+/// The URL's scheme, if it has a plausible one.
+fn scheme_of(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once(':')?;
+    let valid = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
+}
+
+/// `s` unchanged, or with every NUL replaced by U+FFFD when it has any: PostgreSQL's TEXT and
+/// JSONB cannot hold NUL, and tool output (a `cat` of a binary file) can contain it.
+pub(crate) fn without_nul(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// `value` unchanged, or a copy with NULs in its strings and keys replaced (see [`without_nul`]).
+pub(crate) fn json_without_nul(value: &Value) -> Cow<'_, Value> {
+    fn has_nul(value: &Value) -> bool {
+        match value {
+            Value::String(s) => s.contains('\0'),
+            Value::Array(items) => items.iter().any(has_nul),
+            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+    fn replace(value: &Value) -> Value {
+        match value {
+            Value::String(s) => Value::String(without_nul(s).into_owned()),
+            Value::Array(items) => Value::Array(items.iter().map(replace).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (without_nul(k).into_owned(), replace(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    if has_nul(value) {
+        Cow::Owned(replace(value))
+    } else {
+        Cow::Borrowed(value)
+    }
+}

@@ -1,0 +1,484 @@
+//! The PostgreSQL backend: the same schema as SQLite with TIMESTAMPTZ and JSONB, over plain TCP
+//! (no TLS backend is built in; `sslmode=require` fails to connect).
+//!
+//! PostgreSQL cannot store NUL in TEXT or JSONB, so NULs in bound strings and JSON become U+FFFD
+//! here; everything else round-trips exactly.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::types::Json;
+use sqlx::{Connection, Row};
+
+use super::{
+    CostRow, EventRow, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow, db_error,
+    json_without_nul, timestamp_now, without_nul,
+};
+
+/// Connections in the pool.
+const MAX_CONNECTIONS: u32 = 8;
+/// How long opening the store, or a call waiting for a free connection, may take.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// The store on a PostgreSQL database.
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    // The pool's options hold the password; print nothing of them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Opens `url` (`postgres://` or `postgresql://`) and runs the migrations.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        Self::connect_with(parse_url(url)?).await
+    }
+
+    /// Opens a database with these options and runs the migrations into the first schema of
+    /// its `search_path`.
+    pub async fn connect_with(options: PgConnectOptions) -> StoreResult<Self> {
+        // One direct attempt first: the pool retries a refused connection until its timeout and
+        // then reports only "timed out", while start-up wants the real reason, quickly.
+        let probe =
+            tokio::time::timeout(ACQUIRE_TIMEOUT, sqlx::PgConnection::connect_with(&options))
+                .await
+                .map_err(|_| {
+                    StoreError::Connect(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
+                    )))
+                })?
+                .map_err(StoreError::Connect)?;
+        // Closing is a courtesy to the server; the probe has done its job either way.
+        let _ = probe.close().await;
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(StoreError::Connect)?;
+        MIGRATOR.run(&pool).await.map_err(StoreError::Migrate)?;
+        Ok(Self { pool })
+    }
+}
+
+/// Parses a PostgreSQL URL without echoing it (it may hold a password) in the error.
+pub fn parse_url(url: &str) -> StoreResult<PgConnectOptions> {
+    PgConnectOptions::from_str(url).map_err(|e| match e {
+        sqlx::Error::Configuration(source) => StoreError::InvalidUrl(source.to_string()),
+        other => StoreError::InvalidUrl(other.to_string()),
+    })
+}
+
+fn get<'r, T>(row: &'r PgRow, column: &str) -> StoreResult<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(column).map_err(db_error)
+}
+
+fn get_json(row: &PgRow, column: &str) -> StoreResult<Value> {
+    let Json(value): Json<Value> = get(row, column)?;
+    Ok(value)
+}
+
+fn opt_text(value: &Option<String>) -> Option<String> {
+    value.as_deref().map(|s| without_nul(s).into_owned())
+}
+
+const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq";
+
+fn session_row(row: &PgRow) -> StoreResult<SessionRow> {
+    Ok(SessionRow {
+        session_id: get(row, "session_id")?,
+        user_name: get(row, "user_name")?,
+        title: get(row, "title")?,
+        cwd: get(row, "cwd")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+        last_seq: get(row, "last_seq")?,
+    })
+}
+
+fn event_row(row: &PgRow) -> StoreResult<EventRow> {
+    Ok(EventRow {
+        session_id: get(row, "session_id")?,
+        seq: get(row, "seq")?,
+        method: get(row, "method")?,
+        params: get_json(row, "params")?,
+        created_at: get(row, "created_at")?,
+    })
+}
+
+const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, exit_code, \
+     reason, total_bytes, output_path, created_at, finished_at";
+
+fn task_row(row: &PgRow) -> StoreResult<TaskRow> {
+    Ok(TaskRow {
+        task_id: get(row, "task_id")?,
+        session_id: get(row, "session_id")?,
+        tool_call_id: get(row, "tool_call_id")?,
+        tool_name: get(row, "tool_name")?,
+        state: get(row, "state")?,
+        exit_code: get(row, "exit_code")?,
+        reason: get(row, "reason")?,
+        total_bytes: get(row, "total_bytes")?,
+        output_path: get(row, "output_path")?,
+        created_at: get(row, "created_at")?,
+        finished_at: get(row, "finished_at")?,
+    })
+}
+
+fn cost_row(row: &PgRow) -> StoreResult<CostRow> {
+    Ok(CostRow {
+        session_id: get(row, "session_id")?,
+        node_id: get(row, "node_id")?,
+        model: get(row, "model")?,
+        reserved_usd: get(row, "reserved_usd")?,
+        actual_usd: get(row, "actual_usd")?,
+        tokens_in: get(row, "tokens_in")?,
+        tokens_out: get(row, "tokens_out")?,
+        committed: get(row, "committed")?,
+        turn_id: get(row, "turn_id")?,
+        task_id: get(row, "task_id")?,
+        created_at: get(row, "created_at")?,
+    })
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn upsert_user(&self, name: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO users (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(without_nul(name))
+        .bind(timestamp_now())
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
+        let now = timestamp_now();
+        let user_name = opt_text(&new.user_name);
+        let title = opt_text(&new.title);
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        if let Some(user) = &user_name {
+            sqlx::query(
+                "INSERT INTO users (name, created_at) VALUES ($1, $2) \
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(user)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        sqlx::query(
+            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
+             last_seq) VALUES ($1, $2, $3, $4, $5, $5, 0)",
+        )
+        .bind(without_nul(&new.session_id))
+        .bind(&user_name)
+        .bind(&title)
+        .bind(without_nul(&new.cwd))
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(SessionRow {
+            session_id: without_nul(&new.session_id).into_owned(),
+            user_name,
+            title,
+            cwd: without_nul(&new.cwd).into_owned(),
+            created_at: now,
+            updated_at: now,
+            last_seq: 0,
+        })
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1");
+        let row = sqlx::query(&sql)
+            .bind(without_nul(session_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        row.as_ref().map(session_row).transpose()
+    }
+
+    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
+        // Two statements rather than `IS NOT DISTINCT FROM`, which cannot use the index.
+        let order = "ORDER BY updated_at DESC, session_id DESC";
+        let rows = match user {
+            Some(user) => {
+                let sql =
+                    format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE user_name = $1 {order}");
+                sqlx::query(&sql)
+                    .bind(without_nul(user))
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            None => {
+                let sql = format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE user_name IS NULL {order}"
+                );
+                sqlx::query(&sql).fetch_all(&self.pool).await
+            }
+        }
+        .map_err(db_error)?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM sessions WHERE session_id = $1")
+            .bind(without_nul(session_id))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {
+        let done = sqlx::query("UPDATE sessions SET title = $1 WHERE session_id = $2")
+            .bind(without_nul(title))
+            .bind(without_nul(session_id))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("session {session_id}")));
+        }
+        Ok(())
+    }
+
+    async fn append_event(
+        &self,
+        session_id: &str,
+        seq: i64,
+        method: &str,
+        params: &Value,
+    ) -> StoreResult<EventRow> {
+        let now = timestamp_now();
+        let id = without_nul(session_id);
+        let method = without_nul(method);
+        let params = json_without_nul(params);
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // The row lock this UPDATE takes serialises appenders of one session until commit.
+        let bumped = sqlx::query(
+            "UPDATE sessions SET last_seq = $1, updated_at = $2 \
+             WHERE session_id = $3 AND last_seq < $1",
+        )
+        .bind(seq)
+        .bind(now)
+        .bind(&id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if bumped.rows_affected() == 0 {
+            let last: Option<i64> =
+                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE session_id = $1")
+                    .bind(&id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            return Err(match last {
+                None => StoreError::NotFound(format!("session {session_id}")),
+                Some(last) => StoreError::Conflict(format!(
+                    "event seq {seq} is not past last_seq {last} of session {session_id}"
+                )),
+            });
+        }
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, method, params, created_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&id)
+        .bind(seq)
+        .bind(&method)
+        .bind(Json(params.as_ref()))
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(EventRow {
+            session_id: id.into_owned(),
+            seq,
+            method: method.into_owned(),
+            params: params.into_owned(),
+            created_at: now,
+        })
+    }
+
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRow>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT session_id, seq, method, params, created_at FROM events \
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(without_nul(session_id))
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
+        let idx: i64 = sqlx::query_scalar(
+            "INSERT INTO messages (session_id, idx, message, created_at) \
+             SELECT $1, COALESCE(MAX(idx) + 1, 0), $2, $3 FROM messages WHERE session_id = $1 \
+             RETURNING idx",
+        )
+        .bind(without_nul(session_id))
+        .bind(Json(json_without_nul(message).as_ref()))
+        .bind(timestamp_now())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(idx)
+    }
+
+    async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
+        let rows = sqlx::query("SELECT message FROM messages WHERE session_id = $1 ORDER BY idx")
+            .bind(without_nul(session_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|row| get_json(row, "message")).collect()
+    }
+
+    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO tasks (task_id, session_id, tool_call_id, tool_name, state, exit_code, \
+             reason, total_bytes, output_path, created_at, finished_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, \
+             exit_code = excluded.exit_code, reason = excluded.reason, \
+             total_bytes = excluded.total_bytes, output_path = excluded.output_path, \
+             finished_at = excluded.finished_at",
+        )
+        .bind(without_nul(&task.task_id))
+        .bind(without_nul(&task.session_id))
+        .bind(without_nul(&task.tool_call_id))
+        .bind(without_nul(&task.tool_name))
+        .bind(without_nul(&task.state))
+        .bind(task.exit_code)
+        .bind(opt_text(&task.reason))
+        .bind(task.total_bytes)
+        .bind(without_nul(&task.output_path))
+        .bind(task.created_at)
+        .bind(task.finished_at)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>> {
+        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1");
+        let row = sqlx::query(&sql)
+            .bind(without_nul(task_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        row.as_ref().map(task_row).transpose()
+    }
+
+    async fn list_tasks(&self, session_id: &str) -> StoreResult<Vec<TaskRow>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = $1 ORDER BY created_at, task_id"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(without_nul(session_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(task_row).collect()
+    }
+
+    async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'failed', reason = $1, exit_code = NULL, finished_at = $2 \
+             WHERE state = 'running'",
+        )
+        .bind(without_nul(reason))
+        .bind(timestamp_now())
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
+             tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(without_nul(&row.session_id))
+        .bind(without_nul(&row.node_id))
+        .bind(without_nul(&row.model))
+        .bind(row.reserved_usd)
+        .bind(row.actual_usd)
+        .bind(row.tokens_in)
+        .bind(row.tokens_out)
+        .bind(row.committed)
+        .bind(opt_text(&row.turn_id))
+        .bind(opt_text(&row.task_id))
+        .bind(row.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
+        let rows = sqlx::query(
+            "SELECT session_id, node_id, model, reserved_usd, actual_usd, tokens_in, tokens_out, \
+             committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = $1 \
+             ORDER BY created_at, id",
+        )
+        .bind(without_nul(session_id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter().map(cost_row).collect()
+    }
+}

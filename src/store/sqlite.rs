@@ -1,0 +1,517 @@
+//! The SQLite backend: one database file (WAL, `synchronous = NORMAL`, foreign keys on) behind a
+//! small pool. Timestamps are fixed-width RFC 3339 TEXT (`2026-01-02T03:04:05.123456Z`) so that
+//! text order is time order; JSON is TEXT.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use time::macros::format_description;
+
+use super::{
+    CostRow, EventRow, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow, db_error,
+    decode_error, timestamp_now,
+};
+
+/// Connections in the pool: WAL lets readers run beside the one writer.
+const MAX_CONNECTIONS: u32 = 4;
+/// How long a writer waits for the database lock before failing with "database is locked".
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a call waits for a free connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// The store on a SQLite file (or an in-memory database, for tests and throwaway servers).
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens `url` (`sqlite://PATH`, `sqlite:PATH` or `sqlite::memory:`), creating the file and
+    /// its parent directory if missing, and runs the migrations.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let in_memory = is_in_memory(url);
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::InvalidUrl(e.to_string()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        if !in_memory {
+            create_parent_dir(options.get_filename()).await?;
+        }
+        let mut pool_options = SqlitePoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT);
+        if in_memory {
+            // A shared-cache in-memory database lives only while a connection is open.
+            pool_options = pool_options
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        }
+        let pool = pool_options
+            .connect_with(options)
+            .await
+            .map_err(StoreError::Connect)?;
+        MIGRATOR.run(&pool).await.map_err(StoreError::Migrate)?;
+        Ok(Self { pool })
+    }
+}
+
+/// Whether the URL names an in-memory database, which has no file or directory to create.
+fn is_in_memory(url: &str) -> bool {
+    let rest = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let (database, params) = rest.split_once('?').unwrap_or((rest, ""));
+    database == ":memory:" || params.split('&').any(|p| p == "mode=memory")
+}
+
+/// Creates the directory the database file goes in, so a fresh data dir works.
+async fn create_parent_dir(file: &Path) -> StoreResult<()> {
+    let Some(parent) = file.parent() else {
+        return Ok(());
+    };
+    if parent.as_os_str().is_empty() {
+        return Ok(());
+    }
+    tokio::fs::create_dir_all(parent)
+        .await
+        .map_err(|e| StoreError::Connect(sqlx::Error::Io(e)))
+}
+
+/// The stored form of a timestamp: UTC, microseconds, fixed width.
+fn ts(at: OffsetDateTime) -> StoreResult<String> {
+    let format =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
+    at.to_offset(time::UtcOffset::UTC)
+        .format(format)
+        .map_err(decode_error)
+}
+
+fn parse_ts(text: &str) -> StoreResult<OffsetDateTime> {
+    OffsetDateTime::parse(text, &Rfc3339).map_err(decode_error)
+}
+
+fn get_ts(row: &SqliteRow, column: &str) -> StoreResult<OffsetDateTime> {
+    let text: String = row.try_get(column).map_err(db_error)?;
+    parse_ts(&text)
+}
+
+fn get_opt_ts(row: &SqliteRow, column: &str) -> StoreResult<Option<OffsetDateTime>> {
+    let text: Option<String> = row.try_get(column).map_err(db_error)?;
+    text.as_deref().map(parse_ts).transpose()
+}
+
+fn get_json(row: &SqliteRow, column: &str) -> StoreResult<Value> {
+    let text: String = row.try_get(column).map_err(db_error)?;
+    serde_json::from_str(&text).map_err(decode_error)
+}
+
+fn json_text(value: &Value) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(decode_error)
+}
+
+fn get<'r, T>(row: &'r SqliteRow, column: &str) -> StoreResult<T>
+where
+    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    row.try_get(column).map_err(db_error)
+}
+
+const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq";
+
+fn session_row(row: &SqliteRow) -> StoreResult<SessionRow> {
+    Ok(SessionRow {
+        session_id: get(row, "session_id")?,
+        user_name: get(row, "user_name")?,
+        title: get(row, "title")?,
+        cwd: get(row, "cwd")?,
+        created_at: get_ts(row, "created_at")?,
+        updated_at: get_ts(row, "updated_at")?,
+        last_seq: get(row, "last_seq")?,
+    })
+}
+
+fn event_row(row: &SqliteRow) -> StoreResult<EventRow> {
+    Ok(EventRow {
+        session_id: get(row, "session_id")?,
+        seq: get(row, "seq")?,
+        method: get(row, "method")?,
+        params: get_json(row, "params")?,
+        created_at: get_ts(row, "created_at")?,
+    })
+}
+
+const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, exit_code, \
+     reason, total_bytes, output_path, created_at, finished_at";
+
+fn task_row(row: &SqliteRow) -> StoreResult<TaskRow> {
+    Ok(TaskRow {
+        task_id: get(row, "task_id")?,
+        session_id: get(row, "session_id")?,
+        tool_call_id: get(row, "tool_call_id")?,
+        tool_name: get(row, "tool_name")?,
+        state: get(row, "state")?,
+        exit_code: get(row, "exit_code")?,
+        reason: get(row, "reason")?,
+        total_bytes: get(row, "total_bytes")?,
+        output_path: get(row, "output_path")?,
+        created_at: get_ts(row, "created_at")?,
+        finished_at: get_opt_ts(row, "finished_at")?,
+    })
+}
+
+fn cost_row(row: &SqliteRow) -> StoreResult<CostRow> {
+    Ok(CostRow {
+        session_id: get(row, "session_id")?,
+        node_id: get(row, "node_id")?,
+        model: get(row, "model")?,
+        reserved_usd: get(row, "reserved_usd")?,
+        actual_usd: get(row, "actual_usd")?,
+        tokens_in: get(row, "tokens_in")?,
+        tokens_out: get(row, "tokens_out")?,
+        committed: get(row, "committed")?,
+        turn_id: get(row, "turn_id")?,
+        task_id: get(row, "task_id")?,
+        created_at: get_ts(row, "created_at")?,
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn upsert_user(&self, name: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO users (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(ts(timestamp_now())?)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
+        let now = timestamp_now();
+        let now_text = ts(now)?;
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        if let Some(user) = &new.user_name {
+            sqlx::query(
+                "INSERT INTO users (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(user)
+            .bind(&now_text)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        sqlx::query(
+            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
+             last_seq) VALUES (?, ?, ?, ?, ?, ?, 0)",
+        )
+        .bind(&new.session_id)
+        .bind(&new.user_name)
+        .bind(&new.title)
+        .bind(&new.cwd)
+        .bind(&now_text)
+        .bind(&now_text)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(SessionRow {
+            session_id: new.session_id.clone(),
+            user_name: new.user_name.clone(),
+            title: new.title.clone(),
+            cwd: new.cwd.clone(),
+            created_at: now,
+            updated_at: now,
+            last_seq: 0,
+        })
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?");
+        let row = sqlx::query(&sql)
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        row.as_ref().map(session_row).transpose()
+    }
+
+    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
+        // `IS` matches NULL to NULL, so one statement serves both cases.
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE user_name IS ? \
+             ORDER BY updated_at DESC, session_id DESC"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(user)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM sessions WHERE session_id = ?")
+            .bind(session_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {
+        let done = sqlx::query("UPDATE sessions SET title = ? WHERE session_id = ?")
+            .bind(title)
+            .bind(session_id)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("session {session_id}")));
+        }
+        Ok(())
+    }
+
+    async fn append_event(
+        &self,
+        session_id: &str,
+        seq: i64,
+        method: &str,
+        params: &Value,
+    ) -> StoreResult<EventRow> {
+        let now = timestamp_now();
+        let now_text = ts(now)?;
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        // Writing first takes the write lock at once, so two appenders cannot both read an old
+        // last_seq and then deadlock upgrading their locks.
+        let bumped = sqlx::query(
+            "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ? AND last_seq < ?",
+        )
+        .bind(seq)
+        .bind(&now_text)
+        .bind(session_id)
+        .bind(seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if bumped.rows_affected() == 0 {
+            let last: Option<i64> =
+                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE session_id = ?")
+                    .bind(session_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            return Err(match last {
+                None => StoreError::NotFound(format!("session {session_id}")),
+                Some(last) => StoreError::Conflict(format!(
+                    "event seq {seq} is not past last_seq {last} of session {session_id}"
+                )),
+            });
+        }
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, method, params, created_at) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(session_id)
+        .bind(seq)
+        .bind(method)
+        .bind(json_text(params)?)
+        .bind(&now_text)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(EventRow {
+            session_id: session_id.to_owned(),
+            seq,
+            method: method.to_owned(),
+            params: params.clone(),
+            created_at: now,
+        })
+    }
+
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRow>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT session_id, seq, method, params, created_at FROM events \
+             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_id)
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
+        let idx: i64 = sqlx::query_scalar(
+            "INSERT INTO messages (session_id, idx, message, created_at) \
+             SELECT ?, COALESCE(MAX(idx) + 1, 0), ?, ? FROM messages WHERE session_id = ? \
+             RETURNING idx",
+        )
+        .bind(session_id)
+        .bind(json_text(message)?)
+        .bind(ts(timestamp_now())?)
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(idx)
+    }
+
+    async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
+        let rows = sqlx::query("SELECT message FROM messages WHERE session_id = ? ORDER BY idx")
+            .bind(session_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(|row| get_json(row, "message")).collect()
+    }
+
+    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {
+        let finished_at = task.finished_at.map(ts).transpose()?;
+        sqlx::query(
+            "INSERT INTO tasks (task_id, session_id, tool_call_id, tool_name, state, exit_code, \
+             reason, total_bytes, output_path, created_at, finished_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, \
+             exit_code = excluded.exit_code, reason = excluded.reason, \
+             total_bytes = excluded.total_bytes, output_path = excluded.output_path, \
+             finished_at = excluded.finished_at",
+        )
+        .bind(&task.task_id)
+        .bind(&task.session_id)
+        .bind(&task.tool_call_id)
+        .bind(&task.tool_name)
+        .bind(&task.state)
+        .bind(task.exit_code)
+        .bind(&task.reason)
+        .bind(task.total_bytes)
+        .bind(&task.output_path)
+        .bind(ts(task.created_at)?)
+        .bind(finished_at)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>> {
+        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?");
+        let row = sqlx::query(&sql)
+            .bind(task_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        row.as_ref().map(task_row).transpose()
+    }
+
+    async fn list_tasks(&self, session_id: &str) -> StoreResult<Vec<TaskRow>> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ? ORDER BY created_at, task_id"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(session_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(task_row).collect()
+    }
+
+    async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'failed', reason = ?, exit_code = NULL, finished_at = ? \
+             WHERE state = 'running'",
+        )
+        .bind(reason)
+        .bind(ts(timestamp_now())?)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
+             tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&row.session_id)
+        .bind(&row.node_id)
+        .bind(&row.model)
+        .bind(row.reserved_usd)
+        .bind(row.actual_usd)
+        .bind(row.tokens_in)
+        .bind(row.tokens_out)
+        .bind(row.committed)
+        .bind(&row.turn_id)
+        .bind(&row.task_id)
+        .bind(ts(row.created_at)?)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
+        let rows = sqlx::query(
+            "SELECT session_id, node_id, model, reserved_usd, actual_usd, tokens_in, tokens_out, \
+             committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = ? \
+             ORDER BY created_at, id",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter().map(cost_row).collect()
+    }
+}
