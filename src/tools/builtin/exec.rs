@@ -1365,7 +1365,6 @@ mod tests {
     fn default_cap_is_64() {
         assert_eq!(ProcessTable::default().max(), 64);
         assert_eq!(ProcessTable::with_max(3).max(), 3);
-        assert_eq!(super::super::ToolPermissions::default().max_processes, 64);
     }
 
     #[tokio::test]

@@ -51,24 +51,12 @@ pub const DEFAULT_BASE_TOOLS: &[&str] = &[
 ];
 
 /// What the built-in tools may do beyond the workspace; from the config's `[tools]` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolPermissions {
     /// Lets `web_fetch` reach loopback, private, link-local and metadata addresses.
     pub web_fetch_allow_private: bool,
     /// A SearXNG-style JSON endpoint for `web_search`; without one it is `unsupported`.
     pub web_search_url: Option<String>,
-    /// Live `exec_command` processes allowed per session.
-    pub max_processes: usize,
-}
-
-impl Default for ToolPermissions {
-    fn default() -> Self {
-        Self {
-            web_fetch_allow_private: false,
-            web_search_url: None,
-            max_processes: 64,
-        }
-    }
 }
 
 /// Decodes a tool's arguments into its typed form; a mismatch is the model's to fix.
@@ -90,6 +78,16 @@ pub fn with_builtins(
         Arc::new(files::ReadFile::new(ws())),
         Arc::new(files::WriteFile::new(ws())),
         Arc::new(files::EditFile::new(ws())),
+        Arc::new(diff_edit::DiffEdit::new(ws())),
+        Arc::new(patch::ApplyPatch::new(ws())),
+        Arc::new(search::ListDir::new(ws())),
+        Arc::new(search::Glob::new(ws())),
+        Arc::new(search::Grep::new(ws())),
+        Arc::new(shell::Shell::new(ws())),
+        Arc::new(exec::ExecCommand::new(ws())),
+        Arc::new(exec::WriteStdin::new(ws())),
+        Arc::new(web::WebFetch::new(permissions)),
+        Arc::new(web::WebSearch::new(permissions)),
         Arc::new(history::WorkspaceDiff::new(ws())),
         Arc::new(history::WorkspaceLog::new(ws())),
         Arc::new(plan::UpdatePlan),
@@ -98,7 +96,6 @@ pub fn with_builtins(
         Arc::new(discovery::ToolSuggest),
         Arc::new(image::ImageGeneration),
     ];
-    let _ = permissions;
     let mut registry = ToolRegistry::default();
     for name in DEFAULT_BASE_TOOLS {
         registry.pin_base_tool(*name);
