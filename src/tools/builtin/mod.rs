@@ -107,3 +107,144 @@ pub fn with_builtins(
     registry.set_deferral_tool("activate_tools", discovery::ActivateTools::factory());
     Ok(registry)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{ConcurrencyClass, ToolState};
+
+    /// Tools whose calls only read; everything else writes, runs processes or keeps state.
+    const SAFE: &[&str] = &[
+        "read_file",
+        "list_dir",
+        "glob",
+        "grep",
+        "web_fetch",
+        "web_search",
+        "workspace_diff",
+        "workspace_log",
+        "tool_search",
+        "tool_suggest",
+        "image_generation",
+    ];
+    const TAGS: &[&str] = &["fs", "search", "runtime", "web", "plan", "agents", "meta"];
+
+    #[test]
+    fn every_builtin_is_registered_with_a_tag_group_and_concurrency_class() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = with_builtins(dir.path(), &ToolPermissions::default()).unwrap();
+        let catalog = registry.catalog();
+        let names: Vec<&str> = catalog.entries.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "apply_patch",
+                "diff_edit",
+                "edit_file",
+                "exec_command",
+                "glob",
+                "grep",
+                "image_generation",
+                "list_dir",
+                "read_file",
+                "request_user_input",
+                "shell",
+                "tool_search",
+                "tool_suggest",
+                "update_plan",
+                "web_fetch",
+                "web_search",
+                "workspace_diff",
+                "workspace_log",
+                "write_file",
+                "write_stdin",
+            ]
+        );
+        for entry in &catalog.entries {
+            assert_eq!(entry.state, ToolState::Active, "{}", entry.name());
+            assert!(
+                entry.tags().iter().all(|t| TAGS.contains(t)) && !entry.tags().is_empty(),
+                "{} has tags {:?}",
+                entry.name(),
+                entry.tags()
+            );
+            let expected = if SAFE.contains(&entry.name()) {
+                ConcurrencyClass::Safe
+            } else {
+                ConcurrencyClass::Exclusive
+            };
+            assert_eq!(entry.concurrency(), expected, "{}", entry.name());
+            assert_eq!(
+                entry.group,
+                crate::tools::policy::primary_group(entry.name()),
+                "{}",
+                entry.name()
+            );
+        }
+        assert!(registry.lifecycle().is_base("read_task_output"));
+        assert_eq!(
+            registry.workspace().map(|w| w.root().to_path_buf()),
+            Some(dir.path().to_path_buf())
+        );
+    }
+
+    #[test]
+    fn every_schema_describes_each_property_for_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = with_builtins(dir.path(), &ToolPermissions::default()).unwrap();
+        fn check(tool: &str, path: &str, schema: &Value) {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (name, prop) in props {
+                    assert!(
+                        prop.get("description").and_then(Value::as_str).is_some(),
+                        "{tool}: {path}/{name} has no description"
+                    );
+                    check(tool, &format!("{path}/{name}"), prop);
+                }
+            }
+            if let Some(items) = schema.get("items") {
+                check(tool, &format!("{path}[]"), items);
+            }
+        }
+        for spec in registry.specs().iter() {
+            assert!(!spec.description.is_empty(), "{}", spec.name);
+            assert_eq!(spec.input_schema["type"], "object", "{}", spec.name);
+            check(&spec.name, "", &spec.input_schema);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_rebind_moves_every_workspace_tool_together() {
+        let first = tempfile::tempdir().unwrap();
+        let second = tempfile::tempdir().unwrap();
+        let base = with_builtins(first.path(), &ToolPermissions::default()).unwrap();
+        let mut session = base.snapshot_excluding(&[]);
+        session.rebind_cwd(second.path());
+        let ctx = crate::tools::ToolContext::detached(second.path());
+        let write = serde_json::json!({"path": "note.txt", "content": "hello\n"});
+        session
+            .execute_with_context(&ctx, "write_file", &write)
+            .await
+            .unwrap();
+        assert!(second.path().join("note.txt").exists());
+        assert!(!first.path().join("note.txt").exists());
+        // The journal that workspace_log reads is the one write_file wrote to.
+        let log = session
+            .execute_with_context(&ctx, "workspace_log", &serde_json::json!({}))
+            .await
+            .unwrap();
+        assert!(log.output.contains("created note.txt by write_file"), "{}", log.output);
+        let listing = session
+            .execute_with_context(&ctx, "grep", &serde_json::json!({"pattern": "hello"}))
+            .await
+            .unwrap();
+        assert!(listing.output.contains("note.txt:1:hello"), "{}", listing.output);
+        let base_log = base
+            .get("workspace_log")
+            .unwrap()
+            .execute(&serde_json::json!({}))
+            .await
+            .unwrap();
+        assert_eq!(base_log.output, "no changes in this session");
+    }
+}
