@@ -233,12 +233,20 @@ mod tests {
             .execute_with_context(&ctx, "workspace_log", &serde_json::json!({}))
             .await
             .unwrap();
-        assert!(log.output.contains("created note.txt by write_file"), "{}", log.output);
+        assert!(
+            log.output.contains("created note.txt by write_file"),
+            "{}",
+            log.output
+        );
         let listing = session
             .execute_with_context(&ctx, "grep", &serde_json::json!({"pattern": "hello"}))
             .await
             .unwrap();
-        assert!(listing.output.contains("note.txt:1:hello"), "{}", listing.output);
+        assert!(
+            listing.output.contains("note.txt:1:hello"),
+            "{}",
+            listing.output
+        );
         let base_log = base
             .get("workspace_log")
             .unwrap()
