@@ -81,6 +81,9 @@ pub struct ServerConfig {
     pub idle_unload_secs: u64,
     /// Seconds shutdown waits for running work before giving up.
     pub shutdown_grace_secs: u64,
+    /// Frames a WebSocket connection may have queued (per connection and per watched session)
+    /// before a client that is not reading is cut off with close code 1013.
+    pub ws_queue_frames: usize,
     /// Named users, each with a token; sessions then belong to a user.
     pub users: Vec<UserConfig>,
 }
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             idle_unload_secs: 1800,
             shutdown_grace_secs: 10,
+            ws_queue_frames: 256,
             users: Vec::new(),
         }
     }
@@ -223,7 +227,6 @@ impl ToolsConfig {
         ToolPermissions {
             web_fetch_allow_private: self.web_fetch_allow_private,
             web_search_url: self.web_search_url.clone(),
-            ..ToolPermissions::default()
         }
     }
 }
@@ -421,6 +424,9 @@ impl Config {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
         if self.tools.max_active == 0 {
             return invalid("tools.max_active must be at least 1".into());
+        }
+        if self.server.ws_queue_frames == 0 {
+            return invalid("server.ws_queue_frames must be at least 1".into());
         }
         if self.tools.max_args_bytes < 2 {
             return invalid("tools.max_args_bytes must be at least 2".into());

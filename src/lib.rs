@@ -1,11 +1,21 @@
 //! agentd: a server that hosts LLM agent sessions for a browser app.
 //!
+//! - [`server`]: start-up and shutdown; [`run`] serves a config on a listener until told to stop.
 //! - [`config`]: the one typed configuration (defaults, TOML file, environment, flags).
 //! - [`tools`]: the tool system — the `Tool` trait, the per-session registry with its policy,
 //!   LRU and argument checks, and symlink-safe file access.
+//! - [`session`]: session actors, their handles, and the directory that loads and unloads them.
+//! - [`http`]: the router — WebSocket JSON-RPC, REST, health, metrics, auth.
+//! - [`metrics`]: the Prometheus metrics of one server.
 //! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
 //!   migrations.
 
 pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod server;
+pub mod session;
 pub mod store;
 pub mod tools;
+
+pub use server::{Server, StartupError, run};

@@ -1,11 +1,90 @@
-//! The agentd binary: for now it reports what this version contains and exits.
+//! The agentd binary: parse the configuration, set up logging, bind, serve until a signal.
 
 use std::process::ExitCode;
 
+use agentd::Server;
+use agentd::config::{Cli, Command, Config};
+use clap::Parser;
+use tokio::net::TcpListener;
+
 fn main() -> ExitCode {
-    println!(
-        "agentd {}: the tool core is in place; the HTTP and WebSocket server arrives in a later version.",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+    };
+    init_tracing();
+    let config = match Config::load(&args, &|name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(err) => return fail(&err),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
+    };
+    runtime.block_on(async move {
+        let bind = config.server.bind;
+        let server = match Server::start(config).await {
+            Ok(server) => server,
+            Err(err) => return fail(&err),
+        };
+        let listener = match TcpListener::bind(bind).await {
+            Ok(listener) => listener,
+            Err(err) => return fail(&format!("cannot listen on {bind}: {err}")),
+        };
+        tracing::info!(address = %bind, "listening");
+        match server.serve(listener, shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("agentd: {err}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Start-up failures: one line on stderr, exit code 2.
+fn fail(err: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("agentd: {err}");
+    ExitCode::from(2)
+}
+
+/// `AGENTD_LOG` filters (default `info`); `AGENTD_LOG_FORMAT=json` switches to JSON lines.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if std::env::var("AGENTD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown requested");
 }

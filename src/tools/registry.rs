@@ -340,6 +340,22 @@ impl ToolRegistry {
         &self.lifecycle
     }
 
+    /// Replaces the LRU limits and base tools (from the config's `[tools]`), keeping usage.
+    pub fn configure_lifecycle(
+        &mut self,
+        max_active: usize,
+        idle_threshold: u32,
+        base_tools: impl IntoIterator<Item = String>,
+    ) {
+        self.lifecycle.max_active = max_active;
+        self.lifecycle.idle_threshold = idle_threshold;
+        self.lifecycle.base_tools = base_tools.into_iter().collect();
+        for name in self.lifecycle.base_tools.clone() {
+            self.deferred.remove(&name);
+        }
+        self.changed();
+    }
+
     /// Pins a tool name against eviction and deferral, whether or not it is registered yet.
     pub fn pin_base_tool(&mut self, name: impl Into<String>) {
         let name = name.into();
@@ -622,11 +638,16 @@ impl ToolRegistry {
     /// `policy_denied` for a tool the hard policy removed), schema, then usage accounting.
     pub fn prepare(&mut self, name: &str, args: &Value) -> Result<PreparedCall, DispatchError> {
         self.apply_activation_requests();
-        let tags = self
+        // Names no tool has fall through to `unknown_tool`, so a misspelling is never reported
+        // as a refusal.
+        let known = self
             .tools
             .get(name)
-            .map_or(&[][..], |entry| entry.tool.tags());
-        if let Some(reason) = self.provider_refusal(name, tags) {
+            .or_else(|| self.removed.get(name))
+            .map(|entry| entry.tool.tags());
+        if let Some(tags) = known
+            && let Some(reason) = self.provider_refusal(name, tags)
+        {
             return Err(DispatchError::PolicyDenied {
                 name: name.to_string(),
                 reason,
@@ -1293,7 +1314,7 @@ mod tests {
 
     #[tokio::test]
     async fn checks_run_in_the_documented_order() {
-        let mut registry = registry_with(&["web_fetch", "web_search"]);
+        let mut registry = registry_with(&["web_fetch", "web_search", "x_tool"]);
         registry.set_max_args_bytes(16);
         registry.set_provider_policy(Some(ToolPolicy {
             deny: vec!["x*".into()],
@@ -1301,9 +1322,14 @@ mod tests {
         }));
         let big = json!({"data": "0123456789abcdef"});
 
-        // Provider policy comes before the unknown-tool check and the size check.
-        let err = registry.prepare("xyz", &big).unwrap_err();
+        // Provider policy comes before the size check.
+        let err = registry.prepare("x_tool", &big).unwrap_err();
         assert_eq!(err.kind(), "policy_denied");
+        // A name no tool has is unknown, even when a policy pattern would match it.
+        assert_eq!(
+            registry.prepare("xyz", &json!({})).unwrap_err().kind(),
+            "unknown_tool"
+        );
         // Size comes before the unknown-tool check.
         assert_eq!(
             registry.prepare("nope", &big).unwrap_err().kind(),

@@ -1,3 +1,4 @@
 //! Integration test modules.
 
+mod server;
 mod tool_core;

@@ -1,0 +1,54 @@
+//! The public routes: the landing page, liveness, readiness, metrics and the API description.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse};
+use serde_json::json;
+
+use super::AppState;
+use super::error::ApiError;
+
+/// The API description, kept true by a test against [`super::ROUTES`].
+pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+
+/// `GET /`: the landing page.
+pub async fn index() -> Html<&'static str> {
+    Html(include_str!("index.html"))
+}
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: the process is up and the database answers.
+pub async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    match app.sessions().store().ping().await {
+        Ok(()) => Ok(Json(json!({"status": "ready", "database": "ok"}))),
+        Err(err) => {
+            tracing::warn!(%err, "readiness check failed");
+            Err(ApiError::Unavailable("database not reachable".into()))
+        }
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics().render(),
+    )
+}
+
+/// `GET /openapi.yaml`.
+pub async fn openapi() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/yaml; charset=utf-8")],
+        OPENAPI_YAML,
+    )
+}

@@ -1,0 +1,183 @@
+//! The HTTP surface: the router, the state every route shares, and the routes themselves.
+//!
+//! - [`ws`]: `GET /api/ws`, the JSON-RPC WebSocket.
+//! - [`rest`]: the JSON routes under `/api/`.
+//! - [`health`]: `/`, `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml`.
+//! - [`auth`]: bearer tokens and the `Origin` rule.
+//! - [`error`]: the one JSON error shape.
+
+pub mod auth;
+pub mod error;
+pub mod health;
+pub mod rest;
+pub mod ws;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::session::Sessions;
+use auth::Auth;
+use error::ApiError;
+
+/// Every route the server answers, as (method, path) in axum's syntax; `openapi.yaml` must
+/// describe exactly these (a test checks).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.yaml"),
+    ("GET", "/api/ws"),
+    ("GET", "/api/sessions"),
+    ("GET", "/api/sessions/{id}"),
+    ("DELETE", "/api/sessions/{id}"),
+    ("GET", "/api/sessions/{id}/events"),
+    ("GET", "/api/sessions/{id}/messages"),
+    ("GET", "/api/sessions/{id}/tools"),
+    ("GET", "/api/sessions/{id}/files"),
+    ("GET", "/api/sessions/{id}/tasks"),
+    ("GET", "/api/sessions/{id}/cost"),
+    ("GET", "/api/tasks/{task_id}"),
+    ("GET", "/api/tools"),
+];
+
+struct AppInner {
+    config: Arc<Config>,
+    sessions: Sessions,
+    metrics: Arc<Metrics>,
+    auth: Auth,
+    shutdown: CancellationToken,
+    connection_ids: AtomicU64,
+}
+
+/// What every route shares; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<AppInner>,
+}
+
+impl AppState {
+    /// State over the given parts; `shutdown` fires when the server stops.
+    pub fn new(
+        config: Arc<Config>,
+        sessions: Sessions,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let auth = Auth::from_config(&config);
+        Self {
+            inner: Arc::new(AppInner {
+                config,
+                sessions,
+                metrics,
+                auth,
+                shutdown,
+                connection_ids: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The session directory.
+    pub fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The authentication rule.
+    pub fn auth(&self) -> &Auth {
+        &self.inner.auth
+    }
+
+    /// Fires when the server is shutting down.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// A fresh id for a WebSocket connection.
+    pub fn next_connection_id(&self) -> u64 {
+        self.inner.connection_ids.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The whole application as a router, drivable without a socket.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(health::index))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/openapi.yaml", get(health::openapi))
+        .route("/api/ws", get(ws::upgrade))
+        .route("/api/sessions", get(rest::list_sessions))
+        .route(
+            "/api/sessions/{id}",
+            get(rest::get_session).delete(rest::delete_session),
+        )
+        .route("/api/sessions/{id}/events", get(rest::events))
+        .route("/api/sessions/{id}/messages", get(rest::messages))
+        .route("/api/sessions/{id}/tools", get(rest::session_tools))
+        .route("/api/sessions/{id}/files", get(rest::download_file))
+        .route("/api/sessions/{id}/tasks", get(rest::session_tasks))
+        .route("/api/sessions/{id}/cost", get(rest::cost))
+        .route("/api/tasks/{task_id}", get(rest::task))
+        .route("/api/tools", get(rest::tools_catalog))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(trace_request))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// One span per request with method, matched route, status and latency.
+async fn trace_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let span = tracing::info_span!("request", %method, route = %route);
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "request"
+        )
+    });
+    response
+}
+
+/// An instant as RFC 3339 UTC, the form of every `*_at` field.
+pub(crate) fn rfc3339(at: time::OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| at.unix_timestamp().to_string())
+}

@@ -1,0 +1,224 @@
+//! The JSON routes under `/api/`: sessions, their events, messages, tools, files, tasks and
+//! cost, and the server's tool catalog. Another user's session or task is 404, exactly as if it
+//! did not exist.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::error::{ApiError, ApiQuery};
+use crate::session::Caller;
+use crate::store::TaskRow;
+use crate::tools::fs_safe;
+
+/// Most events one page returns.
+const MAX_EVENTS_PAGE: i64 = 10_000;
+/// Events per page when no limit is given.
+const DEFAULT_EVENTS_PAGE: i64 = 1_000;
+
+/// `GET /api/sessions`: the caller's sessions, newest first.
+pub async fn list_sessions(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    let rows = app
+        .sessions()
+        .store()
+        .list_sessions(caller.user.as_deref())
+        .await?;
+    Ok(Json(json!({ "sessions": rows })))
+}
+
+/// `GET /api/sessions/{id}`.
+pub async fn get_session(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let row = app.sessions().row(&caller, &id).await?;
+    Ok(Json(json!(row)))
+}
+
+/// `DELETE /api/sessions/{id}`: stops the session and deletes everything it stored.
+pub async fn delete_session(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    app.sessions().delete(&caller, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Query of `GET /api/sessions/{id}/events`.
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    after_seq: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/sessions/{id}/events?after_seq=&limit=`: persisted events in seq order.
+pub async fn events(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    app.sessions().row(&caller, &id).await?;
+    let limit = query.limit.unwrap_or(DEFAULT_EVENTS_PAGE);
+    if !(1..=MAX_EVENTS_PAGE).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_EVENTS_PAGE}"
+        )));
+    }
+    let rows = app
+        .sessions()
+        .store()
+        .events_after(&id, query.after_seq.unwrap_or(0), limit)
+        .await?;
+    let events: Vec<Value> = rows
+        .into_iter()
+        .map(|row| {
+            json!({
+                "seq": row.seq,
+                "method": row.method,
+                "params": row.params,
+                "created_at": super::rfc3339(row.created_at),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "events": events })))
+}
+
+/// `GET /api/sessions/{id}/messages`: the model-facing conversation.
+pub async fn messages(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    app.sessions().row(&caller, &id).await?;
+    let messages = app.sessions().store().messages(&id).await?;
+    Ok(Json(json!({ "messages": messages })))
+}
+
+/// `GET /api/sessions/{id}/tools`: as `tool/list`.
+pub async fn session_tools(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let handle = app.sessions().handle(&caller, &id).await?;
+    Ok(Json(handle.tool_list().await?))
+}
+
+/// Query of `GET /api/sessions/{id}/files`.
+#[derive(Debug, Deserialize)]
+pub struct FileQuery {
+    path: String,
+}
+
+/// `GET /api/sessions/{id}/files?path=`: a file of the session's workspace, through the
+/// symlink-safe layer, streamed.
+pub async fn download_file(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<FileQuery>,
+) -> Result<Response, ApiError> {
+    let row = app.sessions().row(&caller, &id).await?;
+    let root = app.sessions().user_root(&caller).join(&row.cwd);
+    let rel = fs_safe::resolve_path(&root, &query.path)
+        .map_err(|err| ApiError::BadRequest(err.to_string()))?;
+    let opened = tokio::task::spawn_blocking(move || fs_safe::open_no_follow(&root, &rel))
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    let file = opened.map_err(|err| match err {
+        fs_safe::FsError::NotFound(path) => ApiError::NotFound(format!("no file {path}")),
+        other => ApiError::BadRequest(other.to_string()),
+    })?;
+    let size = file.metadata().map(|m| m.len()).ok();
+    let name = std::path::Path::new(&query.path)
+        .file_name()
+        .map(|n| n.to_string_lossy().replace('"', "_"))
+        .unwrap_or_else(|| "download".into());
+    let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    if let Some(size) = size {
+        headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
+    }
+    Ok(response)
+}
+
+/// `GET /api/sessions/{id}/tasks`.
+pub async fn session_tasks(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    app.sessions().row(&caller, &id).await?;
+    let tasks = app.sessions().store().list_tasks(&id).await?;
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+/// `GET /api/sessions/{id}/cost`: every cost row of the session and their totals.
+pub async fn cost(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    app.sessions().row(&caller, &id).await?;
+    let rows = app.sessions().store().cost_rows(&id).await?;
+    let total: f64 = rows.iter().map(|r| r.actual_usd).sum();
+    let tokens_in: i64 = rows.iter().map(|r| r.tokens_in).sum();
+    let tokens_out: i64 = rows.iter().map(|r| r.tokens_out).sum();
+    Ok(Json(json!({
+        "session_cost_usd": total,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "rows": rows,
+    })))
+}
+
+/// A task the caller may see.
+async fn owned_task(app: &AppState, caller: &Caller, task_id: &str) -> Result<TaskRow, ApiError> {
+    let unknown = || ApiError::NotFound(format!("unknown task {task_id}"));
+    let task = app
+        .sessions()
+        .store()
+        .get_task(task_id)
+        .await?
+        .ok_or_else(unknown)?;
+    app.sessions()
+        .row(caller, &task.session_id)
+        .await
+        .map_err(|_| unknown())?;
+    Ok(task)
+}
+
+/// `GET /api/tasks/{task_id}`.
+pub async fn task(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(task_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let task = owned_task(&app, &caller, &task_id).await?;
+    Ok(Json(json!(task)))
+}
+
+/// `GET /api/tools`: the server's catalog with each tool's state under the system policy.
+pub async fn tools_catalog(State(app): State<AppState>, _caller: Caller) -> impl IntoResponse {
+    let catalog = app.sessions().base_registry().catalog();
+    Json(json!({ "tools": catalog.entries }))
+}

@@ -1,0 +1,646 @@
+//! `GET /api/ws`: one JSON-RPC 2.0 connection. A writer task owns the socket's send half and
+//! drains one bounded queue; the reader loop parses requests and answers through that queue.
+//! Each watched session has its own bounded live queue feeding the writer, so a session's
+//! events and the answers to that session's requests keep their order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::auth::{origin_allowed, origin_and_host};
+use super::error::ApiError;
+use crate::session::{
+    Caller, OpenedSession, Outbound, SessionError, SessionHandle, ToolNames, Watcher,
+};
+use crate::tools::ToolCatalog;
+
+/// Largest text frame accepted; bigger ones close the connection with 1009.
+pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+/// What the socket layer reads at most. Frames between this and [`MAX_FRAME_BYTES`] are read
+/// whole and then refused with a clean 1009 close; cutting a frame off mid-read would leave
+/// unread bytes, and the kernel answers those with a reset the client never sees a code in.
+const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
+/// Events read from the store per replay page.
+const REPLAY_PAGE: i64 = 500;
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const SERVER_ERROR: i64 = -32000;
+
+/// `GET /api/ws`: checks the token (401) and the `Origin` (403) before upgrading.
+pub async fn upgrade(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return ApiError::BadRequest(rejection.body_text()).into_response(),
+    };
+    let (origin, host) = origin_and_host(&headers);
+    if !origin_allowed(origin, host, &app.config().server.allowed_origins) {
+        return ApiError::ForbiddenOrigin.into_response();
+    }
+    ws.read_buffer_size(4096)
+        .write_buffer_size(0)
+        .max_message_size(READ_LIMIT_BYTES)
+        .max_frame_size(READ_LIMIT_BYTES)
+        .on_upgrade(move |socket| Connection::new(app, caller).serve(socket))
+}
+
+/// A JSON-RPC error answer.
+struct RpcError {
+    code: i64,
+    message: String,
+    kind: &'static str,
+}
+
+impl RpcError {
+    fn new(code: i64, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            kind,
+        }
+    }
+
+    fn params(err: impl std::fmt::Display) -> Self {
+        Self::new(INVALID_PARAMS, "invalid_params", err.to_string())
+    }
+}
+
+impl From<SessionError> for RpcError {
+    fn from(err: SessionError) -> Self {
+        let code = match err {
+            SessionError::InvalidParams(_) => INVALID_PARAMS,
+            _ => SERVER_ERROR,
+        };
+        if let SessionError::Store(detail) = &err {
+            tracing::error!(%detail, "request failed on storage");
+        }
+        Self::new(code, err.kind(), err.to_string())
+    }
+}
+
+/// The answer frame for a request; `None` for a notification (no `id`), which JSON-RPC never
+/// answers.
+fn answer(id: &Option<Value>, outcome: Result<Value, RpcError>) -> Option<Outbound> {
+    id.as_ref().map(|id| response(id, outcome))
+}
+
+fn response(id: &Value, outcome: Result<Value, RpcError>) -> Outbound {
+    let body = match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(err) => json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": err.code, "message": err.message, "data": {"kind": err.kind}
+        }}),
+    };
+    Outbound::Text(body.to_string().into())
+}
+
+/// One session this connection watches.
+struct Attachment {
+    handle: SessionHandle,
+    /// Answers to this session's requests go through the same queue as its events.
+    live: mpsc::Sender<Outbound>,
+}
+
+/// The state of one WebSocket connection.
+struct Connection {
+    app: AppState,
+    caller: Caller,
+    id: u64,
+    out: mpsc::Sender<Outbound>,
+    out_rx: Option<mpsc::Receiver<Outbound>>,
+    lagged: CancellationToken,
+    attached: HashMap<String, Attachment>,
+}
+
+#[derive(Deserialize)]
+struct OpenParams {
+    session_id: Option<String>,
+    cwd: Option<String>,
+    after_seq: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct SessionParams {
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+struct InvokeParams {
+    session_id: String,
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+#[derive(Deserialize)]
+struct TurnParams {
+    session_id: String,
+    input: Vec<InputItem>,
+    #[serde(rename = "turn_id")]
+    _turn_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum InputItem {
+    Text {
+        #[serde(rename = "text")]
+        _text: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct RespondParams {
+    session_id: String,
+    request_id: String,
+    answers: Value,
+}
+
+#[derive(Deserialize)]
+struct TaskParams {
+    session_id: String,
+    task_id: String,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    let params = if params.is_null() { json!({}) } else { params };
+    serde_json::from_value(params).map_err(RpcError::params)
+}
+
+impl Connection {
+    fn new(app: AppState, caller: Caller) -> Self {
+        let (out, out_rx) = mpsc::channel(app.config().server.ws_queue_frames);
+        let id = app.next_connection_id();
+        Self {
+            app,
+            caller,
+            id,
+            out,
+            out_rx: Some(out_rx),
+            lagged: CancellationToken::new(),
+            attached: HashMap::new(),
+        }
+    }
+
+    async fn serve(self, socket: WebSocket) {
+        let span = tracing::info_span!("connection", connection = self.id);
+        tracing::Instrument::instrument(self.serve_inner(socket), span).await;
+    }
+
+    async fn serve_inner(mut self, socket: WebSocket) {
+        self.app.metrics().connections.inc();
+        let (mut sink, mut stream) = socket.split();
+        let Some(mut out_rx) = self.out_rx.take() else {
+            return;
+        };
+        let lagged = self.lagged.clone();
+        let shutdown = self.app.shutdown().clone();
+        let writer = tokio::spawn(async move {
+            let close = |code: u16, reason: &'static str| {
+                Message::Close(Some(CloseFrame {
+                    code,
+                    reason: Utf8Bytes::from_static(reason),
+                }))
+            };
+            loop {
+                let frame = tokio::select! {
+                    biased;
+                    () = lagged.cancelled() => {
+                        let _ = sink.send(close(1013, "too far behind; reconnect with after_seq")).await;
+                        break;
+                    }
+                    () = shutdown.cancelled() => {
+                        let _ = sink.send(close(1001, "server shutting down")).await;
+                        break;
+                    }
+                    frame = out_rx.recv() => frame,
+                };
+                match frame {
+                    Some(Outbound::Text(text)) => {
+                        if sink
+                            .send(Message::Text(text.as_ref().into()))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Some(Outbound::Close(code, reason)) => {
+                        let _ = sink.send(close(code, reason)).await;
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            let _ = sink.close().await;
+        });
+        loop {
+            let message = tokio::select! {
+                message = stream.next() => message,
+                () = self.lagged.cancelled() => break,
+                () = self.app.shutdown().cancelled() => break,
+            };
+            match message {
+                Some(Ok(Message::Text(text))) if text.len() > MAX_FRAME_BYTES => {
+                    let _ = self
+                        .out
+                        .send(Outbound::Close(1009, "frame larger than 4 MiB"))
+                        .await;
+                    break;
+                }
+                Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                Some(Ok(Message::Binary(_))) => {
+                    let error = RpcError::new(
+                        PARSE_ERROR,
+                        "parse_error",
+                        "binary frames are not JSON-RPC; send text",
+                    );
+                    let _ = self.out.send(response(&Value::Null, Err(error))).await;
+                }
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
+                    // axum hides tungstenite's error type; its capacity error reads
+                    // "Space limit exceeded: Message too long: N > M".
+                    let text = err.to_string();
+                    if text.contains("Space limit exceeded") || text.contains("too long") {
+                        let _ = self
+                            .out
+                            .send(Outbound::Close(1009, "frame larger than 4 MiB"))
+                            .await;
+                    }
+                    tracing::debug!(%err, "websocket read failed");
+                    break;
+                }
+            }
+        }
+        for attachment in self.attached.values() {
+            attachment.handle.detach(self.id).await;
+        }
+        self.attached.clear();
+        drop(self.out);
+        let _ = writer.await;
+        self.app.metrics().connections.dec();
+        tracing::debug!("connection closed");
+    }
+
+    async fn on_text(&mut self, text: &str) {
+        let request: Value = match serde_json::from_str(text) {
+            Ok(value) => value,
+            Err(err) => {
+                let error =
+                    RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"));
+                let _ = self.out.send(response(&Value::Null, Err(error))).await;
+                return;
+            }
+        };
+        let id = request.get("id").cloned();
+        let Some(method) = request.get("method").and_then(Value::as_str) else {
+            let error = RpcError::new(
+                INVALID_REQUEST,
+                "invalid_request",
+                "a request needs a string \"method\"",
+            );
+            let id = id.unwrap_or(Value::Null);
+            let _ = self.out.send(response(&id, Err(error))).await;
+            return;
+        };
+        let method = method.to_string();
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
+        match self.dispatch(&method, params, id.clone()).await {
+            Dispatched::Answered => {}
+            Dispatched::Now(outcome, route) => {
+                let Some(frame) = answer(&id, outcome) else {
+                    return;
+                };
+                let queue = match route {
+                    Some(live) => live,
+                    None => self.out.clone(),
+                };
+                let _ = queue.send(frame).await;
+            }
+        }
+    }
+
+    async fn dispatch(&mut self, method: &str, params: Value, id: Option<Value>) -> Dispatched {
+        match method {
+            "session/open" => match parse::<OpenParams>(params) {
+                Ok(params) => self.open(params, id).await,
+                Err(err) => Dispatched::Now(Err(err), None),
+            },
+            "tool/invoke" => {
+                let params: InvokeParams = match parse(params) {
+                    Ok(p) => p,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let (handle, live) = match self.attachment(&params.session_id).await {
+                    Ok(found) => found,
+                    Err(err) => return Dispatched::Now(Err(err.into()), None),
+                };
+                // Tools may run for long; answer from a task so the connection keeps reading.
+                tokio::spawn(async move {
+                    let outcome = handle
+                        .invoke_tool(params.name, params.arguments)
+                        .await
+                        .map(|result| json!(result))
+                        .map_err(RpcError::from);
+                    if let Some(frame) = answer(&id, outcome) {
+                        let _ = live.send(frame).await;
+                    }
+                });
+                Dispatched::Answered
+            }
+            "tool/list" => {
+                self.with_session(params, |handle| async move {
+                    handle.tool_list().await.map_err(RpcError::from)
+                })
+                .await
+            }
+            "turn/start" => {
+                let params: TurnParams = match parse(params) {
+                    Ok(p) => p,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                match params.input.first() {
+                    None => Dispatched::Now(
+                        Err(RpcError::params(
+                            "input needs at least one {kind: \"text\", text} item",
+                        )),
+                        None,
+                    ),
+                    Some(InputItem::Text { .. }) => {
+                        let args = json!({"session_id": params.session_id});
+                        self.with_session(args, |handle| async move {
+                            handle
+                                .start_turn()
+                                .await
+                                .map(|turn_id| json!({"turn_id": turn_id}))
+                                .map_err(RpcError::from)
+                        })
+                        .await
+                    }
+                }
+            }
+            "turn/interrupt" => {
+                self.with_session(params, |handle| async move {
+                    handle
+                        .interrupt()
+                        .await
+                        .map(|interrupted| json!({"interrupted": interrupted}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
+            "user_input/respond" => {
+                let params: RespondParams = match parse(params) {
+                    Ok(p) => p,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let args = json!({"session_id": params.session_id});
+                self.with_session(args, |handle| async move {
+                    handle
+                        .respond_user_input(params.request_id, params.answers)
+                        .await
+                        .map(|()| json!({}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
+            "task/list" => {
+                let params: SessionParams = match parse(params) {
+                    Ok(p) => p,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let outcome = self.task_list(&params.session_id).await;
+                Dispatched::Now(outcome, None)
+            }
+            "task/output/read" | "task/cancel" => {
+                let params: TaskParams = match parse(params) {
+                    Ok(p) => p,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let outcome = self.unknown_task(&params).await;
+                Dispatched::Now(outcome, None)
+            }
+            other => Dispatched::Now(
+                Err(RpcError::new(
+                    METHOD_NOT_FOUND,
+                    "method_not_found",
+                    format!("unknown method {other:?}"),
+                )),
+                None,
+            ),
+        }
+    }
+
+    /// Runs `action` on the session named in `params`, answering through its live queue.
+    async fn with_session<F, Fut>(&mut self, params: Value, action: F) -> Dispatched
+    where
+        F: FnOnce(SessionHandle) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, RpcError>>,
+    {
+        let params: SessionParams = match parse(params) {
+            Ok(p) => p,
+            Err(err) => return Dispatched::Now(Err(err), None),
+        };
+        match self.attachment(&params.session_id).await {
+            Ok((handle, live)) => Dispatched::Now(action(handle).await, Some(live)),
+            Err(err) => Dispatched::Now(Err(err.into()), None),
+        }
+    }
+
+    /// The watched session, attaching (live only) when this connection has not opened it yet.
+    async fn attachment(
+        &mut self,
+        session_id: &str,
+    ) -> Result<(SessionHandle, mpsc::Sender<Outbound>), SessionError> {
+        if let Some(existing) = self.attached.get(session_id)
+            && !existing.handle.is_closed()
+        {
+            return Ok((existing.handle.clone(), existing.live.clone()));
+        }
+        let (live, live_rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let watcher = Watcher {
+            connection_id: self.id,
+            tx: live.clone(),
+            lagged: self.lagged.clone(),
+        };
+        let (handle, _) = self.attach(session_id, watcher).await?;
+        self.forward(live_rx);
+        self.attached.insert(
+            session_id.to_string(),
+            Attachment {
+                handle: handle.clone(),
+                live: live.clone(),
+            },
+        );
+        Ok((handle, live))
+    }
+
+    /// Attaches a watcher, loading the actor again if it unloaded in between.
+    async fn attach(
+        &self,
+        session_id: &str,
+        watcher: Watcher,
+    ) -> Result<(SessionHandle, (i64, Arc<ToolCatalog>)), SessionError> {
+        let mut attempts = 0;
+        loop {
+            let handle = self.app.sessions().handle(&self.caller, session_id).await?;
+            match handle.attach(watcher.clone()).await {
+                Ok(attached) => return Ok((handle, attached)),
+                // An idle actor may unload between lookup and attach; a fresh one is loaded.
+                Err(SessionError::ActorGone) if attempts < 3 => attempts += 1,
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Moves a session's live frames into the connection's queue, in order.
+    fn forward(&self, mut live_rx: mpsc::Receiver<Outbound>) {
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = live_rx.recv().await {
+                if out.send(frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.
+    async fn open(&mut self, params: OpenParams, id: Option<Value>) -> Dispatched {
+        let sessions = self.app.sessions().clone();
+        let (session_id, resumed) = match &params.session_id {
+            Some(session_id) => match sessions.row(&self.caller, session_id).await {
+                Ok(row) => (row.session_id, true),
+                Err(err) => return Dispatched::Now(Err(err.into()), None),
+            },
+            None => match sessions.create(&self.caller, params.cwd.as_deref()).await {
+                Ok((_handle, row)) => (row.session_id, false),
+                Err(err) => return Dispatched::Now(Err(err.into()), None),
+            },
+        };
+        if let Some(previous) = self.attached.remove(&session_id) {
+            previous.handle.detach(self.id).await;
+        }
+        let (live, live_rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let watcher = Watcher {
+            connection_id: self.id,
+            tx: live.clone(),
+            lagged: self.lagged.clone(),
+        };
+        let (handle, (last_seq, catalog)) = match self.attach(&session_id, watcher).await {
+            Ok(attached) => attached,
+            Err(err) => return Dispatched::Now(Err(err.into()), None),
+        };
+        // Events up to last_seq come from the store, later ones from the live queue, which
+        // starts draining only after the replay and the answer: no gap, no duplicate.
+        if let Some(after_seq) = params.after_seq
+            && let Err(err) = self.replay(&session_id, after_seq, last_seq).await
+        {
+            handle.detach(self.id).await;
+            return Dispatched::Now(Err(err.into()), None);
+        }
+        let opened = OpenedSession {
+            session_id: session_id.clone(),
+            resumed,
+            last_seq,
+            capabilities: sessions.capabilities(&catalog),
+            tools: ToolNames::of(&catalog),
+        };
+        if let Some(frame) = answer(&id, Ok(json!(opened))) {
+            let _ = self.out.send(frame).await;
+        }
+        self.forward(live_rx);
+        self.attached
+            .insert(session_id, Attachment { handle, live });
+        Dispatched::Answered
+    }
+
+    /// Sends stored events with `after_seq < seq <= up_to`, in order.
+    async fn replay(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        up_to: i64,
+    ) -> Result<(), SessionError> {
+        let store = self.app.sessions().store();
+        let mut cursor = after_seq;
+        while cursor < up_to {
+            let page = store
+                .events_after(session_id, cursor, REPLAY_PAGE.min(up_to - cursor))
+                .await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            cursor = last.seq;
+            for event in page.into_iter().filter(|e| e.seq <= up_to) {
+                let frame = crate::session::notification_frame(&event.method, &event.params);
+                if self.out.send(Outbound::Text(frame)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn task_list(&mut self, session_id: &str) -> Result<Value, RpcError> {
+        self.app.sessions().row(&self.caller, session_id).await?;
+        let tasks = self
+            .app
+            .sessions()
+            .store()
+            .list_tasks(session_id)
+            .await
+            .map_err(SessionError::from)?;
+        Ok(json!({ "tasks": tasks }))
+    }
+
+    async fn unknown_task(&mut self, params: &TaskParams) -> Result<Value, RpcError> {
+        self.app
+            .sessions()
+            .row(&self.caller, &params.session_id)
+            .await?;
+        let task = self
+            .app
+            .sessions()
+            .store()
+            .get_task(&params.task_id)
+            .await
+            .map_err(SessionError::from)?;
+        match task {
+            Some(task) if task.session_id == params.session_id => Err(RpcError::new(
+                SERVER_ERROR,
+                "unsupported",
+                "reading and cancelling task output arrives with background tasks",
+            )),
+            _ => Err(SessionError::UnknownTask(params.task_id.clone()).into()),
+        }
+    }
+}
+
+/// How a request was handled.
+enum Dispatched {
+    /// The answer was (or will be) sent by the handler itself.
+    Answered,
+    /// Send this answer, through the session's live queue when given.
+    Now(Result<Value, RpcError>, Option<mpsc::Sender<Outbound>>),
+}

@@ -1,0 +1,177 @@
+//! Prometheus metrics for one server instance, kept in its own registry (no process globals, so
+//! several servers in one test process never mix their counts).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::tools::DispatchError;
+
+/// Labels of a tool call count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolCallLabels {
+    /// The tool's name (`unknown` for names no tool has, so clients cannot grow the label set).
+    pub tool: String,
+    /// `success`, `failure`, or the refusal kind.
+    pub outcome: String,
+}
+
+/// Labels of a policy refusal count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// `policy_deny`, `provider_policy`, `require_tags` or `context_filter`.
+    pub reason: String,
+}
+
+/// Every metric the server exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Sessions created.
+    pub sessions_created: Counter,
+    /// Session actors currently loaded.
+    pub actors_live: Gauge,
+    /// WebSocket connections currently open.
+    pub connections: Gauge,
+    /// Events persisted and streamed.
+    pub events_written: Counter,
+    /// Tool calls by tool and outcome.
+    pub tool_calls: Family<ToolCallLabels, Counter>,
+    /// Calls refused by a policy, by reason.
+    pub policy_denials: Family<ReasonLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics in its own registry.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("agentd");
+        let sessions_created = Counter::default();
+        let actors_live = Gauge::default();
+        let connections = Gauge::default();
+        let events_written = Counter::default();
+        let tool_calls = Family::<ToolCallLabels, Counter>::default();
+        let policy_denials = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "sessions_created",
+            "Sessions created",
+            sessions_created.clone(),
+        );
+        registry.register("actors_live", "Session actors loaded", actors_live.clone());
+        registry.register(
+            "websocket_connections",
+            "WebSocket connections open",
+            connections.clone(),
+        );
+        registry.register(
+            "events_written",
+            "Session events persisted and streamed",
+            events_written.clone(),
+        );
+        registry.register(
+            "tool_calls",
+            "Tool calls by tool and outcome",
+            tool_calls.clone(),
+        );
+        registry.register(
+            "policy_denials",
+            "Tool calls refused by a policy, by reason",
+            policy_denials.clone(),
+        );
+        Self {
+            registry,
+            sessions_created,
+            actors_live,
+            connections,
+            events_written,
+            tool_calls,
+            policy_denials,
+        }
+    }
+
+    /// Counts a finished tool call.
+    pub fn record_tool_call(&self, tool: &str, outcome: &str) {
+        self.tool_calls
+            .get_or_create(&ToolCallLabels {
+                tool: tool.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a call refused before it ran.
+    pub fn record_refusal(&self, tool: &str, err: &DispatchError) {
+        let tool = match err {
+            DispatchError::UnknownTool { .. } => "unknown",
+            _ => tool,
+        };
+        self.record_tool_call(tool, err.kind());
+        if let DispatchError::PolicyDenied { reason, .. } = err {
+            self.policy_denials
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str().to_string(),
+                })
+                .inc();
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::HiddenReason;
+
+    #[test]
+    fn renders_counts_with_labels_and_bounds_unknown_names() {
+        let metrics = Metrics::new();
+        metrics.record_tool_call("read_file", "success");
+        metrics.record_refusal(
+            "shell",
+            &DispatchError::PolicyDenied {
+                name: "shell".into(),
+                reason: HiddenReason::PolicyDeny,
+            },
+        );
+        metrics.record_refusal(
+            "made_up_123",
+            &DispatchError::UnknownTool {
+                name: "made_up_123".into(),
+            },
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"agentd_tool_calls_total{tool="read_file",outcome="success"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"agentd_policy_denials_total{reason="policy_deny"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"tool="unknown",outcome="unknown_tool""#),
+            "{text}"
+        );
+        assert!(!text.contains("made_up_123"));
+    }
+}

@@ -1,0 +1,446 @@
+//! The session actor: owns one session's registry, event counter, watchers and running work,
+//! and is the only writer of its event stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{RwLock, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::{
+    Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
+};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::tools::{
+    ConcurrencyClass, DispatchError, ToolContext, ToolEvent, ToolRegistry, ToolResult, ToolState,
+};
+
+/// How much of a tool's output `tool/completed` carries.
+const OUTPUT_PREVIEW_BYTES: usize = 2048;
+/// Queue depth for commands sent to one actor.
+pub(crate) const COMMAND_QUEUE: usize = 64;
+
+/// A tool call that finished in the background, reported back to the actor.
+struct Finished {
+    tool_call_id: String,
+    tool_name: String,
+    outcome: Result<ToolResult, DispatchError>,
+    duration: Duration,
+    reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
+}
+
+/// Everything an actor needs from the server when it starts.
+pub(crate) struct ActorSetup {
+    pub session_id: Arc<str>,
+    pub store: Arc<dyn Store>,
+    pub registry: ToolRegistry,
+    pub last_seq: i64,
+    pub idle_unload: Duration,
+    pub cancel: CancellationToken,
+    pub tracker: TaskTracker,
+    pub metrics: Arc<Metrics>,
+    pub llm_configured: bool,
+}
+
+/// One session's state, owned by one task.
+pub(crate) struct SessionActor {
+    session_id: Arc<str>,
+    store: Arc<dyn Store>,
+    registry: ToolRegistry,
+    last_seq: i64,
+    watchers: Vec<Watcher>,
+    idle_unload: Duration,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    metrics: Arc<Metrics>,
+    llm_configured: bool,
+    /// Tool calls started and not yet reported back.
+    running: usize,
+    /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
+    /// same concurrency rules as a model's batch.
+    exclusivity: Arc<RwLock<()>>,
+    /// Questions asked by `request_user_input`, by request id.
+    pending_input: HashMap<String, oneshot::Sender<Value>>,
+    finished_tx: mpsc::Sender<Finished>,
+    finished_rx: mpsc::Receiver<Finished>,
+    events_tx: mpsc::Sender<ToolEvent>,
+    events_rx: mpsc::Receiver<ToolEvent>,
+}
+
+impl SessionActor {
+    pub(crate) fn new(setup: ActorSetup) -> Self {
+        let (finished_tx, finished_rx) = mpsc::channel(COMMAND_QUEUE);
+        let (events_tx, events_rx) = mpsc::channel(COMMAND_QUEUE);
+        Self {
+            session_id: setup.session_id,
+            store: setup.store,
+            registry: setup.registry,
+            last_seq: setup.last_seq,
+            watchers: Vec::new(),
+            idle_unload: setup.idle_unload,
+            cancel: setup.cancel,
+            tracker: setup.tracker,
+            metrics: setup.metrics,
+            llm_configured: setup.llm_configured,
+            running: 0,
+            exclusivity: Arc::new(RwLock::new(())),
+            pending_input: HashMap::new(),
+            finished_tx,
+            finished_rx,
+            events_tx,
+            events_rx,
+        }
+    }
+
+    /// Serves commands until closed, cancelled, or idle for `idle_unload` with nothing to do.
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let span = tracing::info_span!("session", session_id = %self.session_id);
+        async move {
+            tracing::debug!("actor started");
+            loop {
+                // Questions whose tool gave up (timeout, interruption) no longer wait.
+                self.pending_input.retain(|_, waiting| !waiting.is_closed());
+                let idle =
+                    self.watchers.is_empty() && self.running == 0 && self.pending_input.is_empty();
+                let idle_timer = tokio::time::sleep(self.idle_unload);
+                tokio::select! {
+                    () = self.cancel.cancelled() => break,
+                    command = commands.recv() => match command {
+                        Some(Command::Close) | None => break,
+                        Some(command) => self.handle(command).await,
+                    },
+                    Some(finished) = self.finished_rx.recv() => self.finish_tool(finished).await,
+                    Some(event) = self.events_rx.recv() => self.on_tool_event(event).await,
+                    () = idle_timer, if idle => {
+                        tracing::debug!("idle; unloading");
+                        break;
+                    }
+                }
+            }
+            tracing::debug!("actor stopped");
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn handle(&mut self, command: Command) {
+        match command {
+            Command::Attach { watcher, reply } => {
+                self.watchers.push(watcher);
+                let _ = reply.send((self.last_seq, self.registry.catalog()));
+            }
+            Command::Detach { connection_id } => {
+                self.watchers.retain(|w| w.connection_id != connection_id);
+            }
+            Command::InvokeTool {
+                name,
+                arguments,
+                reply,
+            } => self.invoke_tool(name, arguments, reply).await,
+            Command::ToolList { reply } => {
+                let _ = reply.send(tool_list(&self.registry));
+            }
+            Command::StartTurn { reply } => {
+                let refusal = if self.llm_configured {
+                    SessionError::NotYetAvailable(
+                        "turns arrive with the agent loop in a later version; use tool/invoke meanwhile",
+                    )
+                } else {
+                    SessionError::LlmNotConfigured
+                };
+                let _ = reply.send(Err(refusal));
+            }
+            Command::Interrupt { reply } => {
+                let _ = reply.send(false);
+            }
+            Command::RespondUserInput {
+                request_id,
+                answers,
+                reply,
+            } => {
+                let outcome = match self.pending_input.remove(&request_id) {
+                    Some(waiting) => waiting
+                        .send(answers)
+                        .map_err(|_| SessionError::UnknownRequest(request_id)),
+                    None => Err(SessionError::UnknownRequest(request_id)),
+                };
+                let _ = reply.send(outcome);
+            }
+            Command::Close => {}
+        }
+    }
+
+    fn tool_names(&self) -> ToolNames {
+        ToolNames::of(&self.registry.catalog())
+    }
+
+    /// Persists one event with the next seq, then hands it to every watcher. A watcher whose
+    /// queue is full is cut off (it resumes from the store); the actor never waits on a socket.
+    async fn emit(&mut self, method: &str, params: Value) {
+        let seq = self.last_seq + 1;
+        let params = stamp(&self.session_id, seq, params);
+        if let Err(err) = self
+            .store
+            .append_event(&self.session_id, seq, method, &params)
+            .await
+        {
+            // Unpersisted events are not sent: a client must be able to replay what it saw.
+            tracing::error!(%err, method, seq, "event not persisted");
+            return;
+        }
+        self.last_seq = seq;
+        self.metrics.events_written.inc();
+        let frame = Outbound::Text(notification_frame(method, &params));
+        self.watchers
+            .retain(|watcher| match watcher.tx.try_send(frame.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    tracing::info!(
+                        connection = watcher.connection_id,
+                        "watcher lagged; cut off"
+                    );
+                    watcher.lagged.cancel();
+                    false
+                }
+                Err(TrySendError::Closed(_)) => false,
+            });
+    }
+
+    async fn invoke_tool(
+        &mut self,
+        name: String,
+        arguments: Value,
+        reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
+    ) {
+        let before = self.tool_names();
+        let prepared = self.registry.prepare(&name, &arguments);
+        self.announce_tool_changes(before).await;
+        let call = match prepared {
+            Ok(call) => call,
+            Err(err) => {
+                self.metrics.record_refusal(&name, &err);
+                let _ = reply.send(Err(err.into()));
+                return;
+            }
+        };
+        let tool_call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
+        self.emit(
+            "tool/started",
+            json!({"tool_call_id": tool_call_id, "tool_name": name, "arguments": arguments}),
+        )
+        .await;
+        let ctx = ToolContext {
+            session_id: self.session_id.to_string(),
+            tool_call_id: tool_call_id.clone(),
+            cwd: self
+                .registry
+                .workspace()
+                .map(|w| w.root().to_path_buf())
+                .unwrap_or_default(),
+            cancel: self.cancel.child_token(),
+            events: Some(self.events_tx.clone()),
+            catalog: Some(self.registry.catalog_cell()),
+        };
+        let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
+        let exclusivity = Arc::clone(&self.exclusivity);
+        let finished = self.finished_tx.clone();
+        self.running += 1;
+        self.tracker.spawn(async move {
+            let started = Instant::now();
+            let outcome = if exclusive {
+                let _alone = exclusivity.write().await;
+                call.run(&ctx, &arguments).await
+            } else {
+                let _shared = exclusivity.read().await;
+                call.run(&ctx, &arguments).await
+            };
+            let _ = finished
+                .send(Finished {
+                    tool_call_id,
+                    tool_name: name,
+                    outcome,
+                    duration: started.elapsed(),
+                    reply,
+                })
+                .await;
+        });
+    }
+
+    async fn finish_tool(&mut self, finished: Finished) {
+        // Whatever the tool reported while running is emitted before its completion.
+        while let Ok(event) = self.events_rx.try_recv() {
+            self.on_tool_event(event).await;
+        }
+        self.running = self.running.saturating_sub(1);
+        let Finished {
+            tool_call_id,
+            tool_name,
+            outcome,
+            duration,
+            reply,
+        } = finished;
+        let result = match outcome {
+            Ok(result) => result,
+            Err(err) => {
+                if let DispatchError::Fatal { message, .. } = &err {
+                    tracing::error!(tool = %tool_name, %message, "tool failed fatally");
+                }
+                err.to_tool_result()
+            }
+        };
+        self.metrics.record_tool_call(
+            &tool_name,
+            if result.success { "success" } else { "failure" },
+        );
+        let mut params = json!({
+            "tool_call_id": tool_call_id,
+            "tool_name": tool_name,
+            "success": result.success,
+            "output_preview": preview(&result.output),
+            "duration_ms": duration.as_millis() as u64,
+        });
+        if let Some(metadata) = &result.structured_metadata {
+            params["structured_metadata"] = metadata.clone();
+        }
+        if let Some(path) = &result.file_modified {
+            params["file_modified"] = Value::String(path.to_string_lossy().into_owned());
+        }
+        if !result.files_to_send.is_empty() {
+            params["files_to_send"] = result
+                .files_to_send
+                .iter()
+                .map(|p| Value::String(p.to_string_lossy().into_owned()))
+                .collect();
+        }
+        self.emit("tool/completed", params).await;
+        // Activations a tool asked for show up in the next listing.
+        let before = self.tool_names();
+        self.registry.apply_activation_requests();
+        self.announce_tool_changes(before).await;
+        let _ = reply.send(Ok(InvokeResult {
+            tool_call_id,
+            success: result.success,
+            output: result.output,
+            structured_metadata: result.structured_metadata,
+        }));
+    }
+
+    /// Emits `tools/changed` when the visible or deferred set differs from `before`.
+    async fn announce_tool_changes(&mut self, before: ToolNames) {
+        let after = self.tool_names();
+        if after.active == before.active && after.deferred == before.deferred {
+            return;
+        }
+        let activated: Vec<&String> = after
+            .active
+            .iter()
+            .filter(|n| before.deferred.contains(n))
+            .collect();
+        let evicted: Vec<&String> = after
+            .deferred
+            .iter()
+            .filter(|n| before.active.contains(n))
+            .collect();
+        let params = json!({
+            "active": after.active,
+            "deferred": after.deferred,
+            "evicted": evicted,
+            "activated": activated,
+        });
+        self.emit("tools/changed", params).await;
+    }
+
+    async fn on_tool_event(&mut self, event: ToolEvent) {
+        match event {
+            ToolEvent::Progress {
+                tool_call_id,
+                message,
+                fraction,
+            } => {
+                self.emit(
+                    "tool/progress",
+                    json!({"tool_call_id": tool_call_id, "message": message, "fraction": fraction}),
+                )
+                .await;
+            }
+            ToolEvent::Output { tool_call_id, text } => {
+                self.emit(
+                    "tool/output/delta",
+                    json!({"tool_call_id": tool_call_id, "text": text}),
+                )
+                .await;
+            }
+            ToolEvent::PlanUpdated { explanation, plan } => {
+                let mut params = json!({ "plan": plan });
+                if let Some(explanation) = explanation {
+                    params["explanation"] = Value::String(explanation);
+                }
+                self.emit("plan/updated", params).await;
+            }
+            ToolEvent::UserInputRequested {
+                request_id,
+                questions,
+                reply,
+            } => {
+                self.pending_input.insert(request_id.clone(), reply);
+                self.emit(
+                    "user_input/requested",
+                    json!({"request_id": request_id, "questions": questions}),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// The first bytes of a tool's output, cut at a character boundary.
+fn preview(output: &str) -> String {
+    if output.len() <= OUTPUT_PREVIEW_BYTES {
+        return output.to_string();
+    }
+    let mut cut = OUTPUT_PREVIEW_BYTES;
+    while !output.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &output[..cut])
+}
+
+/// `tool/list`: active and deferred tools as `ToolInfo`, hidden ones with their reason.
+pub(crate) fn tool_list(registry: &ToolRegistry) -> Value {
+    let catalog = registry.catalog();
+    let info = |state: ToolState| -> Vec<Value> {
+        catalog
+            .entries
+            .iter()
+            .filter(|e| e.state == state)
+            .map(|e| {
+                let mut info = json!({
+                    "name": e.name(),
+                    "description": e.description(),
+                    "tags": e.tags(),
+                    "concurrency": e.concurrency(),
+                    "spawn_only": e.spawn_only,
+                });
+                if let Some(group) = e.group {
+                    info["group"] = Value::String(group.to_string());
+                }
+                info
+            })
+            .collect()
+    };
+    let hidden: Vec<Value> = catalog
+        .hidden()
+        .map(|(e, reason)| json!({"name": e.name(), "reason": reason}))
+        .collect();
+    json!({
+        "active": info(ToolState::Active),
+        "deferred": info(ToolState::Deferred),
+        "hidden": hidden,
+    })
+}

@@ -1,0 +1,293 @@
+//! The directory of live session actors: creates sessions, loads an actor on first use, hands
+//! out handles, and forgets actors when they unload.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
+use super::{Caller, SessionError, SessionHandle};
+use crate::metrics::Metrics;
+use crate::store::{NewSession, SessionRow, Store};
+use crate::tools::fs_safe;
+use crate::tools::{ToolCatalog, ToolRegistry, ToolState};
+
+/// The coding-tool contract this server implements.
+pub const CODING_TOOL_CONTRACT: &str = "codex-compatible-coding-v1";
+
+/// Tools named by the coding-tool contract, whose status `session/open` reports.
+pub const CONTRACT_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "diff_edit",
+    "apply_patch",
+    "list_dir",
+    "glob",
+    "grep",
+    "shell",
+    "exec_command",
+    "write_stdin",
+    "web_fetch",
+    "web_search",
+    "update_plan",
+    "request_user_input",
+    "spawn_agent",
+    "send_input",
+    "resume_agent",
+    "wait_agent",
+    "close_agent",
+    "tool_search",
+    "tool_suggest",
+    "activate_tools",
+    "read_task_output",
+    "check_background_tasks",
+    "run_pipeline",
+    "workspace_diff",
+    "workspace_log",
+    "image_generation",
+];
+
+/// Settings the directory needs, taken from the configuration once.
+#[derive(Debug, Clone)]
+pub struct SessionsConfig {
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// Whether sessions belong to users (each under `<workspace>/<user>/`).
+    pub per_user_workspaces: bool,
+    /// How long an actor with nothing to do stays loaded.
+    pub idle_unload: Duration,
+    /// Tools that exist but answer `unsupported` with this configuration.
+    pub unsupported: Vec<String>,
+    /// Whether a model is configured.
+    pub llm_configured: bool,
+}
+
+struct Live {
+    handle: SessionHandle,
+    generation: u64,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    base: Arc<ToolRegistry>,
+    config: SessionsConfig,
+    metrics: Arc<Metrics>,
+    live: Mutex<HashMap<String, Live>>,
+    generations: AtomicU64,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// Finds, loads and unloads session actors; cheap to clone.
+#[derive(Clone)]
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    /// A directory over `store`, giving each session a snapshot of `base`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        base: Arc<ToolRegistry>,
+        config: SessionsConfig,
+        metrics: Arc<Metrics>,
+        cancel: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                base,
+                config,
+                metrics,
+                live: Mutex::new(HashMap::new()),
+                generations: AtomicU64::new(0),
+                cancel,
+                tracker,
+            }),
+        }
+    }
+
+    /// The store behind the sessions.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The server-wide registry every session snapshots.
+    pub fn base_registry(&self) -> &Arc<ToolRegistry> {
+        &self.inner.base
+    }
+
+    /// The directory a caller's sessions work under.
+    pub fn user_root(&self, caller: &Caller) -> PathBuf {
+        match (&caller.user, self.inner.config.per_user_workspaces) {
+            (Some(user), true) => self.inner.config.workspace.join(user),
+            _ => self.inner.config.workspace.clone(),
+        }
+    }
+
+    /// Creates a session (a fresh id, `cwd` relative to the caller's workspace root) and loads
+    /// its actor.
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        cwd: Option<&str>,
+    ) -> Result<(SessionHandle, SessionRow), SessionError> {
+        let root = self.user_root(caller);
+        let rel = match cwd {
+            Some(cwd) => fs_safe::resolve_path(&root, cwd)
+                .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))?,
+            None => PathBuf::new(),
+        };
+        prepare_dir(&self.inner.config.workspace, &root, &rel)?;
+        if let Some(user) = &caller.user {
+            self.inner.store.upsert_user(user).await?;
+        }
+        let row = self
+            .inner
+            .store
+            .create_session(&NewSession {
+                session_id: uuid::Uuid::new_v4().to_string(),
+                user_name: caller.user.clone(),
+                cwd: rel.to_string_lossy().into_owned(),
+                title: None,
+            })
+            .await?;
+        self.inner.metrics.sessions_created.inc();
+        let handle = self.load(&row).await?;
+        Ok((handle, row))
+    }
+
+    /// The caller's session row, or `UnknownSession` (also for another user's session).
+    pub async fn row(&self, caller: &Caller, session_id: &str) -> Result<SessionRow, SessionError> {
+        match self.inner.store.get_session(session_id).await? {
+            Some(row) if row.user_name == caller.user => Ok(row),
+            _ => Err(SessionError::UnknownSession(session_id.to_string())),
+        }
+    }
+
+    /// A handle to the caller's session, loading its actor from the store if needed.
+    pub async fn handle(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+    ) -> Result<SessionHandle, SessionError> {
+        let row = self.row(caller, session_id).await?;
+        self.load(&row).await
+    }
+
+    /// Stops the session's actor, if loaded, and deletes the session with all its data.
+    pub async fn delete(&self, caller: &Caller, session_id: &str) -> Result<(), SessionError> {
+        self.row(caller, session_id).await?;
+        let live = self.inner.live.lock().await.remove(session_id);
+        if let Some(live) = live {
+            live.handle.close().await;
+        }
+        self.inner.store.delete_session(session_id).await?;
+        Ok(())
+    }
+
+    /// Number of loaded actors.
+    pub async fn live_count(&self) -> usize {
+        self.inner.live.lock().await.len()
+    }
+
+    /// `session/open`'s `capabilities`: the contract id and each contract tool's status in
+    /// this session's registry.
+    pub fn capabilities(&self, catalog: &ToolCatalog) -> Value {
+        let tools: serde_json::Map<String, Value> = CONTRACT_TOOLS
+            .iter()
+            .map(|name| {
+                let status = if self.inner.config.unsupported.iter().any(|u| u == name) {
+                    "unsupported"
+                } else {
+                    match catalog.get(name).map(|e| e.state) {
+                        Some(ToolState::Active) => "available",
+                        Some(ToolState::Deferred) => "deferred",
+                        Some(ToolState::Hidden(_)) => "disabled_by_policy",
+                        None => "unsupported",
+                    }
+                };
+                (name.to_string(), Value::String(status.to_string()))
+            })
+            .collect();
+        json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools})
+    }
+
+    async fn load(&self, row: &SessionRow) -> Result<SessionHandle, SessionError> {
+        let mut live = self.inner.live.lock().await;
+        if let Some(existing) = live.get(&row.session_id)
+            && !existing.handle.is_closed()
+        {
+            return Ok(existing.handle.clone());
+        }
+        let caller = Caller {
+            user: row.user_name.clone(),
+        };
+        let cwd = self.user_root(&caller).join(&row.cwd);
+        let mut registry = self.inner.base.snapshot_excluding(&[]);
+        // Every session gets its own workspace: its own change journal and processes.
+        registry.rebind_cwd(&cwd);
+        let session_id: Arc<str> = row.session_id.as_str().into();
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let handle = SessionHandle::new(Arc::clone(&session_id), tx);
+        let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
+        let actor = SessionActor::new(ActorSetup {
+            session_id,
+            store: Arc::clone(&self.inner.store),
+            registry,
+            last_seq: row.last_seq,
+            idle_unload: self.inner.config.idle_unload,
+            cancel: self.inner.cancel.child_token(),
+            tracker: self.inner.tracker.clone(),
+            metrics: Arc::clone(&self.inner.metrics),
+            llm_configured: self.inner.config.llm_configured,
+        });
+        live.insert(
+            row.session_id.clone(),
+            Live {
+                handle: handle.clone(),
+                generation,
+            },
+        );
+        drop(live);
+        self.inner.metrics.actors_live.inc();
+        let sessions = self.clone();
+        let id = row.session_id.clone();
+        self.inner.tracker.spawn(async move {
+            actor.run(rx).await;
+            sessions.inner.metrics.actors_live.dec();
+            let mut live = sessions.inner.live.lock().await;
+            if live.get(&id).is_some_and(|l| l.generation == generation) {
+                live.remove(&id);
+            }
+        });
+        Ok(handle)
+    }
+}
+
+/// Makes sure the caller's root and the session's cwd exist, without following symlinks below
+/// the workspace root.
+fn prepare_dir(workspace: &Path, root: &Path, rel: &Path) -> Result<(), SessionError> {
+    let below_workspace = root.strip_prefix(workspace).unwrap_or(Path::new(""));
+    let full = below_workspace.join(rel);
+    if full.as_os_str().is_empty() {
+        return Ok(());
+    }
+    fs_safe::create_dir_all_no_follow(workspace, &full)
+        .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))
+}

@@ -1,0 +1,313 @@
+//! Sessions: one [`actor::SessionActor`] per open session owns its state without locks; clonable
+//! [`SessionHandle`]s talk to it; [`hub::Sessions`] finds, loads and unloads actors.
+
+pub mod actor;
+pub mod hub;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::store::StoreError;
+use crate::tools::{DispatchError, ToolCatalog, ToolState};
+
+pub use hub::Sessions;
+
+/// Who is calling: a configured user, or nobody in particular when users are not configured.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller {
+    /// The user's name, `None` without `[[server.users]]`.
+    pub user: Option<String>,
+}
+
+impl Caller {
+    /// The caller of a server without users.
+    pub fn anonymous() -> Self {
+        Self { user: None }
+    }
+}
+
+/// Why a session request failed; `kind()` is the wire word in `data.kind`.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// No such session for this caller (another user's session looks the same).
+    #[error("unknown session {0}")]
+    UnknownSession(String),
+    /// A turn is already running.
+    #[error("a turn is already in progress")]
+    TurnInProgress,
+    /// No model is configured.
+    #[error(
+        "no model is configured: set llm.base_url and llm.model (or AGENTD_LLM_BASE_URL and AGENTD_LLM_MODEL); tools still work through tool/invoke"
+    )]
+    LlmNotConfigured,
+    /// The capability exists in the protocol but not yet in this server.
+    #[error("{0}")]
+    NotYetAvailable(&'static str),
+    /// No pending question has that id.
+    #[error("no pending user input request {0}")]
+    UnknownRequest(String),
+    /// No task has that id in this session.
+    #[error("unknown task {0}")]
+    UnknownTask(String),
+    /// Bad parameters.
+    #[error("{0}")]
+    InvalidParams(String),
+    /// A tool call was refused before it ran.
+    #[error("{0}")]
+    Dispatch(#[from] DispatchError),
+    /// The actor stopped while handling the request (shutdown or unload).
+    #[error("the session stopped; open it again")]
+    ActorGone,
+    /// The store failed; details are logged.
+    #[error("storage error")]
+    Store(#[from] StoreError),
+}
+
+impl SessionError {
+    /// The snake_case word clients see as `data.kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::UnknownSession(_) => "unknown_session",
+            Self::TurnInProgress => "turn_in_progress",
+            Self::LlmNotConfigured => "llm_not_configured",
+            Self::NotYetAvailable(_) => "unsupported",
+            Self::UnknownRequest(_) => "unknown_request",
+            Self::UnknownTask(_) => "unknown_task",
+            Self::InvalidParams(_) => "invalid_params",
+            Self::Dispatch(err) => err.kind(),
+            Self::ActorGone => "session_unavailable",
+            Self::Store(_) => "internal",
+        }
+    }
+}
+
+/// One frame for a connection's socket; notifications are serialised once and shared by every
+/// watcher.
+#[derive(Debug, Clone)]
+pub enum Outbound {
+    /// A JSON text frame.
+    Text(Arc<str>),
+    /// Close the socket with this code and reason.
+    Close(u16, &'static str),
+}
+
+/// A connection watching a session's event stream.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    /// Identifies the connection within the server.
+    pub connection_id: u64,
+    /// The connection's bounded outbound queue; the connection's writer task holds the
+    /// receiver and ends when it closes.
+    pub tx: mpsc::Sender<Outbound>,
+    /// Fired by an actor when the queue is full: the connection must close with 1013 and the
+    /// client resume with `after_seq`.
+    pub lagged: CancellationToken,
+}
+
+/// What `session/open` tells the client.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenedSession {
+    /// The session.
+    pub session_id: String,
+    /// Whether it existed before this open.
+    pub resumed: bool,
+    /// The last event seq at the moment the connection was attached.
+    pub last_seq: i64,
+    /// The coding-tool contract and each contract tool's status.
+    pub capabilities: Value,
+    /// Visible and deferred tool names.
+    pub tools: ToolNames,
+}
+
+/// Visible and deferred tool names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ToolNames {
+    /// Visible to the model.
+    pub active: Vec<String>,
+    /// Loaded on demand.
+    pub deferred: Vec<String>,
+}
+
+impl ToolNames {
+    /// The names in a catalog.
+    pub fn of(catalog: &ToolCatalog) -> Self {
+        let names = |state| {
+            catalog
+                .names_in(state)
+                .into_iter()
+                .map(str::to_string)
+                .collect()
+        };
+        Self {
+            active: names(ToolState::Active),
+            deferred: names(ToolState::Deferred),
+        }
+    }
+}
+
+/// The answer to `tool/invoke`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InvokeResult {
+    /// The id given to this call.
+    pub tool_call_id: String,
+    /// Whether the tool did what was asked.
+    pub success: bool,
+    /// The text the model would see.
+    pub output: String,
+    /// Host-side metadata, when the tool gave some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_metadata: Option<Value>,
+}
+
+/// Builds the JSON-RPC notification frame for one event.
+pub fn notification_frame(method: &str, params: &Value) -> Arc<str> {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+        .to_string()
+        .into()
+}
+
+/// Adds `session_id` and `seq` to notification params.
+pub(crate) fn stamp(session_id: &str, seq: i64, params: Value) -> Value {
+    let mut map = match params {
+        Value::Object(map) => map,
+        Value::Null => Map::new(),
+        other => {
+            let mut map = Map::new();
+            map.insert("value".into(), other);
+            map
+        }
+    };
+    map.insert("session_id".into(), Value::String(session_id.to_string()));
+    map.insert("seq".into(), Value::from(seq));
+    Value::Object(map)
+}
+
+/// A request to a session actor, with where to send the reply.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Attach {
+        watcher: Watcher,
+        reply: oneshot::Sender<(i64, Arc<ToolCatalog>)>,
+    },
+    Detach {
+        connection_id: u64,
+    },
+    InvokeTool {
+        name: String,
+        arguments: Value,
+        reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
+    },
+    ToolList {
+        reply: oneshot::Sender<Value>,
+    },
+    StartTurn {
+        reply: oneshot::Sender<Result<String, SessionError>>,
+    },
+    Interrupt {
+        reply: oneshot::Sender<bool>,
+    },
+    RespondUserInput {
+        request_id: String,
+        answers: Value,
+        reply: oneshot::Sender<Result<(), SessionError>>,
+    },
+    Close,
+}
+
+/// A clonable address of one session actor.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    session_id: Arc<str>,
+    tx: mpsc::Sender<Command>,
+}
+
+impl SessionHandle {
+    pub(crate) fn new(session_id: Arc<str>, tx: mpsc::Sender<Command>) -> Self {
+        Self { session_id, tx }
+    }
+
+    /// The session's id.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Whether the actor has stopped.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, SessionError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(command(reply))
+            .await
+            .map_err(|_| SessionError::ActorGone)?;
+        answer.await.map_err(|_| SessionError::ActorGone)
+    }
+
+    /// Starts streaming live events to `watcher`; returns the last seq before it joined (every
+    /// later event reaches the watcher) and the session's current tool catalog.
+    pub async fn attach(&self, watcher: Watcher) -> Result<(i64, Arc<ToolCatalog>), SessionError> {
+        self.ask(|reply| Command::Attach { watcher, reply }).await
+    }
+
+    /// Stops streaming to a connection.
+    pub async fn detach(&self, connection_id: u64) {
+        let _ = self.tx.send(Command::Detach { connection_id }).await;
+    }
+
+    /// Runs a tool the way a model's call would run.
+    pub async fn invoke_tool(
+        &self,
+        name: String,
+        arguments: Value,
+    ) -> Result<InvokeResult, SessionError> {
+        self.ask(|reply| Command::InvokeTool {
+            name,
+            arguments,
+            reply,
+        })
+        .await?
+    }
+
+    /// The `tool/list` answer.
+    pub async fn tool_list(&self) -> Result<Value, SessionError> {
+        self.ask(|reply| Command::ToolList { reply }).await
+    }
+
+    /// Starts a turn; returns its id.
+    pub async fn start_turn(&self) -> Result<String, SessionError> {
+        self.ask(|reply| Command::StartTurn { reply }).await?
+    }
+
+    /// Interrupts the running turn; whether there was one.
+    pub async fn interrupt(&self) -> Result<bool, SessionError> {
+        self.ask(|reply| Command::Interrupt { reply }).await
+    }
+
+    /// Delivers the user's answers to a pending `request_user_input`.
+    pub async fn respond_user_input(
+        &self,
+        request_id: String,
+        answers: Value,
+    ) -> Result<(), SessionError> {
+        self.ask(|reply| Command::RespondUserInput {
+            request_id,
+            answers,
+            reply,
+        })
+        .await?
+    }
+
+    /// Stops the actor (the session is being deleted or the server is stopping).
+    pub async fn close(&self) {
+        let _ = self.tx.send(Command::Close).await;
+    }
+}

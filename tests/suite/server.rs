@@ -1,0 +1,808 @@
+//! The server over real sockets: the WebSocket protocol, replay, back-pressure, restarts,
+//! users, REST, metrics and the API description.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::support::{Frame, TestApp, WsClient, config_in};
+
+fn seqs(notes: &[Value]) -> Vec<i64> {
+    notes
+        .iter()
+        .map(|n| n["params"]["seq"].as_i64().unwrap())
+        .collect()
+}
+
+fn methods(notes: &[Value]) -> Vec<&str> {
+    notes
+        .iter()
+        .map(|n| n["method"].as_str().unwrap())
+        .collect()
+}
+
+async fn invoke(
+    ws: &mut WsClient,
+    session: &str,
+    name: &str,
+    arguments: Value,
+) -> (Vec<Value>, Value) {
+    ws.call(
+        "tool/invoke",
+        json!({"session_id": session, "name": name, "arguments": arguments}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn open_invoke_and_list_over_the_websocket() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    assert_eq!(opened["resumed"], false);
+    assert_eq!(opened["last_seq"], 0);
+    assert_eq!(
+        opened["capabilities"]["coding_tool_contract"],
+        "codex-compatible-coding-v1"
+    );
+    assert_eq!(opened["capabilities"]["tools"]["apply_patch"], "available");
+    assert_eq!(
+        opened["capabilities"]["tools"]["image_generation"],
+        "unsupported"
+    );
+    assert_eq!(opened["capabilities"]["tools"]["web_search"], "unsupported");
+    let active: Vec<&str> = opened["tools"]["active"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        active.contains(&"read_file") && active.contains(&"shell"),
+        "{active:?}"
+    );
+
+    let (notes, answer) = invoke(
+        &mut ws,
+        &session,
+        "write_file",
+        json!({"path": "a.txt", "content": "hi\n"}),
+    )
+    .await;
+    assert_eq!(
+        methods(&notes),
+        ["tool/started", "tool/completed"],
+        "notifications come before the answer"
+    );
+    assert_eq!(seqs(&notes), [1, 2]);
+    assert_eq!(notes[0]["params"]["session_id"], session.as_str());
+    assert_eq!(notes[0]["params"]["arguments"]["path"], "a.txt");
+    assert_eq!(notes[1]["params"]["success"], true);
+    assert_eq!(notes[1]["params"]["file_modified"], "a.txt");
+    assert!(notes[1]["params"]["duration_ms"].is_u64());
+    let result = &answer["result"];
+    assert_eq!(result["success"], true);
+    assert_eq!(result["tool_call_id"], notes[0]["params"]["tool_call_id"]);
+    assert_eq!(
+        std::fs::read_to_string(app.workspace().join("a.txt")).unwrap(),
+        "hi\n"
+    );
+
+    let (_, read) = invoke(&mut ws, &session, "read_file", json!({"path": "a.txt"})).await;
+    assert_eq!(read["result"]["output"], "     1\thi\n");
+    let (_, missing) = invoke(&mut ws, &session, "read_file", json!({"path": "nope.txt"})).await;
+    assert_eq!(
+        missing["result"]["success"], false,
+        "a tool that runs and fails is a result"
+    );
+    assert!(
+        missing["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist")
+    );
+
+    let (_, unknown) = invoke(&mut ws, &session, "no_such_tool", json!({})).await;
+    assert_eq!(unknown["error"]["data"]["kind"], "unknown_tool");
+    let (notes, bad) = invoke(&mut ws, &session, "write_file", json!({"path": 3})).await;
+    assert_eq!(bad["error"]["data"]["kind"], "invalid_arguments");
+    assert!(notes.is_empty(), "refused calls emit nothing");
+
+    let list = ws.result("tool/list", json!({"session_id": session})).await;
+    let grep = list["active"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "grep")
+        .unwrap();
+    assert_eq!(grep["group"], "search");
+    assert_eq!(grep["concurrency"], "safe");
+    assert_eq!(grep["spawn_only"], false);
+    assert!(list["hidden"].as_array().unwrap().is_empty());
+
+    let (_, turn) = ws
+        .call(
+            "turn/start",
+            json!({"session_id": session, "input": [{"kind": "text", "text": "hello"}]}),
+        )
+        .await;
+    assert_eq!(turn["error"]["data"]["kind"], "llm_not_configured");
+    let interrupted = ws
+        .result("turn/interrupt", json!({"session_id": session}))
+        .await;
+    assert_eq!(interrupted, json!({"interrupted": false}));
+    let tasks = ws.result("task/list", json!({"session_id": session})).await;
+    assert_eq!(tasks, json!({"tasks": []}));
+    let (_, task) = ws
+        .call(
+            "task/cancel",
+            json!({"session_id": session, "task_id": "t-1"}),
+        )
+        .await;
+    assert_eq!(task["error"]["data"]["kind"], "unknown_task");
+
+    let events = app
+        .get_json(&format!("/api/sessions/{session}/events"), None)
+        .await;
+    let stored: Vec<i64> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(stored, (1..=stored.len() as i64).collect::<Vec<_>>());
+    assert_eq!(events["events"][0]["method"], "tool/started");
+    let page = app
+        .get_json(
+            &format!("/api/sessions/{session}/events?after_seq=1&limit=1"),
+            None,
+        )
+        .await;
+    assert_eq!(page["events"][0]["seq"], 2);
+}
+
+#[tokio::test]
+async fn protocol_errors_keep_the_connection_usable() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    ws.send_text("{not json").await;
+    let parse = ws.next_json().await;
+    assert_eq!(parse["error"]["code"], -32700);
+    assert_eq!(parse["id"], Value::Null);
+
+    let (_, unknown) = ws.call("session/destroy", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32601);
+
+    let (_, bad) = ws
+        .call("session/open", json!({"after_seq": "yesterday"}))
+        .await;
+    assert_eq!(bad["error"]["code"], -32602);
+    assert_eq!(bad["error"]["data"]["kind"], "invalid_params");
+
+    let (_, missing) = ws.call("tool/list", json!({})).await;
+    assert_eq!(missing["error"]["code"], -32602);
+
+    let (_, nobody) = ws
+        .call(
+            "session/open",
+            json!({"session_id": "00000000-0000-0000-0000-000000000000"}),
+        )
+        .await;
+    assert_eq!(nobody["error"]["code"], -32000);
+    assert_eq!(nobody["error"]["data"]["kind"], "unknown_session");
+
+    ws.send_text(r#"{"jsonrpc":"2.0","id":99}"#).await;
+    let invalid = ws.next_json().await;
+    assert_eq!(invalid["error"]["code"], -32600);
+    assert_eq!(invalid["id"], 99);
+
+    let session = ws.open().await;
+    assert_eq!(session.len(), 36, "still usable after every error");
+}
+
+#[tokio::test]
+async fn reconnecting_with_after_seq_replays_every_later_event_once_in_order() {
+    let app = TestApp::spawn().await;
+    let mut first = app.ws().await;
+    let session = first.open().await;
+    invoke(
+        &mut first,
+        &session,
+        "write_file",
+        json!({"path": "1", "content": "1"}),
+    )
+    .await;
+    invoke(
+        &mut first,
+        &session,
+        "write_file",
+        json!({"path": "2", "content": "2"}),
+    )
+    .await;
+    drop(first);
+
+    let mut second = app.ws().await;
+    second
+        .result("session/open", json!({"session_id": session}))
+        .await;
+    invoke(
+        &mut second,
+        &session,
+        "write_file",
+        json!({"path": "3", "content": "3"}),
+    )
+    .await;
+
+    let mut third = app.ws().await;
+    let (replayed, answer) = third
+        .call(
+            "session/open",
+            json!({"session_id": session, "after_seq": 2}),
+        )
+        .await;
+    assert_eq!(
+        seqs(&replayed),
+        [3, 4, 5, 6],
+        "replay comes before the answer"
+    );
+    assert_eq!(answer["result"]["resumed"], true);
+    assert_eq!(answer["result"]["last_seq"], 6);
+
+    invoke(
+        &mut second,
+        &session,
+        "write_file",
+        json!({"path": "4", "content": "4"}),
+    )
+    .await;
+    let live: Vec<i64> = vec![
+        third.notification("tool/started").await["seq"]
+            .as_i64()
+            .unwrap(),
+        third.notification("tool/completed").await["seq"]
+            .as_i64()
+            .unwrap(),
+    ];
+    assert_eq!(live, [7, 8], "then live, with no gap and no duplicate");
+}
+
+#[tokio::test]
+async fn several_watchers_see_the_same_stream() {
+    let app = TestApp::spawn().await;
+    let mut a = app.ws().await;
+    let session = a.open().await;
+    let mut b = app.ws().await;
+    b.result("session/open", json!({"session_id": session}))
+        .await;
+    let (notes, _) = invoke(&mut a, &session, "list_dir", json!({})).await;
+    let seen_by_b = vec![b.next_json().await, b.next_json().await];
+    assert_eq!(notes, seen_by_b);
+}
+
+#[tokio::test]
+async fn a_slow_watcher_is_cut_with_1013_and_resumes_without_loss() {
+    let app = TestApp::spawn_with(|c| c.server.ws_queue_frames = 4).await;
+    let mut slow = app.ws().await;
+    let session = slow.open().await;
+    let mut fast = app.ws().await;
+    fast.result("session/open", json!({"session_id": session}))
+        .await;
+    // Large arguments fill the socket buffers quickly; the slow client reads nothing meanwhile.
+    let content = "x".repeat(256 * 1024);
+    let mut total = 0;
+    for i in 0..48 {
+        let (notes, answer) = invoke(
+            &mut fast,
+            &session,
+            "write_file",
+            json!({"path": format!("big{i}"), "content": content}),
+        )
+        .await;
+        assert_eq!(answer["result"]["success"], true);
+        total = notes.last().unwrap()["params"]["seq"].as_i64().unwrap();
+    }
+    let mut seen = Vec::new();
+    let code = loop {
+        match slow.next().await {
+            Frame::Json(message) => seen.push(message["params"]["seq"].as_i64().unwrap()),
+            Frame::Closed(code) => break code,
+        }
+    };
+    assert_eq!(code, Some(1013), "cut off after {} events", seen.len());
+    assert!(seen.len() < total as usize);
+    assert_eq!(
+        seen,
+        (1..=seen.len() as i64).collect::<Vec<_>>(),
+        "what arrived is in order"
+    );
+
+    let mut resumed = app.ws().await;
+    let after = seen.last().copied().unwrap_or(0);
+    let (rest, answer) = resumed
+        .call(
+            "session/open",
+            json!({"session_id": session, "after_seq": after}),
+        )
+        .await;
+    assert_eq!(answer["result"]["last_seq"], total);
+    let all: Vec<i64> = seen.into_iter().chain(seqs(&rest)).collect();
+    assert_eq!(
+        all,
+        (1..=total).collect::<Vec<_>>(),
+        "nothing lost, nothing twice"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_keeps_sessions_and_events() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    invoke(
+        &mut ws,
+        &session,
+        "write_file",
+        json!({"path": "k.txt", "content": "kept"}),
+    )
+    .await;
+    drop(ws);
+    let dir = app.stop().await;
+
+    let config = config_in(dir.path());
+    let app = TestApp::start_in(dir, config).await;
+    let listed = app.get_json("/api/sessions", None).await;
+    assert_eq!(listed["sessions"][0]["session_id"], session.as_str());
+    assert_eq!(listed["sessions"][0]["last_seq"], 2);
+    let mut ws = app.ws().await;
+    let (replayed, answer) = ws
+        .call(
+            "session/open",
+            json!({"session_id": session, "after_seq": 0}),
+        )
+        .await;
+    assert_eq!(methods(&replayed), ["tool/started", "tool/completed"]);
+    assert_eq!(answer["result"]["resumed"], true);
+    let (notes, _) = invoke(&mut ws, &session, "read_file", json!({"path": "k.txt"})).await;
+    assert_eq!(seqs(&notes), [3, 4], "numbering continues");
+}
+
+#[tokio::test]
+async fn idle_actors_unload_and_load_again_on_open() {
+    let app = TestApp::spawn_with(|c| c.server.idle_unload_secs = 0).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    invoke(
+        &mut ws,
+        &session,
+        "write_file",
+        json!({"path": "i.txt", "content": "i"}),
+    )
+    .await;
+    drop(ws);
+    let deadline = std::time::Instant::now() + crate::support::WAIT;
+    loop {
+        let metrics = app.get("/metrics", None).await.1;
+        if metrics.contains("agentd_actors_live 0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "actor never unloaded: {metrics}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let mut ws = app.ws().await;
+    let (replayed, answer) = ws
+        .call(
+            "session/open",
+            json!({"session_id": session, "after_seq": 0}),
+        )
+        .await;
+    assert_eq!(replayed.len(), 2);
+    assert_eq!(answer["result"]["last_seq"], 2);
+}
+
+#[tokio::test]
+async fn users_are_isolated_from_each_other() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.users = vec![
+            agentd::config::UserConfig {
+                name: "alice".into(),
+                token: agentd::config::Secret::new("alice-token"),
+            },
+            agentd::config::UserConfig {
+                name: "bob".into(),
+                token: agentd::config::Secret::new("bob-token"),
+            },
+        ];
+    })
+    .await;
+    assert_eq!(app.ws_with(None, None).await.err(), Some(401));
+    assert_eq!(
+        app.ws_with(Some("carol-token"), None).await.err(),
+        Some(401)
+    );
+    assert_eq!(app.get("/api/sessions", None).await.0, 401);
+    assert_eq!(
+        app.get("/healthz", None).await.0,
+        200,
+        "public routes stay public"
+    );
+
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let alice_session = alice.open().await;
+    invoke(
+        &mut alice,
+        &alice_session,
+        "write_file",
+        json!({"path": "secret.txt", "content": "alice only"}),
+    )
+    .await;
+    assert!(app.workspace().join("alice/secret.txt").exists());
+
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let bob_session = bob.open().await;
+    for path in ["secret.txt", "../alice/secret.txt"] {
+        let (_, read) = invoke(&mut bob, &bob_session, "read_file", json!({"path": path})).await;
+        assert_eq!(read["result"]["success"], false, "{path}");
+        assert!(
+            !read["result"]["output"]
+                .as_str()
+                .unwrap()
+                .contains("alice only")
+        );
+    }
+    let (_, grep) = invoke(&mut bob, &bob_session, "grep", json!({"pattern": "alice"})).await;
+    assert!(
+        !grep["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("secret.txt")
+    );
+
+    let (_, stolen) = bob
+        .call("session/open", json!({"session_id": alice_session}))
+        .await;
+    assert_eq!(stolen["error"]["data"]["kind"], "unknown_session");
+    let (_, stolen) = invoke(
+        &mut bob,
+        &alice_session,
+        "read_file",
+        json!({"path": "secret.txt"}),
+    )
+    .await;
+    assert_eq!(stolen["error"]["data"]["kind"], "unknown_session");
+    for path in [
+        format!("/api/sessions/{alice_session}"),
+        format!("/api/sessions/{alice_session}/events"),
+        format!("/api/sessions/{alice_session}/messages"),
+        format!("/api/sessions/{alice_session}/tools"),
+        format!("/api/sessions/{alice_session}/cost"),
+        format!("/api/sessions/{alice_session}/files?path=secret.txt"),
+    ] {
+        assert_eq!(app.get(&path, Some("bob-token")).await.0, 404, "{path}");
+    }
+    let (status, _) = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{alice_session}"),
+            Some("bob-token"),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let bobs = app.get_json("/api/sessions", Some("bob-token")).await;
+    assert_eq!(bobs["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(bobs["sessions"][0]["session_id"], bob_session.as_str());
+
+    let (status, body) = app
+        .get(
+            &format!("/api/sessions/{alice_session}/files?path=secret.txt"),
+            Some("alice-token"),
+        )
+        .await;
+    assert_eq!((status, body.as_str()), (200, "alice only"));
+}
+
+#[tokio::test]
+async fn shared_token_origins_and_oversized_frames() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.auth_token = Some(agentd::config::Secret::new("tok"));
+        c.server.allowed_origins = vec!["http://app.example".into()];
+    })
+    .await;
+    assert_eq!(app.get("/api/sessions", Some("nope")).await.0, 401);
+    assert_eq!(app.get("/api/sessions", Some("tok")).await.0, 200);
+    let (status, _) = app.get("/api/sessions?token=tok", None).await;
+    assert_eq!(status, 200, "?token= works too");
+    assert_eq!(
+        app.ws_with(Some("tok"), Some("http://evil.example"))
+            .await
+            .err(),
+        Some(403)
+    );
+    let same_host = format!("http://{}", app.addr);
+    assert!(app.ws_with(Some("tok"), Some(&same_host)).await.is_ok());
+    let mut ws = app
+        .ws_with(Some("tok"), Some("http://app.example"))
+        .await
+        .unwrap();
+    ws.send_text(&"x".repeat(4 * 1024 * 1024 + 1)).await;
+    match ws.next().await {
+        Frame::Closed(code) => assert_eq!(code, Some(1009)),
+        Frame::Json(message) => panic!("expected close, got {message}"),
+    }
+}
+
+#[tokio::test]
+async fn rest_routes_answer_with_one_error_shape() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    invoke(
+        &mut ws,
+        &session,
+        "write_file",
+        json!({"path": "d/f.txt", "content": "file body"}),
+    )
+    .await;
+    std::os::unix::fs::symlink("/etc/hostname", app.workspace().join("link")).unwrap();
+
+    let (status, body) = app
+        .get(&format!("/api/sessions/{session}/files?path=d/f.txt"), None)
+        .await;
+    assert_eq!((status, body.as_str()), (200, "file body"));
+    let (status, body) = app
+        .get(&format!("/api/sessions/{session}/files?path=link"), None)
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "bad_request");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("symbolic link")
+    );
+    let (status, _) = app
+        .get(&format!("/api/sessions/{session}/files?path=../x"), None)
+        .await;
+    assert_eq!(status, 400);
+    let (status, _) = app
+        .get(&format!("/api/sessions/{session}/files?path=none"), None)
+        .await;
+    assert_eq!(status, 404);
+
+    let one = app
+        .get_json(&format!("/api/sessions/{session}"), None)
+        .await;
+    assert_eq!(one["session_id"], session.as_str());
+    assert_eq!(one["last_seq"], 2);
+    let tools = app
+        .get_json(&format!("/api/sessions/{session}/tools"), None)
+        .await;
+    assert!(tools["active"].as_array().unwrap().len() > 10);
+    let cost = app
+        .get_json(&format!("/api/sessions/{session}/cost"), None)
+        .await;
+    assert_eq!(
+        cost,
+        json!({"session_cost_usd": 0.0, "tokens_in": 0, "tokens_out": 0, "rows": []})
+    );
+    let messages = app
+        .get_json(&format!("/api/sessions/{session}/messages"), None)
+        .await;
+    assert_eq!(messages, json!({"messages": []}));
+    let tasks = app
+        .get_json(&format!("/api/sessions/{session}/tasks"), None)
+        .await;
+    assert_eq!(tasks, json!({"tasks": []}));
+    let catalog = app.get_json("/api/tools", None).await;
+    assert!(
+        catalog["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "apply_patch" && t["state"] == "active")
+    );
+
+    let (status, body) = app.get("/api/sessions/nope", None).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        "not_found"
+    );
+    let (status, _) = app.get("/api/tasks/nope", None).await;
+    assert_eq!(status, 404);
+    let (status, _) = app
+        .get(&format!("/api/sessions/{session}/events?limit=0"), None)
+        .await;
+    assert_eq!(status, 400);
+    let (status, body) = app.get("/no/such/route", None).await;
+    assert_eq!(status, 404);
+    assert!(body.contains("\"code\":\"not_found\""));
+
+    let (status, _) = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{session}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(
+        app.get(&format!("/api/sessions/{session}"), None).await.0,
+        404
+    );
+    let (_, gone) = invoke(&mut ws, &session, "list_dir", json!({})).await;
+    assert_eq!(gone["error"]["data"]["kind"], "unknown_session");
+}
+
+#[tokio::test]
+async fn policies_show_in_tool_lists_and_metrics() {
+    let app = TestApp::spawn_with(|c| {
+        c.tool_policy.deny = vec!["shell".into()];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        opened["capabilities"]["tools"]["shell"],
+        "disabled_by_policy"
+    );
+    let (_, denied) = invoke(&mut ws, &session, "shell", json!({"command": "true"})).await;
+    assert_eq!(denied["error"]["data"]["kind"], "policy_denied");
+    let list = ws.result("tool/list", json!({"session_id": session})).await;
+    assert_eq!(
+        list["hidden"],
+        json!([{"name": "shell", "reason": "policy_deny"}])
+    );
+    invoke(&mut ws, &session, "list_dir", json!({})).await;
+
+    let (status, metrics) = app.get("/metrics", None).await;
+    assert_eq!(status, 200);
+    for line in [
+        r#"agentd_policy_denials_total{reason="policy_deny"} 1"#,
+        r#"agentd_tool_calls_total{tool="list_dir",outcome="success"} 1"#,
+        r#"agentd_tool_calls_total{tool="shell",outcome="policy_denied"} 1"#,
+        "agentd_sessions_created_total 1",
+        "agentd_actors_live 1",
+        "agentd_websocket_connections 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line}\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn shutdown_closes_websockets_with_1001() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    ws.open().await;
+    let stopping = tokio::spawn(app.stop());
+    match ws.next().await {
+        Frame::Closed(code) => assert_eq!(code, Some(1001)),
+        Frame::Json(message) => panic!("expected close, got {message}"),
+    }
+    stopping.await.unwrap();
+}
+
+#[tokio::test]
+async fn openapi_describes_exactly_the_served_routes() {
+    let app = TestApp::spawn().await;
+    let (status, text) = app.get("/openapi.yaml", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(text, agentd::http::health::OPENAPI_YAML);
+    let doc: Value = serde_norway::from_str(&text).expect("openapi.yaml parses");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let mut described = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "patch", "delete"].contains(&method.as_str()) {
+                described.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    let served: BTreeSet<(String, String)> = agentd::http::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(described, served);
+    // Every listed route is really routed: nothing answers the router's "no such route".
+    for (method, path) in &served {
+        let concrete = path.replace("{id}", "x").replace("{task_id}", "x");
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let (_, body) = app.request(method, &concrete, None).await;
+        assert!(!body.contains("no such route"), "{path} is not routed");
+    }
+}
+
+#[tokio::test]
+async fn plans_and_questions_flow_through_the_session() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let plan = json!({"plan": [{"step": "look", "status": "in_progress"}]});
+    let (notes, answer) = invoke(&mut ws, &session, "update_plan", plan).await;
+    assert_eq!(
+        methods(&notes),
+        ["tool/started", "plan/updated", "tool/completed"]
+    );
+    assert_eq!(notes[1]["params"]["plan"][0]["step"], "look");
+    assert_eq!(answer["result"]["success"], true);
+
+    // A question waits for the user's answer, which arrives over the same protocol.
+    let questions = json!({"questions": [{"id": "db", "header": "DB", "question": "Which?"}]});
+    let id = ws
+        .send(
+            "tool/invoke",
+            json!({"session_id": session, "name": "request_user_input", "arguments": questions}),
+        )
+        .await;
+    let asked = ws.notification("user_input/requested").await;
+    assert_eq!(asked["questions"][0]["id"], "db");
+    let request_id = asked["request_id"].as_str().unwrap().to_string();
+    let (_, wrong) = ws
+        .call(
+            "user_input/respond",
+            json!({"session_id": session, "request_id": "nope", "answers": {}}),
+        )
+        .await;
+    assert_eq!(wrong["error"]["data"]["kind"], "unknown_request");
+    let responded = ws
+        .send(
+            "user_input/respond",
+            json!({"session_id": session, "request_id": request_id, "answers": {"db": "sqlite"}}),
+        )
+        .await;
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 2 {
+        let message = ws.next_json().await;
+        if let Some(key) = message.get("id").and_then(Value::as_u64) {
+            answers.insert(key, message);
+        }
+    }
+    assert_eq!(answers[&responded]["result"], json!({}));
+    assert_eq!(answers[&id]["result"]["output"], r#"{"db":"sqlite"}"#);
+}
+
+#[tokio::test]
+async fn notifications_get_no_answer_and_bad_queries_get_the_error_shape() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    // A request without an id is a notification: it runs, but nothing answers it.
+    ws.send_text(
+        &json!({"jsonrpc": "2.0", "method": "tool/list", "params": {"session_id": session}})
+            .to_string(),
+    )
+    .await;
+    ws.send_text(r#"{"jsonrpc":"2.0","method":"no/such"}"#)
+        .await;
+    let (_, answer) = ws.call("tool/list", json!({"session_id": session})).await;
+    assert!(
+        answer["result"]["active"].is_array(),
+        "the first frame is this call's answer"
+    );
+
+    for (path, status) in [
+        (format!("/api/sessions/{session}/events?limit=abc"), 400),
+        (format!("/api/sessions/{session}/files"), 400),
+    ] {
+        let (got, body) = app.get(&path, None).await;
+        assert_eq!(got, status, "{path}");
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["error"]["code"], "bad_request", "{path}");
+    }
+    let (status, body) = app
+        .request(reqwest::Method::POST, "/api/sessions", None)
+        .await;
+    assert_eq!(status, 405);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        "method_not_allowed"
+    );
+    let (status, body) = app.get("/api/ws", None).await;
+    assert_eq!(status, 400, "a plain GET is not an upgrade");
+    assert!(serde_json::from_str::<Value>(&body).is_ok(), "{body}");
+}
