@@ -438,9 +438,20 @@ pub(crate) fn tool_list(registry: &ToolRegistry) -> Value {
         .hidden()
         .map(|(e, reason)| json!({"name": e.name(), "reason": reason}))
         .collect();
+    let lifecycle = registry.lifecycle();
+    let last_used: serde_json::Map<String, Value> = lifecycle
+        .last_used()
+        .map(|(name, at)| (name.to_string(), Value::from(at)))
+        .collect();
     json!({
         "active": info(ToolState::Active),
         "deferred": info(ToolState::Deferred),
         "hidden": hidden,
+        "lru": {
+            "iteration": lifecycle.iteration(),
+            "max_active": lifecycle.max_active(),
+            "idle_threshold": lifecycle.idle_threshold(),
+            "last_used": last_used,
+        },
     })
 }

@@ -82,6 +82,11 @@ impl ToolLifecycle {
         self.base_tools.contains(tool)
     }
 
+    /// The iteration each tool was last used or brought back in, by name.
+    pub fn last_used(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.last_used.iter().map(|(name, at)| (name.as_str(), *at))
+    }
+
     /// The visible-tool limit.
     pub fn max_active(&self) -> usize {
         self.max_active

@@ -1,4 +1,5 @@
 //! Integration test modules.
 
+mod cli;
 mod server;
 mod tool_core;

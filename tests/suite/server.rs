@@ -806,3 +806,39 @@ async fn notifications_get_no_answer_and_bad_queries_get_the_error_shape() {
     assert_eq!(status, 400, "a plain GET is not an upgrade");
     assert!(serde_json::from_str::<Value>(&body).is_ok(), "{body}");
 }
+
+#[tokio::test]
+async fn sessions_get_the_configured_lru_limits_and_deferral() {
+    let app = TestApp::spawn_with(|c| {
+        c.tools.max_active = 10;
+        c.tools.idle_threshold = 3;
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    // With more than 10 tools visible, the configured groups start deferred.
+    let deferred = opened["tools"]["deferred"].as_array().unwrap();
+    assert!(deferred.contains(&json!("web_fetch")), "{deferred:?}");
+    assert_eq!(opened["capabilities"]["tools"]["web_fetch"], "deferred");
+    let list = ws.result("tool/list", json!({"session_id": session})).await;
+    assert_eq!(list["lru"]["max_active"], 10);
+    assert_eq!(list["lru"]["idle_threshold"], 3);
+    assert!(list["tools"].is_null());
+    // Calling a deferred tool brings its group back and says so.
+    let (notes, answer) = invoke(&mut ws, &session, "web_fetch", json!({"url": "ftp://x"})).await;
+    assert_eq!(
+        answer["result"]["success"], false,
+        "ftp is refused by the tool itself"
+    );
+    assert_eq!(notes[0]["method"], "tools/changed");
+    let activated = &notes[0]["params"]["activated"];
+    assert!(
+        activated.as_array().unwrap().contains(&json!("web_fetch")),
+        "{activated}"
+    );
+    assert!(
+        activated.as_array().unwrap().contains(&json!("web_search")),
+        "{activated}"
+    );
+}
