@@ -6,12 +6,14 @@
 //!   LRU and argument checks, and symlink-safe file access.
 //! - [`session`]: session actors, their handles, and the directory that loads and unloads them.
 //! - [`http`]: the router — WebSocket JSON-RPC, REST, health, metrics, auth.
+//! - [`llm`]: the model provider (OpenAI-compatible chat completions) and pricing.
 //! - [`metrics`]: the Prometheus metrics of one server.
 //! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
 //!   migrations.
 
 pub mod config;
 pub mod http;
+pub mod llm;
 pub mod metrics;
 pub mod server;
 pub mod session;

@@ -1,0 +1,148 @@
+//! Talking to models: the [`Provider`] trait the agent loop depends on, the conversation types,
+//! and typed failures.
+//!
+//! - [`openai`]: the implementation for any OpenAI-compatible chat completions endpoint.
+//! - [`pricing`]: USD per token by model.
+
+pub mod openai;
+pub mod pricing;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::ToolSpec;
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's id for the call; the tool message answering it carries the same id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments exactly as the model wrote them (JSON text, possibly malformed).
+    pub arguments: String,
+}
+
+/// One message of the model-facing conversation; also what the store keeps as history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    /// Instructions for the model.
+    System {
+        /// The text.
+        content: String,
+    },
+    /// What the user said.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// What the model answered: text, tool calls, or both.
+    Assistant {
+        /// The text, when there is any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// The tool calls, in the model's order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The call it answers.
+        tool_call_id: String,
+        /// The text the model sees.
+        content: String,
+    },
+}
+
+/// Tokens one model call used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+}
+
+/// One request to the model.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The model id.
+    pub model: String,
+    /// The whole conversation so far.
+    pub messages: Vec<ChatMessage>,
+    /// The tools the model may call (already filtered by policy), in a stable order.
+    pub tools: Arc<[ToolSpec]>,
+    /// Completion token cap.
+    pub max_tokens: u32,
+}
+
+/// What one streamed model call produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChatResponse {
+    /// The whole text, the concatenation of every delta.
+    pub text: String,
+    /// Tool calls, their fragments joined by index, in index order.
+    pub tool_calls: Vec<ToolCall>,
+    /// Token usage from the final chunk; `None` when the server sent none.
+    pub usage: Option<Usage>,
+    /// Why the model stopped (`stop`, `tool_calls`, `length`, …), when it said.
+    pub finish_reason: Option<String>,
+}
+
+/// Why a model call failed; `kind()` is the `turn/error` code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LlmError {
+    /// The endpoint could not be reached or kept failing (connection errors, 5xx, timeouts)
+    /// after the retries.
+    #[error("the model is unavailable: {0}")]
+    Unavailable(String),
+    /// The endpoint kept answering 429 after the retries.
+    #[error("the model is rate limited: {0}")]
+    RateLimited(String),
+    /// The endpoint answered something that is not a valid completion stream (including a
+    /// stream cut off before it finished).
+    #[error("the model answered badly: {0}")]
+    BadResponse(String),
+    /// The conversation no longer fits the model's context window.
+    #[error("the conversation is too long for the model: {0}")]
+    ContextOverflow(String),
+    /// The endpoint refused the credentials (401/403).
+    #[error("the model refused the credentials: {0}")]
+    Unauthorized(String),
+    /// The call was cancelled (turn interrupted).
+    #[error("the model call was interrupted")]
+    Cancelled,
+}
+
+impl LlmError {
+    /// The snake_case code clients see in `turn/error`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "llm_unavailable",
+            Self::RateLimited(_) => "llm_rate_limited",
+            Self::BadResponse(_) => "llm_bad_response",
+            Self::ContextOverflow(_) => "context_overflow",
+            Self::Unauthorized(_) => "llm_unauthorized",
+            Self::Cancelled => "interrupted",
+        }
+    }
+}
+
+/// A model the agent loop can call.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// Streams one chat completion: every text fragment goes to `deltas` as it arrives (the
+    /// receiver may be dropped; streaming then continues silently), and the whole response is
+    /// returned at the end. Stops with [`LlmError::Cancelled`] as soon as `cancel` fires.
+    async fn stream_chat(
+        &self,
+        request: ChatRequest,
+        deltas: mpsc::Sender<String>,
+        cancel: CancellationToken,
+    ) -> Result<ChatResponse, LlmError>;
+}

@@ -1,0 +1,1 @@
+//! The provider for OpenAI-compatible chat completions endpoints.

@@ -1,0 +1,1 @@
+//! USD per token by model.
