@@ -1,1 +1,231 @@
-//! USD per token by model.
+//! USD per token by model, from `[llm.pricing."MODEL"]`: what a call cost, what to reserve
+//! before making one, and a conservative estimate of a prompt's size.
+//!
+//! Models without a price are "unpriced": [`Pricing::cost_usd`] and [`Pricing::reserve_usd`]
+//! answer `None`, which callers count as 0 USD and report as an unpriced call.
+
+use std::collections::BTreeMap;
+
+use super::{ChatMessage, Usage};
+use crate::config::{LlmConfig, ModelPrice};
+use crate::tools::ToolSpec;
+
+/// Bytes of serialised JSON counted as one token. Real tokenisers average about 4 bytes per
+/// token on English prose and about 3 on code and JSON; 3 over-estimates both, which is the
+/// safe side for budget reservations and context checks.
+pub const BYTES_PER_TOKEN: u64 = 3;
+/// Tokens added per message for the role and the separators chat templates wrap it in.
+pub const TOKENS_PER_MESSAGE: u64 = 4;
+/// Tokens added per tool for the wrapping the server puts around its schema.
+pub const TOKENS_PER_TOOL: u64 = 8;
+/// Tokens added once for the priming of the model's reply.
+pub const TOKENS_PER_REQUEST: u64 = 3;
+
+/// Prices of the configured models.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pricing {
+    prices: BTreeMap<String, ModelPrice>,
+}
+
+impl Pricing {
+    /// Prices from a table of model id → price.
+    pub fn new(prices: BTreeMap<String, ModelPrice>) -> Self {
+        Self { prices }
+    }
+
+    /// Prices from `[llm.pricing]`.
+    pub fn from_config(config: &LlmConfig) -> Self {
+        Self::new(config.pricing.clone())
+    }
+
+    /// The price of `model` (exact id match), when it has one.
+    pub fn price(&self, model: &str) -> Option<&ModelPrice> {
+        self.prices.get(model)
+    }
+
+    /// Whether `model` has a price; calls to other models are counted as unpriced.
+    pub fn is_priced(&self, model: &str) -> bool {
+        self.prices.contains_key(model)
+    }
+
+    /// What a finished call cost; `None` for an unpriced model.
+    pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
+        let price = self.price(model)?;
+        Some(usd(price, usage.prompt_tokens, usage.completion_tokens))
+    }
+
+    /// What to reserve before a call: the estimated prompt plus the whole completion cap, at
+    /// the model's prices; `None` for an unpriced model.
+    pub fn reserve_usd(
+        &self,
+        model: &str,
+        prompt_tokens_estimate: u64,
+        max_tokens: u32,
+    ) -> Option<f64> {
+        let price = self.price(model)?;
+        Some(usd(price, prompt_tokens_estimate, u64::from(max_tokens)))
+    }
+
+    /// A conservative estimate of the prompt tokens a request will use: the serialised JSON of
+    /// every message and tool spec at [`BYTES_PER_TOKEN`] bytes per token (rounded up), plus
+    /// [`TOKENS_PER_MESSAGE`] per message, [`TOKENS_PER_TOOL`] per tool and
+    /// [`TOKENS_PER_REQUEST`] once. UTF-8 bytes rather than characters, so non-Latin text
+    /// (about one token per character, three bytes each) is not under-counted either.
+    pub fn estimate_prompt_tokens(messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
+        let json_len = |value: Result<String, serde_json::Error>| {
+            value.map(|text| text.len() as u64).unwrap_or(0)
+        };
+        let message_bytes: u64 = messages
+            .iter()
+            .map(|message| json_len(serde_json::to_string(message)))
+            .sum();
+        let tool_bytes: u64 = tools
+            .iter()
+            .map(|tool| json_len(serde_json::to_string(tool)))
+            .sum();
+        (message_bytes + tool_bytes).div_ceil(BYTES_PER_TOKEN)
+            + TOKENS_PER_MESSAGE * messages.len() as u64
+            + TOKENS_PER_TOOL * tools.len() as u64
+            + TOKENS_PER_REQUEST
+    }
+}
+
+/// Tokens at a price, in USD.
+fn usd(price: &ModelPrice, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+    (prompt_tokens as f64 * price.input_per_mtok + completion_tokens as f64 * price.output_per_mtok)
+        / 1_000_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ToolCall;
+    use serde_json::json;
+
+    fn pricing() -> Pricing {
+        let mut table = BTreeMap::new();
+        table.insert(
+            "gpt-test".to_string(),
+            ModelPrice {
+                input_per_mtok: 2.5,
+                output_per_mtok: 10.0,
+            },
+        );
+        table.insert(
+            "free".to_string(),
+            ModelPrice {
+                input_per_mtok: 0.0,
+                output_per_mtok: 0.0,
+            },
+        );
+        Pricing::new(table)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn cost_follows_the_price_per_million_tokens() {
+        let usage = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 500_000,
+        };
+        assert!(close(pricing().cost_usd("gpt-test", &usage).unwrap(), 7.5));
+        let small = Usage {
+            prompt_tokens: 1200,
+            completion_tokens: 300,
+        };
+        assert!(close(
+            pricing().cost_usd("gpt-test", &small).unwrap(),
+            0.003 + 0.003
+        ));
+        assert_eq!(pricing().cost_usd("free", &small), Some(0.0));
+    }
+
+    #[test]
+    fn unknown_models_are_unpriced_not_free() {
+        let pricing = pricing();
+        assert_eq!(pricing.cost_usd("other", &Usage::default()), None);
+        assert_eq!(pricing.reserve_usd("other", 10, 10), None);
+        assert!(!pricing.is_priced("other"));
+        assert!(pricing.is_priced("free"));
+        assert!(!pricing.is_priced("GPT-TEST"));
+    }
+
+    #[test]
+    fn reservation_prices_the_estimate_and_the_whole_cap() {
+        let reserved = pricing().reserve_usd("gpt-test", 4000, 4096).unwrap();
+        assert!(close(reserved, (4000.0 * 2.5 + 4096.0 * 10.0) / 1e6));
+    }
+
+    #[test]
+    fn from_config_takes_the_pricing_table() {
+        let mut config = LlmConfig::default();
+        config.pricing.insert(
+            "m".into(),
+            ModelPrice {
+                input_per_mtok: 1.0,
+                output_per_mtok: 2.0,
+            },
+        );
+        let pricing = Pricing::from_config(&config);
+        assert_eq!(pricing.price("m").map(|p| p.output_per_mtok), Some(2.0));
+    }
+
+    #[test]
+    fn estimate_is_documented_formula_and_conservative() {
+        assert_eq!(
+            Pricing::estimate_prompt_tokens(&[], &[]),
+            TOKENS_PER_REQUEST
+        );
+
+        let message = ChatMessage::User {
+            content: "a".repeat(300),
+        };
+        let bytes = serde_json::to_string(&message).unwrap().len() as u64;
+        assert_eq!(
+            Pricing::estimate_prompt_tokens(std::slice::from_ref(&message), &[]),
+            bytes.div_ceil(3) + TOKENS_PER_MESSAGE + TOKENS_PER_REQUEST
+        );
+        // At least one token per four characters of content: never below the usual heuristic.
+        assert!(Pricing::estimate_prompt_tokens(&[message], &[]) >= 300 / 4);
+
+        let tool = ToolSpec {
+            name: "read_file".into(),
+            description: "Reads a file".into(),
+            input_schema: json!({"type":"object","properties":{"path":{"type":"string"}}}),
+        };
+        let with_tool = Pricing::estimate_prompt_tokens(&[], std::slice::from_ref(&tool));
+        let tool_bytes = serde_json::to_string(&tool).unwrap().len() as u64;
+        assert_eq!(
+            with_tool,
+            tool_bytes.div_ceil(3) + TOKENS_PER_TOOL + TOKENS_PER_REQUEST
+        );
+    }
+
+    #[test]
+    fn estimate_grows_with_tool_calls_and_non_latin_text() {
+        let plain = ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![],
+        };
+        let with_call = ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "c".into(),
+                name: "grep".into(),
+                arguments: "{\"pattern\":\"needle\"}".into(),
+            }],
+        };
+        assert!(
+            Pricing::estimate_prompt_tokens(&[with_call], &[])
+                > Pricing::estimate_prompt_tokens(&[plain], &[])
+        );
+        let cjk = ChatMessage::User {
+            content: "漢".repeat(100),
+        };
+        // About one token per CJK character; the estimate must not fall below that.
+        assert!(Pricing::estimate_prompt_tokens(&[cjk], &[]) >= 100);
+    }
+}

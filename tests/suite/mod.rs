@@ -1,5 +1,6 @@
 //! Integration test modules.
 
 mod cli;
+mod llm;
 mod server;
 mod tool_core;

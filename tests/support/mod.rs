@@ -1,6 +1,7 @@
 //! Test support: a real server on an ephemeral port with its own temporary data and workspace,
 //! and small WebSocket and HTTP clients that wait on events with timeouts, never on sleeps.
 
+pub mod mock_llm;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
