@@ -156,6 +156,10 @@ pub struct LlmConfig {
     pub context_window: u32,
     /// Prices by model id.
     pub pricing: BTreeMap<String, ModelPrice>,
+    /// Model calls one turn may make before it stops with `iteration_limit`.
+    pub max_iterations: u32,
+    /// Seconds one turn may run before it stops with `turn_timeout`.
+    pub turn_timeout_secs: u64,
 }
 
 impl Default for LlmConfig {
@@ -169,6 +173,8 @@ impl Default for LlmConfig {
             max_tokens: 4096,
             context_window: 128_000,
             pricing: BTreeMap::new(),
+            max_iterations: 50,
+            turn_timeout_secs: 1800,
         }
     }
 }

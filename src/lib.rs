@@ -1,6 +1,7 @@
 //! agentd: a server that hosts LLM agent sessions for a browser app.
 //!
 //! - [`server`]: start-up and shutdown; [`run`] serves a config on a listener until told to stop.
+//! - [`agent`]: the turn loop — model calls, tool batches, LRU ticks, cost rows.
 //! - [`config`]: the one typed configuration (defaults, TOML file, environment, flags).
 //! - [`tools`]: the tool system — the `Tool` trait, the per-session registry with its policy,
 //!   LRU and argument checks, and symlink-safe file access.
@@ -11,6 +12,7 @@
 //! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
 //!   migrations.
 
+pub mod agent;
 pub mod config;
 pub mod http;
 pub mod llm;

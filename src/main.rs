@@ -32,8 +32,13 @@ fn main() -> ExitCode {
             Ok(listener) => listener,
             Err(err) => return fail(&format!("cannot listen on {bind}: {err}")),
         };
-        tracing::info!(address = %bind, "listening");
-        match server.serve(listener, shutdown_signal()).await {
+        let shutdown = match shutdown_signal() {
+            Ok(shutdown) => shutdown,
+            Err(err) => return fail(&format!("cannot install signal handlers: {err}")),
+        };
+        let address = listener.local_addr().map_or(bind, |a| a);
+        tracing::info!(%address, "listening");
+        match server.serve(listener, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("agentd: {err}");
@@ -64,27 +69,17 @@ fn init_tracing() {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(_) => {
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
+/// Resolves on SIGINT or SIGTERM. The handlers are installed before this returns, so a signal
+/// sent as soon as the server says it listens is never missed.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
         tokio::select! {
-            _ = interrupt => {}
+            _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-    tracing::info!("shutdown requested");
+        tracing::info!("shutdown requested");
+    })
 }

@@ -41,6 +41,30 @@ pub struct Metrics {
     pub tool_calls: Family<ToolCallLabels, Counter>,
     /// Calls refused by a policy, by reason.
     pub policy_denials: Family<ReasonLabels, Counter>,
+    /// Tools the LRU moved out of view.
+    pub evictions: Counter,
+    /// Turns by how they ended (`completed` or the `turn/error` code).
+    pub turns: Family<OutcomeLabels, Counter>,
+    /// Model tokens by direction (`in`, `out`).
+    pub llm_tokens: Family<DirectionLabels, Counter>,
+    /// Micro-USD spent on model calls (integer, so sums stay exact).
+    pub llm_cost_micro_usd: Counter,
+    /// Model calls whose model has no price in the config.
+    pub unpriced_calls: Counter,
+}
+
+/// Labels of a turn count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `completed` or a `turn/error` code.
+    pub outcome: String,
+}
+
+/// Labels of a token count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    /// `in` (prompt) or `out` (completion).
+    pub direction: &'static str,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -65,6 +89,32 @@ impl Metrics {
         let events_written = Counter::default();
         let tool_calls = Family::<ToolCallLabels, Counter>::default();
         let policy_denials = Family::<ReasonLabels, Counter>::default();
+        let evictions = Counter::default();
+        let turns = Family::<OutcomeLabels, Counter>::default();
+        let llm_tokens = Family::<DirectionLabels, Counter>::default();
+        let llm_cost_micro_usd = Counter::default();
+        let unpriced_calls = Counter::default();
+        registry.register(
+            "tool_evictions",
+            "Tools evicted from view by the LRU",
+            evictions.clone(),
+        );
+        registry.register("turns", "Turns by outcome", turns.clone());
+        registry.register(
+            "llm_tokens",
+            "Model tokens by direction",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "llm_cost_micro_usd",
+            "Spending on model calls in millionths of a USD",
+            llm_cost_micro_usd.clone(),
+        );
+        registry.register(
+            "llm_unpriced_calls",
+            "Model calls whose model has no configured price",
+            unpriced_calls.clone(),
+        );
         registry.register(
             "sessions_created",
             "Sessions created",
@@ -99,7 +149,33 @@ impl Metrics {
             events_written,
             tool_calls,
             policy_denials,
+            evictions,
+            turns,
+            llm_tokens,
+            llm_cost_micro_usd,
+            unpriced_calls,
         }
+    }
+
+    /// Counts a finished turn.
+    pub fn record_turn(&self, outcome: &str) {
+        self.turns
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one model call's tokens and price.
+    pub fn record_llm_usage(&self, usage: crate::llm::Usage, cost_usd: f64) {
+        self.llm_tokens
+            .get_or_create(&DirectionLabels { direction: "in" })
+            .inc_by(usage.prompt_tokens);
+        self.llm_tokens
+            .get_or_create(&DirectionLabels { direction: "out" })
+            .inc_by(usage.completion_tokens);
+        self.llm_cost_micro_usd
+            .inc_by((cost_usd * 1_000_000.0).round().max(0.0) as u64);
     }
 
     /// Counts a finished tool call.

@@ -9,15 +9,19 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::agent::AgentSettings;
 use crate::config::Config;
 use crate::http::{self, AppState};
+use crate::llm::LlmError;
+use crate::llm::openai::OpenAiProvider;
+use crate::llm::pricing::Pricing;
 use crate::metrics::Metrics;
 use crate::session::Sessions;
 use crate::session::hub::SessionsConfig;
 use crate::store::{self, Store};
 use crate::tools::builtin::with_builtins;
 use crate::tools::policy::provider_policy_for;
-use crate::tools::{RegistryError, ToolRegistry};
+use crate::tools::{RegistryError, Tool, ToolRegistry};
 
 /// Why the server could not start; `main` prints it on one line and exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +43,26 @@ pub enum StartupError {
     /// A tool could not be registered.
     #[error("tools: {0}")]
     Tools(#[from] RegistryError),
+    /// The model client could not be built from the `[llm]` settings.
+    #[error("llm: {0}")]
+    Llm(#[from] LlmError),
+}
+
+/// The model and limits turns run with, when a model is configured.
+fn agent_settings(config: &Config) -> Result<Option<Arc<AgentSettings>>, StartupError> {
+    let (Some(model), true) = (&config.llm.model, config.llm.is_configured()) else {
+        return Ok(None);
+    };
+    let provider = OpenAiProvider::new(&config.llm)?;
+    Ok(Some(Arc::new(AgentSettings {
+        provider: Arc::new(provider),
+        model: model.clone(),
+        max_tokens: config.llm.max_tokens,
+        pricing: Pricing::from_config(&config.llm),
+        budget_usd: config.budget.session_usd,
+        max_iterations: config.llm.max_iterations,
+        turn_timeout: Duration::from_secs(config.llm.turn_timeout_secs),
+    })))
 }
 
 /// A server that has finished starting: database open, tools registered, router built.
@@ -58,9 +82,15 @@ impl std::fmt::Debug for Server {
 
 /// The server-wide registry every session snapshots: built-ins, then the config's limits,
 /// marks and policies.
-pub fn base_registry(config: &Config) -> Result<ToolRegistry, RegistryError> {
+pub fn base_registry(
+    config: &Config,
+    extra: Vec<Arc<dyn Tool>>,
+) -> Result<ToolRegistry, RegistryError> {
     let tools = &config.tools;
     let mut registry = with_builtins(&config.server.workspace, &tools.permissions())?;
+    for tool in extra {
+        registry.register(tool)?;
+    }
     registry.configure_lifecycle(
         tools.max_active,
         tools.idle_threshold,
@@ -94,6 +124,15 @@ impl Server {
     /// Creates the data and workspace directories, opens and migrates the database, marks
     /// tasks that were running at the last stop as failed, and builds the router.
     pub async fn start(config: Config) -> Result<Self, StartupError> {
+        Self::start_with_tools(config, Vec::new()).await
+    }
+
+    /// [`Server::start`] with tools of the embedder's registered beside the built-ins, under
+    /// the same policies.
+    pub async fn start_with_tools(
+        config: Config,
+        extra_tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<Self, StartupError> {
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
         create_dir("workspace", &config.server.workspace)?;
@@ -110,10 +149,7 @@ impl Server {
                 "[[plugins]] are not registered yet: plugin tools arrive in a later version"
             );
         }
-        if config.budget.session_usd.is_some() {
-            tracing::warn!("[budget] is not enforced yet: it arrives with the agent loop");
-        }
-        let base = Arc::new(base_registry(&config)?);
+        let base = Arc::new(base_registry(&config, extra_tools)?);
         let metrics = Arc::new(Metrics::new());
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -130,6 +166,7 @@ impl Server {
                 idle_unload: Duration::from_secs(config.server.idle_unload_secs),
                 unsupported,
                 llm_configured: config.llm.is_configured(),
+                agent: agent_settings(&config)?,
             },
             Arc::clone(&metrics),
             cancel.clone(),

@@ -154,17 +154,13 @@ struct InvokeParams {
 struct TurnParams {
     session_id: String,
     input: Vec<InputItem>,
-    #[serde(rename = "turn_id")]
-    _turn_id: Option<String>,
+    turn_id: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum InputItem {
-    Text {
-        #[serde(rename = "text")]
-        _text: String,
-    },
+    Text { text: String },
 }
 
 #[derive(Deserialize)]
@@ -379,25 +375,30 @@ impl Connection {
                     Ok(p) => p,
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
-                match params.input.first() {
-                    None => Dispatched::Now(
+                let text: Vec<&str> = params
+                    .input
+                    .iter()
+                    .map(|InputItem::Text { text }| text.as_str())
+                    .collect();
+                if text.is_empty() {
+                    return Dispatched::Now(
                         Err(RpcError::params(
                             "input needs at least one {kind: \"text\", text} item",
                         )),
                         None,
-                    ),
-                    Some(InputItem::Text { .. }) => {
-                        let args = json!({"session_id": params.session_id});
-                        self.with_session(args, |handle| async move {
-                            handle
-                                .start_turn()
-                                .await
-                                .map(|turn_id| json!({"turn_id": turn_id}))
-                                .map_err(RpcError::from)
-                        })
-                        .await
-                    }
+                    );
                 }
+                let input = text.join("\n");
+                let turn_id = params.turn_id;
+                let args = json!({"session_id": params.session_id});
+                self.with_session(args, |handle| async move {
+                    handle
+                        .start_turn(input, turn_id)
+                        .await
+                        .map(|turn_id| json!({"turn_id": turn_id}))
+                        .map_err(RpcError::from)
+                })
+                .await
             }
             "turn/interrupt" => {
                 self.with_session(params, |handle| async move {

@@ -15,8 +15,10 @@ use tracing::Instrument;
 use super::{
     Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
 };
+use crate::agent::{AgentSettings, Turn, TurnRequest};
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::{
     ConcurrencyClass, DispatchError, ToolContext, ToolEvent, ToolRegistry, ToolResult, ToolState,
 };
@@ -46,6 +48,13 @@ pub(crate) struct ActorSetup {
     pub tracker: TaskTracker,
     pub metrics: Arc<Metrics>,
     pub llm_configured: bool,
+    pub agent: Option<Arc<AgentSettings>>,
+}
+
+/// The turn a session is running.
+struct RunningTurn {
+    turn_id: String,
+    cancel: CancellationToken,
 }
 
 /// One session's state, owned by one task.
@@ -60,6 +69,10 @@ pub(crate) struct SessionActor {
     tracker: TaskTracker,
     metrics: Arc<Metrics>,
     llm_configured: bool,
+    agent: Option<Arc<AgentSettings>>,
+    turn: Option<RunningTurn>,
+    turn_tx: mpsc::Sender<TurnRequest>,
+    turn_rx: mpsc::Receiver<TurnRequest>,
     /// Tool calls started and not yet reported back.
     running: usize,
     /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
@@ -67,8 +80,10 @@ pub(crate) struct SessionActor {
     exclusivity: Arc<RwLock<()>>,
     /// Questions asked by `request_user_input`, by request id.
     pending_input: HashMap<String, oneshot::Sender<Value>>,
-    finished_tx: mpsc::Sender<Finished>,
-    finished_rx: mpsc::Receiver<Finished>,
+    /// Boxed: a channel allocates a block of slots up front, and an idle session should not
+    /// pay for room for results it is not waiting for.
+    finished_tx: mpsc::Sender<Box<Finished>>,
+    finished_rx: mpsc::Receiver<Box<Finished>>,
     events_tx: mpsc::Sender<ToolEvent>,
     events_rx: mpsc::Receiver<ToolEvent>,
 }
@@ -77,6 +92,7 @@ impl SessionActor {
     pub(crate) fn new(setup: ActorSetup) -> Self {
         let (finished_tx, finished_rx) = mpsc::channel(COMMAND_QUEUE);
         let (events_tx, events_rx) = mpsc::channel(COMMAND_QUEUE);
+        let (turn_tx, turn_rx) = mpsc::channel(COMMAND_QUEUE);
         Self {
             session_id: setup.session_id,
             store: setup.store,
@@ -88,6 +104,10 @@ impl SessionActor {
             tracker: setup.tracker,
             metrics: setup.metrics,
             llm_configured: setup.llm_configured,
+            agent: setup.agent,
+            turn: None,
+            turn_tx,
+            turn_rx,
             running: 0,
             exclusivity: Arc::new(RwLock::new(())),
             pending_input: HashMap::new(),
@@ -106,8 +126,10 @@ impl SessionActor {
             loop {
                 // Questions whose tool gave up (timeout, interruption) no longer wait.
                 self.pending_input.retain(|_, waiting| !waiting.is_closed());
-                let idle =
-                    self.watchers.is_empty() && self.running == 0 && self.pending_input.is_empty();
+                let idle = self.watchers.is_empty()
+                    && self.running == 0
+                    && self.turn.is_none()
+                    && self.pending_input.is_empty();
                 let idle_timer = tokio::time::sleep(self.idle_unload);
                 tokio::select! {
                     () = self.cancel.cancelled() => break,
@@ -117,12 +139,14 @@ impl SessionActor {
                     },
                     Some(finished) = self.finished_rx.recv() => self.finish_tool(finished).await,
                     Some(event) = self.events_rx.recv() => self.on_tool_event(event).await,
+                    Some(request) = self.turn_rx.recv() => self.on_turn_request(request).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
                         break;
                     }
                 }
             }
+            self.kill_processes();
             tracing::debug!("actor stopped");
         }
         .instrument(span)
@@ -146,18 +170,24 @@ impl SessionActor {
             Command::ToolList { reply } => {
                 let _ = reply.send(tool_list(&self.registry));
             }
-            Command::StartTurn { reply } => {
-                let refusal = if self.llm_configured {
-                    SessionError::NotYetAvailable(
-                        "turns arrive with the agent loop in a later version; use tool/invoke meanwhile",
-                    )
-                } else {
-                    SessionError::LlmNotConfigured
-                };
-                let _ = reply.send(Err(refusal));
+            Command::StartTurn {
+                input,
+                turn_id,
+                reply,
+            } => {
+                let outcome = self.start_turn(input, turn_id).await;
+                let _ = reply.send(outcome);
             }
             Command::Interrupt { reply } => {
-                let _ = reply.send(false);
+                let interrupted = match &self.turn {
+                    Some(turn) => {
+                        turn.cancel.cancel();
+                        self.kill_processes();
+                        true
+                    }
+                    None => false,
+                };
+                let _ = reply.send(interrupted);
             }
             Command::RespondUserInput {
                 request_id,
@@ -173,6 +203,94 @@ impl SessionActor {
                 let _ = reply.send(outcome);
             }
             Command::Close => {}
+        }
+    }
+
+    /// Starts a turn in its own task; `turn/started` is emitted before the caller hears back.
+    async fn start_turn(
+        &mut self,
+        input: String,
+        turn_id: Option<String>,
+    ) -> Result<String, SessionError> {
+        let Some(settings) = self.agent.clone() else {
+            return Err(if self.llm_configured {
+                SessionError::NotYetAvailable("the model could not be set up; see the server log")
+            } else {
+                SessionError::LlmNotConfigured
+            });
+        };
+        if self.turn.is_some() {
+            return Err(SessionError::TurnInProgress);
+        }
+        let turn_id = turn_id.unwrap_or_else(|| format!("turn_{}", uuid::Uuid::new_v4().simple()));
+        let cancel = self.cancel.child_token();
+        self.turn = Some(RunningTurn {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+        });
+        self.emit("turn/started", json!({ "turn_id": turn_id }))
+            .await;
+        let turn = Turn {
+            turn_id: turn_id.clone(),
+            session_id: Arc::clone(&self.session_id),
+            input,
+            settings,
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+            actor: self.turn_tx.clone(),
+            tool_events: self.events_tx.clone(),
+            catalog: self.registry.catalog_cell(),
+            cwd: self
+                .registry
+                .workspace()
+                .map(|w| w.root().to_path_buf())
+                .unwrap_or_default(),
+            cancel,
+            exclusivity: Arc::clone(&self.exclusivity),
+        };
+        let span = tracing::info_span!("turn", turn_id = %turn_id);
+        self.tracker.spawn(turn.run().instrument(span));
+        Ok(turn_id)
+    }
+
+    async fn on_turn_request(&mut self, request: TurnRequest) {
+        match request {
+            TurnRequest::Emit { method, params } => self.emit(method, params).await,
+            TurnRequest::BeginIteration { reply } => {
+                let before = self.tool_names();
+                self.registry.tick();
+                let evicted = self.registry.auto_evict();
+                self.metrics.evictions.inc_by(evicted.len() as u64);
+                self.announce_tool_changes(before).await;
+                let _ = reply.send(self.registry.specs());
+            }
+            TurnRequest::Prepare {
+                name,
+                arguments,
+                reply,
+            } => {
+                let before = self.tool_names();
+                let prepared = self.registry.prepare(&name, &arguments);
+                self.announce_tool_changes(before).await;
+                let _ = reply.send(prepared);
+            }
+            TurnRequest::Finished { turn_id } => {
+                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id) {
+                    self.turn = None;
+                }
+                // Activations a tool asked for during the turn show up now.
+                let before = self.tool_names();
+                self.registry.apply_activation_requests();
+                self.announce_tool_changes(before).await;
+            }
+        }
+    }
+
+    /// Ends every process the session's tools started (`exec_command`, `shell`): interrupting
+    /// a turn or closing the session leaves no orphans.
+    fn kill_processes(&self) {
+        if let Some(workspace) = self.registry.workspace() {
+            workspace.shared::<ProcessTable>().kill_all();
         }
     }
 
@@ -261,18 +379,18 @@ impl SessionActor {
                 call.run(&ctx, &arguments).await
             };
             let _ = finished
-                .send(Finished {
+                .send(Box::new(Finished {
                     tool_call_id,
                     tool_name: name,
                     outcome,
                     duration: started.elapsed(),
                     reply,
-                })
+                }))
                 .await;
         });
     }
 
-    async fn finish_tool(&mut self, finished: Finished) {
+    async fn finish_tool(&mut self, finished: Box<Finished>) {
         // Whatever the tool reported while running is emitted before its completion.
         while let Ok(event) = self.events_rx.try_recv() {
             self.on_tool_event(event).await;
@@ -284,7 +402,7 @@ impl SessionActor {
             outcome,
             duration,
             reply,
-        } = finished;
+        } = *finished;
         let result = match outcome {
             Ok(result) => result,
             Err(err) => {
@@ -298,26 +416,7 @@ impl SessionActor {
             &tool_name,
             if result.success { "success" } else { "failure" },
         );
-        let mut params = json!({
-            "tool_call_id": tool_call_id,
-            "tool_name": tool_name,
-            "success": result.success,
-            "output_preview": preview(&result.output),
-            "duration_ms": duration.as_millis() as u64,
-        });
-        if let Some(metadata) = &result.structured_metadata {
-            params["structured_metadata"] = metadata.clone();
-        }
-        if let Some(path) = &result.file_modified {
-            params["file_modified"] = Value::String(path.to_string_lossy().into_owned());
-        }
-        if !result.files_to_send.is_empty() {
-            params["files_to_send"] = result
-                .files_to_send
-                .iter()
-                .map(|p| Value::String(p.to_string_lossy().into_owned()))
-                .collect();
-        }
+        let params = completed_params(&tool_call_id, &tool_name, &result, duration);
         self.emit("tool/completed", params).await;
         // Activations a tool asked for show up in the next listing.
         let before = self.tool_names();
@@ -397,6 +496,36 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// The params of `tool/completed` for one finished call.
+pub fn completed_params(
+    tool_call_id: &str,
+    tool_name: &str,
+    result: &ToolResult,
+    duration: Duration,
+) -> Value {
+    let mut params = json!({
+        "tool_call_id": tool_call_id,
+        "tool_name": tool_name,
+        "success": result.success,
+        "output_preview": preview(&result.output),
+        "duration_ms": duration.as_millis() as u64,
+    });
+    if let Some(metadata) = &result.structured_metadata {
+        params["structured_metadata"] = metadata.clone();
+    }
+    if let Some(path) = &result.file_modified {
+        params["file_modified"] = Value::String(path.to_string_lossy().into_owned());
+    }
+    if !result.files_to_send.is_empty() {
+        params["files_to_send"] = result
+            .files_to_send
+            .iter()
+            .map(|p| Value::String(p.to_string_lossy().into_owned()))
+            .collect();
+    }
+    params
 }
 
 /// The first bytes of a tool's output, cut at a character boundary.

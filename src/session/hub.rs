@@ -68,6 +68,8 @@ pub struct SessionsConfig {
     pub unsupported: Vec<String>,
     /// Whether a model is configured.
     pub llm_configured: bool,
+    /// The model and limits turns run with; `None` without a usable model.
+    pub agent: Option<Arc<crate::agent::AgentSettings>>,
 }
 
 struct Live {
@@ -256,6 +258,7 @@ impl Sessions {
             tracker: self.inner.tracker.clone(),
             metrics: Arc::clone(&self.inner.metrics),
             llm_configured: self.inner.config.llm_configured,
+            agent: self.inner.config.agent.clone(),
         });
         live.insert(
             row.session_id.clone(),

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::store::StoreError;
 use crate::tools::{DispatchError, ToolCatalog, ToolState};
 
+pub use actor::completed_params;
 pub use hub::Sessions;
 
 /// Who is calling: a configured user, or nobody in particular when users are not configured.
@@ -205,6 +206,8 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Value>,
     },
     StartTurn {
+        input: String,
+        turn_id: Option<String>,
         reply: oneshot::Sender<Result<String, SessionError>>,
     },
     Interrupt {
@@ -282,9 +285,18 @@ impl SessionHandle {
         self.ask(|reply| Command::ToolList { reply }).await
     }
 
-    /// Starts a turn; returns its id.
-    pub async fn start_turn(&self) -> Result<String, SessionError> {
-        self.ask(|reply| Command::StartTurn { reply }).await?
+    /// Starts a turn on `input`; returns its id once `turn/started` is out.
+    pub async fn start_turn(
+        &self,
+        input: String,
+        turn_id: Option<String>,
+    ) -> Result<String, SessionError> {
+        self.ask(|reply| Command::StartTurn {
+            input,
+            turn_id,
+            reply,
+        })
+        .await?
     }
 
     /// Interrupts the running turn; whether there was one.

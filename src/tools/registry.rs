@@ -457,7 +457,13 @@ impl ToolRegistry {
     /// Moves idle tools into the deferred set when too many are visible; returns their names.
     pub fn auto_evict(&mut self) -> Vec<String> {
         let evicted = {
-            let active = self.active_names();
+            // The deferral tool exists because something is deferred; it does not take a slot.
+            let deferral = self.deferral_tool.as_ref().map(|d| d.name.as_str());
+            let active: Vec<&str> = self
+                .active_names()
+                .into_iter()
+                .filter(|name| Some(*name) != deferral)
+                .collect();
             self.lifecycle.find_evictable(&active, &self.spawn_only)
         };
         if !evicted.is_empty() {

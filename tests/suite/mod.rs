@@ -1,5 +1,6 @@
 //! Integration test modules.
 
+mod agent;
 mod cli;
 mod llm;
 mod server;

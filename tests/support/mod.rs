@@ -54,11 +54,32 @@ impl TestApp {
         Self::start_in(dir, config).await
     }
 
+    /// Starts a server with extra tools registered beside the built-ins.
+    pub async fn spawn_with_tools(
+        adjust: impl FnOnce(&mut Config),
+        tools: Vec<std::sync::Arc<dyn agentd::tools::Tool>>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config_in(dir.path());
+        adjust(&mut config);
+        Self::start_with(dir, config, tools).await
+    }
+
     /// Starts a server on an existing directory (to restart on the same data).
     pub async fn start_in(dir: tempfile::TempDir, config: Config) -> Self {
+        Self::start_with(dir, config, Vec::new()).await
+    }
+
+    async fn start_with(
+        dir: tempfile::TempDir,
+        config: Config,
+        tools: Vec<std::sync::Arc<dyn agentd::tools::Tool>>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = Server::start(config).await.expect("server starts");
+        let server = Server::start_with_tools(config, tools)
+            .await
+            .expect("server starts");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(listener, async move {
             let _ = stopped.await;

@@ -268,6 +268,8 @@ impl Tool for RequestUserInput {
             ));
         }
         let answers = tokio::select! {
+            // An interruption wins over an answer channel closed by the same shutdown.
+            biased;
             () = ctx.cancel.cancelled() => {
                 return Err(ToolError::model("cancelled", "the question was withdrawn: the turn was interrupted"));
             }

@@ -1,0 +1,608 @@
+//! The turn loop: call the model with the session's history and visible tools, stream its
+//! answer, run the tool calls it makes (Safe batches concurrently, anything Exclusive one by
+//! one), and repeat until it answers without tools or a limit is hit.
+//!
+//! A turn runs as its own task. It never touches the session's registry directly: the session
+//! actor owns that, so the turn asks it (through [`TurnRequest`]) to tick the LRU, prepare calls
+//! and emit events, which keeps one writer for every piece of session state.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use tokio::sync::{RwLock, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::llm::pricing::Pricing;
+use crate::llm::{ChatMessage, ChatRequest, LlmError, Provider, ToolCall, Usage};
+use crate::metrics::Metrics;
+use crate::store::{CostRow, Store, timestamp_now};
+use crate::tools::{
+    CatalogCell, ConcurrencyClass, DispatchError, PreparedCall, ToolContext, ToolEvent, ToolResult,
+    ToolSpec,
+};
+
+/// Most bytes of one tool result placed into the history; the head and tail are kept.
+pub const MAX_TOOL_OUTPUT_IN_HISTORY: usize = 32 * 1024;
+
+/// The instructions every conversation starts with.
+pub const SYSTEM_PROMPT: &str = "You are a coding agent working in a workspace directory on \
+the user's behalf. Use the tools to read, search, change and run things in the workspace; paths \
+are relative to it. Prefer small, verifiable steps, keep the plan up to date with update_plan \
+for longer work, and answer plainly once the task is done.";
+
+/// What the turn loop needs from the server; shared by every turn of every session.
+pub struct AgentSettings {
+    /// The model.
+    pub provider: Arc<dyn Provider>,
+    /// The model id sent with every request.
+    pub model: String,
+    /// Completion token cap per call.
+    pub max_tokens: u32,
+    /// Prices by model.
+    pub pricing: Pricing,
+    /// Hard cap on a session's spending, in USD.
+    pub budget_usd: Option<f64>,
+    /// Model calls per turn before it stops.
+    pub max_iterations: u32,
+    /// Wall-clock limit of one turn.
+    pub turn_timeout: Duration,
+}
+
+impl std::fmt::Debug for AgentSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSettings")
+            .field("model", &self.model)
+            .field("max_iterations", &self.max_iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a running turn asks of its session actor. Sent on one ordered channel, so events and
+/// registry changes happen in the order the turn made them.
+#[derive(Debug)]
+pub(crate) enum TurnRequest {
+    /// Persist and stream one notification.
+    Emit { method: &'static str, params: Value },
+    /// Tick the LRU, evict, announce changes, and answer with the specs for the next call.
+    BeginIteration {
+        reply: oneshot::Sender<Arc<[ToolSpec]>>,
+    },
+    /// Check and ready one tool call (activating a deferred tool on the way).
+    Prepare {
+        name: String,
+        arguments: Value,
+        reply: oneshot::Sender<Result<PreparedCall, DispatchError>>,
+    },
+    /// The turn is over.
+    Finished { turn_id: String },
+}
+
+/// One turn's inputs.
+pub(crate) struct Turn {
+    pub turn_id: String,
+    pub session_id: Arc<str>,
+    pub input: String,
+    pub settings: Arc<AgentSettings>,
+    pub store: Arc<dyn Store>,
+    pub metrics: Arc<Metrics>,
+    /// To the session actor.
+    pub actor: mpsc::Sender<TurnRequest>,
+    /// Tool events (plans, questions, progress) go to the actor like those of `tool/invoke`.
+    pub tool_events: mpsc::Sender<ToolEvent>,
+    pub catalog: CatalogCell,
+    pub cwd: std::path::PathBuf,
+    pub cancel: CancellationToken,
+    pub exclusivity: Arc<RwLock<()>>,
+}
+
+/// How a turn ended.
+enum Ending {
+    Completed,
+    Failed { code: &'static str, message: String },
+}
+
+/// Totals of the model calls one turn made.
+#[derive(Default)]
+struct Spend {
+    tokens_in: u64,
+    tokens_out: u64,
+    cost_usd: f64,
+}
+
+impl Turn {
+    /// Runs the turn to its end and reports it; never panics the session.
+    pub(crate) async fn run(self) {
+        let started = Instant::now();
+        let mut spend = Spend::default();
+        let timeout = self.settings.turn_timeout;
+        let outcome = tokio::select! {
+            ending = self.turn_loop(&mut spend) => ending,
+            () = tokio::time::sleep(timeout) => {
+                self.cancel.cancel();
+                Ending::Failed {
+                    code: "turn_timeout",
+                    message: format!("the turn took longer than {} s", timeout.as_secs()),
+                }
+            }
+        };
+        let outcome_label = match &outcome {
+            Ending::Completed => "completed",
+            Ending::Failed { code, .. } => code,
+        };
+        self.metrics.record_turn(outcome_label);
+        match outcome {
+            Ending::Completed => {
+                let session_cost = self.session_cost().await;
+                self.emit(
+                    "turn/completed",
+                    json!({
+                        "turn_id": self.turn_id,
+                        "tokens_in": spend.tokens_in,
+                        "tokens_out": spend.tokens_out,
+                        "cost_usd": spend.cost_usd,
+                        "session_cost_usd": session_cost,
+                    }),
+                )
+                .await;
+            }
+            Ending::Failed { code, message } => {
+                self.emit(
+                    "turn/error",
+                    json!({"turn_id": self.turn_id, "code": code, "message": message}),
+                )
+                .await;
+            }
+        }
+        tracing::info!(turn_id = %self.turn_id, elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "turn ended");
+        let _ = self
+            .actor
+            .send(TurnRequest::Finished {
+                turn_id: self.turn_id.clone(),
+            })
+            .await;
+    }
+
+    async fn emit(&self, method: &'static str, params: Value) {
+        let _ = self.actor.send(TurnRequest::Emit { method, params }).await;
+    }
+
+    async fn session_cost(&self) -> f64 {
+        match self.store.cost_rows(&self.session_id).await {
+            Ok(rows) => rows.iter().map(|r| r.actual_usd).sum(),
+            Err(err) => {
+                tracing::error!(%err, "cost rows unreadable");
+                0.0
+            }
+        }
+    }
+
+    async fn remember(&self, message: &ChatMessage) -> Result<(), Ending> {
+        let value = serde_json::to_value(message).map_err(|err| Ending::Failed {
+            code: "internal",
+            message: format!("history entry does not serialise: {err}"),
+        })?;
+        self.store
+            .append_message(&self.session_id, &value)
+            .await
+            .map(|_| ())
+            .map_err(|err| {
+                tracing::error!(%err, "history not persisted");
+                Ending::Failed {
+                    code: "internal",
+                    message: "the conversation could not be stored".into(),
+                }
+            })
+    }
+
+    async fn history(&self) -> Result<Vec<ChatMessage>, Ending> {
+        let stored = self.store.messages(&self.session_id).await.map_err(|err| {
+            tracing::error!(%err, "history unreadable");
+            Ending::Failed {
+                code: "internal",
+                message: "the conversation could not be read".into(),
+            }
+        })?;
+        Ok(stored
+            .into_iter()
+            .filter_map(|value| serde_json::from_value(value).ok())
+            .collect())
+    }
+
+    async fn turn_loop(&self, spend: &mut Spend) -> Ending {
+        if let Err(ending) = self
+            .remember(&ChatMessage::User {
+                content: self.input.clone(),
+            })
+            .await
+        {
+            return ending;
+        }
+        for _ in 0..self.settings.max_iterations {
+            if self.cancel.is_cancelled() {
+                return interrupted();
+            }
+            let (reply, specs) = oneshot::channel();
+            if self
+                .actor
+                .send(TurnRequest::BeginIteration { reply })
+                .await
+                .is_err()
+            {
+                return interrupted();
+            }
+            let Ok(specs) = specs.await else {
+                return interrupted();
+            };
+            let mut messages = vec![ChatMessage::System {
+                content: SYSTEM_PROMPT.to_string(),
+            }];
+            match self.history().await {
+                Ok(history) => messages.extend(history),
+                Err(ending) => return ending,
+            }
+            let request = ChatRequest {
+                model: self.settings.model.clone(),
+                messages,
+                tools: specs,
+                max_tokens: self.settings.max_tokens,
+            };
+            let reserved = match self.reserve(&request, spend).await {
+                Ok(reserved) => reserved,
+                Err(ending) => return ending,
+            };
+            let response = match self.call_model(request).await {
+                Ok(response) => response,
+                Err(err) => {
+                    return Ending::Failed {
+                        code: err.kind(),
+                        message: err.to_string(),
+                    };
+                }
+            };
+            self.bill(reserved, response.usage, spend).await;
+            if !response.text.is_empty() {
+                self.emit(
+                    "message/completed",
+                    json!({"turn_id": self.turn_id, "text": response.text}),
+                )
+                .await;
+            }
+            // Some servers re-parse stored arguments and refuse malformed ones, so the history
+            // keeps `{}` in their place; the tool message says what was wrong.
+            let stored_calls = response
+                .tool_calls
+                .iter()
+                .map(
+                    |call| match serde_json::from_str::<Value>(&call.arguments) {
+                        Ok(_) => call.clone(),
+                        Err(_) => ToolCall {
+                            arguments: "{}".into(),
+                            ..call.clone()
+                        },
+                    },
+                )
+                .collect();
+            let assistant = ChatMessage::Assistant {
+                content: (!response.text.is_empty()).then(|| response.text.clone()),
+                tool_calls: stored_calls,
+            };
+            if let Err(ending) = self.remember(&assistant).await {
+                return ending;
+            }
+            if response.tool_calls.is_empty() {
+                return Ending::Completed;
+            }
+            let results = self.run_batch(&response.tool_calls).await;
+            for (call, content) in response.tool_calls.iter().zip(results) {
+                let message = ChatMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    content,
+                };
+                if let Err(ending) = self.remember(&message).await {
+                    return ending;
+                }
+            }
+            if self.cancel.is_cancelled() {
+                return interrupted();
+            }
+        }
+        Ending::Failed {
+            code: "iteration_limit",
+            message: format!(
+                "the turn stopped after {} model calls",
+                self.settings.max_iterations
+            ),
+        }
+    }
+
+    /// Reserves the call's worst-case price against the budget; refuses it when the session
+    /// would pass the cap. Returns the reserved USD.
+    async fn reserve(&self, request: &ChatRequest, spend: &Spend) -> Result<f64, Ending> {
+        let estimate = Pricing::estimate_prompt_tokens(&request.messages, &request.tools);
+        let reserved = self
+            .settings
+            .pricing
+            .reserve_usd(&request.model, estimate, request.max_tokens)
+            .unwrap_or(0.0);
+        let Some(cap) = self.settings.budget_usd else {
+            return Ok(reserved);
+        };
+        let spent = self.session_cost().await;
+        if spent + reserved <= cap {
+            return Ok(reserved);
+        }
+        let _ = spend;
+        let row = CostRow {
+            session_id: self.session_id.to_string(),
+            node_id: "agent".into(),
+            model: request.model.clone(),
+            reserved_usd: reserved,
+            actual_usd: 0.0,
+            tokens_in: 0,
+            tokens_out: 0,
+            committed: false,
+            turn_id: Some(self.turn_id.clone()),
+            task_id: None,
+            created_at: timestamp_now(),
+        };
+        if let Err(err) = self.store.insert_cost_row(&row).await {
+            tracing::error!(%err, "cost row not persisted");
+        }
+        Err(Ending::Failed {
+            code: "budget_exceeded",
+            message: format!(
+                "the session has spent {spent:.4} USD of its {cap:.4} USD budget; the next model \
+                 call could cost up to {reserved:.4} USD"
+            ),
+        })
+    }
+
+    /// Records one model call's cost row and adds it to the turn's totals.
+    async fn bill(&self, reserved: f64, usage: Option<Usage>, spend: &mut Spend) {
+        let usage = usage.unwrap_or_default();
+        let actual = match self.settings.pricing.cost_usd(&self.settings.model, &usage) {
+            Some(cost) => cost,
+            None => {
+                self.metrics.unpriced_calls.inc();
+                0.0
+            }
+        };
+        self.metrics.record_llm_usage(usage, actual);
+        spend.tokens_in += usage.prompt_tokens;
+        spend.tokens_out += usage.completion_tokens;
+        spend.cost_usd += actual;
+        let row = CostRow {
+            session_id: self.session_id.to_string(),
+            node_id: "agent".into(),
+            model: self.settings.model.clone(),
+            reserved_usd: reserved,
+            actual_usd: actual,
+            tokens_in: usage.prompt_tokens as i64,
+            tokens_out: usage.completion_tokens as i64,
+            committed: true,
+            turn_id: Some(self.turn_id.clone()),
+            task_id: None,
+            created_at: timestamp_now(),
+        };
+        if let Err(err) = self.store.insert_cost_row(&row).await {
+            tracing::error!(%err, "cost row not persisted");
+        }
+    }
+
+    /// Streams one model call, turning text deltas into `message/delta` events as they come.
+    async fn call_model(&self, request: ChatRequest) -> Result<crate::llm::ChatResponse, LlmError> {
+        let (deltas, mut delta_rx) = mpsc::channel::<String>(64);
+        let forward = async {
+            while let Some(text) = delta_rx.recv().await {
+                self.emit(
+                    "message/delta",
+                    json!({"turn_id": self.turn_id, "text": text}),
+                )
+                .await;
+            }
+        };
+        let call = self
+            .settings
+            .provider
+            .stream_chat(request, deltas, self.cancel.child_token());
+        let (outcome, ()) = tokio::join!(call, forward);
+        outcome
+    }
+
+    /// Runs one batch of tool calls and returns the text each gives the model, in order.
+    async fn run_batch(&self, calls: &[ToolCall]) -> Vec<String> {
+        // Every call is checked first, in the model's order; refusals answer without running.
+        let mut prepared: Vec<Result<(PreparedCall, Value), String>> = Vec::new();
+        for call in calls {
+            prepared.push(self.prepare(call).await);
+        }
+        let all_safe = prepared.iter().all(|p| match p {
+            Ok((call, _)) => call.tool().concurrency_class() == ConcurrencyClass::Safe,
+            Err(_) => true,
+        });
+        if all_safe {
+            let runs = calls
+                .iter()
+                .zip(prepared)
+                .map(|(call, prepared)| async move {
+                    match prepared {
+                        Ok((ready, arguments)) => self.execute(call, ready, arguments).await.0,
+                        Err(refusal) => refusal,
+                    }
+                });
+            return join_all(runs).await;
+        }
+        let mut results = Vec::with_capacity(calls.len());
+        let mut failed = false;
+        for (call, prepared) in calls.iter().zip(prepared) {
+            if failed || self.cancel.is_cancelled() {
+                results.push(
+                    "cancelled: an earlier call of this batch failed, so this one was not run"
+                        .to_string(),
+                );
+                continue;
+            }
+            match prepared {
+                Ok((ready, arguments)) => {
+                    let (text, success) = self.execute(call, ready, arguments).await;
+                    failed = !success;
+                    results.push(text);
+                }
+                Err(refusal) => {
+                    failed = true;
+                    results.push(refusal);
+                }
+            }
+        }
+        results
+    }
+
+    /// Parses and checks one call through the actor; a refusal becomes the model's text.
+    async fn prepare(&self, call: &ToolCall) -> Result<(PreparedCall, Value), String> {
+        let arguments: Value = if call.arguments.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(&call.arguments).map_err(|err| {
+                format!(
+                    "the arguments of {} are not valid JSON ({err}); send a JSON object",
+                    call.name
+                )
+            })?
+        };
+        let (reply, answer) = oneshot::channel();
+        self.actor
+            .send(TurnRequest::Prepare {
+                name: call.name.clone(),
+                arguments: arguments.clone(),
+                reply,
+            })
+            .await
+            .map_err(|_| "the session stopped".to_string())?;
+        match answer.await {
+            Ok(Ok(ready)) => Ok((ready, arguments)),
+            Ok(Err(refusal)) => {
+                self.metrics.record_refusal(&call.name, &refusal);
+                Err(refusal.to_string())
+            }
+            Err(_) => Err("the session stopped".to_string()),
+        }
+    }
+
+    /// Runs one prepared call with its notifications; returns the model's text and success.
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        ready: PreparedCall,
+        arguments: Value,
+    ) -> (String, bool) {
+        self.emit(
+            "tool/started",
+            json!({
+                "turn_id": self.turn_id,
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "arguments": arguments,
+            }),
+        )
+        .await;
+        let ctx = ToolContext {
+            session_id: self.session_id.to_string(),
+            tool_call_id: call.id.clone(),
+            cwd: self.cwd.clone(),
+            cancel: self.cancel.child_token(),
+            events: Some(self.tool_events.clone()),
+            catalog: Some(self.catalog.clone()),
+        };
+        let started = Instant::now();
+        let outcome = if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {
+            let _alone = self.exclusivity.write().await;
+            ready.run(&ctx, &arguments).await
+        } else {
+            let _shared = self.exclusivity.read().await;
+            ready.run(&ctx, &arguments).await
+        };
+        let result = match outcome {
+            Ok(result) => result,
+            Err(DispatchError::Cancelled { .. }) => {
+                ToolResult::failure("interrupted: the turn was stopped while this call ran")
+                    .with_metadata(json!({"error": {"kind": "interrupted"}}))
+            }
+            Err(err) => {
+                if let DispatchError::Fatal { message, .. } = &err {
+                    tracing::error!(tool = %call.name, %message, "tool failed fatally");
+                }
+                err.to_tool_result()
+            }
+        };
+        self.metrics.record_tool_call(
+            &call.name,
+            if result.success { "success" } else { "failure" },
+        );
+        let mut params =
+            crate::session::completed_params(&call.id, &call.name, &result, started.elapsed());
+        params["turn_id"] = Value::String(self.turn_id.clone());
+        self.emit("tool/completed", params).await;
+        (cap_output(&result.output), result.success)
+    }
+}
+
+fn interrupted() -> Ending {
+    Ending::Failed {
+        code: "interrupted",
+        message: "the turn was interrupted".into(),
+    }
+}
+
+/// Keeps a tool's output within [`MAX_TOOL_OUTPUT_IN_HISTORY`]: the head and the tail, with
+/// what was dropped said in between, so one huge result cannot overflow the context.
+pub fn cap_output(output: &str) -> String {
+    if output.len() <= MAX_TOOL_OUTPUT_IN_HISTORY {
+        return output.to_string();
+    }
+    let half = MAX_TOOL_OUTPUT_IN_HISTORY / 2;
+    let mut head_end = half;
+    while !output.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = output.len() - half;
+    while !output.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!(
+        "{}\n[… {} bytes omitted …]\n{}",
+        &output[..head_end],
+        tail_start - head_end,
+        &output[tail_start..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_output_is_kept_whole() {
+        assert_eq!(cap_output("hello"), "hello");
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_and_says_what_was_dropped() {
+        let output = format!(
+            "{}{}{}",
+            "a".repeat(20_000),
+            "b".repeat(10_000),
+            "é".repeat(10_000)
+        );
+        let capped = cap_output(&output);
+        assert!(capped.len() <= MAX_TOOL_OUTPUT_IN_HISTORY + 64);
+        assert!(capped.starts_with(&"a".repeat(1000)));
+        assert!(capped.ends_with("é"));
+        assert!(
+            capped.contains("[… 17232 bytes omitted …]"),
+            "{}",
+            &capped[16_000..16_500]
+        );
+    }
+}
