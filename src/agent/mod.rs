@@ -514,6 +514,7 @@ impl Turn {
             cancel: self.cancel.child_token(),
             events: Some(self.tool_events.clone()),
             catalog: Some(self.catalog.clone()),
+            budget_left_usd: None,
         };
         let started = Instant::now();
         let outcome = if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {

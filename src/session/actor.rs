@@ -364,6 +364,7 @@ impl SessionActor {
             cancel: self.cancel.child_token(),
             events: Some(self.events_tx.clone()),
             catalog: Some(self.registry.catalog_cell()),
+            budget_left_usd: None,
         };
         let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
         let exclusivity = Arc::clone(&self.exclusivity);

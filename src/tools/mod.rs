@@ -198,6 +198,9 @@ pub struct ToolContext {
     pub events: Option<mpsc::Sender<ToolEvent>>,
     /// The live catalog of the registry serving this call, for discovery tools.
     pub catalog: Option<CatalogCell>,
+    /// What the session may still spend on model calls, in USD, when it has a budget; tools
+    /// that call models themselves (pipelines) reserve against it.
+    pub budget_left_usd: Option<f64>,
 }
 
 impl ToolContext {
@@ -210,6 +213,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             events: None,
             catalog: None,
+            budget_left_usd: None,
         }
     }
 
