@@ -12,6 +12,8 @@
 //! - [`plan`] — update_plan, request_user_input.
 //! - [`discovery`] — tool_search, tool_suggest, activate_tools.
 //! - [`image`] — image_generation (no backend: always `unsupported`).
+//! - [`pipeline`] — run_pipeline (a DAG of model calls; needs a model, so the server registers
+//!   it rather than `with_builtins`).
 
 pub mod diff_edit;
 pub mod discovery;
@@ -20,6 +22,7 @@ pub mod files;
 pub mod history;
 pub mod image;
 pub mod patch;
+pub mod pipeline;
 pub mod plan;
 pub mod search;
 pub mod shell;
