@@ -9,12 +9,14 @@
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
 //! - [`workspace`]: a session's directory, the journal of its changes, its tools' shared state.
 //! - [`builtin`]: the tools every registry offers.
+//! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
 
 pub mod args;
 pub mod builtin;
 pub mod catalog;
 pub mod fs_safe;
 pub mod lifecycle;
+pub mod plugin;
 pub mod policy;
 pub mod registry;
 pub mod workspace;
