@@ -5,6 +5,7 @@
 //! - [`config`]: the one typed configuration (defaults, TOML file, environment, flags).
 //! - [`tools`]: the tool system — the `Tool` trait, the per-session registry with its policy,
 //!   LRU and argument checks, and symlink-safe file access.
+//! - [`tasks`]: background task output — the per-task log spool and `read_task_output`'s modes.
 //! - [`session`]: session actors, their handles, and the directory that loads and unloads them.
 //! - [`http`]: the router — WebSocket JSON-RPC, REST, health, metrics, auth.
 //! - [`llm`]: the model provider (OpenAI-compatible chat completions) and pricing.
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod server;
 pub mod session;
 pub mod store;
+pub mod tasks;
 pub mod tools;
 
 pub use server::{Server, StartupError, run};
