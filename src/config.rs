@@ -391,6 +391,16 @@ impl Config {
         if let Some(token) = &args.auth_token {
             config.server.auth_token = Some(Secret::new(token.clone()));
         }
+        // A plugin's relative command (with a '/') means relative to the config file, not to
+        // whatever directory a session's tools run in.
+        if let Some(dir) = args.config.as_deref().and_then(Path::parent) {
+            for plugin in &mut config.plugins {
+                let command = Path::new(&plugin.command);
+                if plugin.command.contains('/') && command.is_relative() {
+                    plugin.command = dir.join(command).to_string_lossy().into_owned();
+                }
+            }
+        }
         config.llm.api_key = env("AGENTD_LLM_API_KEY")
             .or_else(|| env(&config.llm.api_key_env))
             .filter(|key| !key.is_empty())

@@ -51,6 +51,15 @@ pub struct Metrics {
     pub llm_cost_micro_usd: Counter,
     /// Model calls whose model has no price in the config.
     pub unpriced_calls: Counter,
+    /// Background task state changes, by the state entered.
+    pub task_states: Family<StateLabels, Counter>,
+}
+
+/// Labels of a task state count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub state: String,
 }
 
 /// Labels of a turn count.
@@ -94,6 +103,12 @@ impl Metrics {
         let llm_tokens = Family::<DirectionLabels, Counter>::default();
         let llm_cost_micro_usd = Counter::default();
         let unpriced_calls = Counter::default();
+        let task_states = Family::<StateLabels, Counter>::default();
+        registry.register(
+            "task_states",
+            "Background task state changes by the state entered",
+            task_states.clone(),
+        );
         registry.register(
             "tool_evictions",
             "Tools evicted from view by the LRU",
@@ -154,7 +169,17 @@ impl Metrics {
             llm_tokens,
             llm_cost_micro_usd,
             unpriced_calls,
+            task_states,
         }
+    }
+
+    /// Counts a background task entering `state`.
+    pub fn record_task_state(&self, state: &str) {
+        self.task_states
+            .get_or_create(&StateLabels {
+                state: state.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a finished turn.

@@ -19,9 +19,12 @@ use crate::metrics::Metrics;
 use crate::session::Sessions;
 use crate::session::hub::SessionsConfig;
 use crate::store::{self, Store};
+use crate::tasks::tools::{CheckBackgroundTasks, ReadTaskOutput};
+use crate::tools::builtin::pipeline::RunPipeline;
 use crate::tools::builtin::with_builtins;
+use crate::tools::plugin::PluginTool;
 use crate::tools::policy::provider_policy_for;
-use crate::tools::{RegistryError, Tool, ToolRegistry};
+use crate::tools::{RegistryError, Tool, ToolRegistry, Workspace};
 
 /// Why the server could not start; `main` prints it on one line and exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,9 @@ pub enum StartupError {
     /// The model client could not be built from the `[llm]` settings.
     #[error("llm: {0}")]
     Llm(#[from] LlmError),
+    /// A `[[plugins]]` entry is unusable.
+    #[error("plugin {0}: {1}")]
+    Plugin(String, String),
 }
 
 /// The model and limits turns run with, when a model is configured.
@@ -84,10 +90,34 @@ impl std::fmt::Debug for Server {
 /// marks and policies.
 pub fn base_registry(
     config: &Config,
+    store: &Arc<dyn Store>,
+    agent: Option<&AgentSettings>,
     extra: Vec<Arc<dyn Tool>>,
-) -> Result<ToolRegistry, RegistryError> {
+) -> Result<ToolRegistry, StartupError> {
     let tools = &config.tools;
     let mut registry = with_builtins(&config.server.workspace, &tools.permissions())?;
+    registry.register(Arc::new(ReadTaskOutput::new(Arc::clone(store))))?;
+    registry.register(Arc::new(CheckBackgroundTasks::new(Arc::clone(store))))?;
+    if let Some(agent) = agent {
+        registry.register(Arc::new(RunPipeline::new(
+            Arc::clone(&agent.provider),
+            agent.model.clone(),
+            agent.pricing.clone(),
+            agent.max_tokens,
+        )))?;
+    }
+    let workspace = registry
+        .workspace()
+        .cloned()
+        .unwrap_or_else(|| Workspace::new(&config.server.workspace));
+    for plugin in &config.plugins {
+        let tool = PluginTool::new(plugin, Arc::clone(&workspace))
+            .map_err(|err| StartupError::Plugin(plugin.name.clone(), err.to_string()))?;
+        registry.register(Arc::new(tool))?;
+        if plugin.spawn_only {
+            registry.mark_spawn_only(&plugin.name);
+        }
+    }
     for tool in extra {
         registry.register(tool)?;
     }
@@ -143,13 +173,13 @@ impl Server {
         if failed > 0 {
             tracing::warn!(failed, "tasks left running by the last stop marked failed");
         }
-        if !config.plugins.is_empty() {
-            tracing::warn!(
-                plugins = config.plugins.len(),
-                "[[plugins]] are not registered yet: plugin tools arrive in a later version"
-            );
-        }
-        let base = Arc::new(base_registry(&config, extra_tools)?);
+        let agent = agent_settings(&config)?;
+        let base = Arc::new(base_registry(
+            &config,
+            &store,
+            agent.as_deref(),
+            extra_tools,
+        )?);
         let metrics = Arc::new(Metrics::new());
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -166,7 +196,8 @@ impl Server {
                 idle_unload: Duration::from_secs(config.server.idle_unload_secs),
                 unsupported,
                 llm_configured: config.llm.is_configured(),
-                agent: agent_settings(&config)?,
+                agent,
+                tasks_dir: config.server.data_dir.join("tasks"),
             },
             Arc::clone(&metrics),
             cancel.clone(),

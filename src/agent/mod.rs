@@ -75,6 +75,16 @@ pub(crate) enum TurnRequest {
         arguments: Value,
         reply: oneshot::Sender<Result<PreparedCall, DispatchError>>,
     },
+    /// Start a spawn_only call in the background; the answer is its task_handle envelope.
+    SpawnTask {
+        call: PreparedCall,
+        arguments: Value,
+        tool_call_id: String,
+        turn_id: String,
+        reply: oneshot::Sender<ToolResult>,
+    },
+    /// Something a tool of the turn reported while running.
+    ToolEvent(ToolEvent),
     /// The turn is over.
     Finished { turn_id: String },
 }
@@ -89,12 +99,12 @@ pub(crate) struct Turn {
     pub metrics: Arc<Metrics>,
     /// To the session actor.
     pub actor: mpsc::Sender<TurnRequest>,
-    /// Tool events (plans, questions, progress) go to the actor like those of `tool/invoke`.
-    pub tool_events: mpsc::Sender<ToolEvent>,
     pub catalog: CatalogCell,
     pub cwd: std::path::PathBuf,
     pub cancel: CancellationToken,
     pub exclusivity: Arc<RwLock<()>>,
+    /// Cost rows tools of this turn reported (concurrent calls add to it).
+    pub node_costs: tokio::sync::Mutex<Vec<Value>>,
 }
 
 /// How a turn ended.
@@ -117,16 +127,24 @@ impl Turn {
         let started = Instant::now();
         let mut spend = Spend::default();
         let timeout = self.settings.turn_timeout;
-        let outcome = tokio::select! {
-            ending = self.turn_loop(&mut spend) => ending,
-            () = tokio::time::sleep(timeout) => {
-                self.cancel.cancel();
-                Ending::Failed {
-                    code: "turn_timeout",
-                    message: format!("the turn took longer than {} s", timeout.as_secs()),
-                }
-            }
+        // The limit cancels the turn like an interruption, so the loop still answers every
+        // tool call it started before it stops.
+        let timer = {
+            let cancel = self.cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                cancel.cancel();
+            })
         };
+        let mut outcome = self.turn_loop(&mut spend).await;
+        let timed_out = timer.is_finished();
+        timer.abort();
+        if timed_out && !matches!(outcome, Ending::Completed) {
+            outcome = Ending::Failed {
+                code: "turn_timeout",
+                message: format!("the turn took longer than {} s", timeout.as_secs()),
+            };
+        }
         let outcome_label = match &outcome {
             Ending::Completed => "completed",
             Ending::Failed { code, .. } => code,
@@ -135,17 +153,22 @@ impl Turn {
         match outcome {
             Ending::Completed => {
                 let session_cost = self.session_cost().await;
-                self.emit(
-                    "turn/completed",
-                    json!({
-                        "turn_id": self.turn_id,
-                        "tokens_in": spend.tokens_in,
-                        "tokens_out": spend.tokens_out,
-                        "cost_usd": spend.cost_usd,
-                        "session_cost_usd": session_cost,
-                    }),
-                )
-                .await;
+                let node_costs = std::mem::take(&mut *self.node_costs.lock().await);
+                let node_usd: f64 = node_costs
+                    .iter()
+                    .filter_map(|row| row["actual_usd"].as_f64())
+                    .sum();
+                let mut params = json!({
+                    "turn_id": self.turn_id,
+                    "tokens_in": spend.tokens_in,
+                    "tokens_out": spend.tokens_out,
+                    "cost_usd": spend.cost_usd + node_usd,
+                    "session_cost_usd": session_cost,
+                });
+                if !node_costs.is_empty() {
+                    params["node_costs"] = Value::Array(node_costs);
+                }
+                self.emit("turn/completed", params).await;
             }
             Ending::Failed { code, message } => {
                 self.emit(
@@ -166,6 +189,12 @@ impl Turn {
 
     async fn emit(&self, method: &'static str, params: Value) {
         let _ = self.actor.send(TurnRequest::Emit { method, params }).await;
+    }
+
+    /// What the session may still spend, when it has a budget.
+    async fn budget_left(&self) -> Option<f64> {
+        let cap = self.settings.budget_usd?;
+        Some((cap - self.session_cost().await).max(0.0))
     }
 
     async fn session_cost(&self) -> f64 {
@@ -507,23 +536,64 @@ impl Turn {
             }),
         )
         .await;
+        let (events, mut events_rx) = mpsc::channel(64);
         let ctx = ToolContext {
             session_id: self.session_id.to_string(),
             tool_call_id: call.id.clone(),
             cwd: self.cwd.clone(),
             cancel: self.cancel.child_token(),
-            events: Some(self.tool_events.clone()),
+            events: Some(events),
             catalog: Some(self.catalog.clone()),
-            budget_left_usd: None,
+            budget_left_usd: self.budget_left().await,
         };
         let started = Instant::now();
-        let outcome = if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {
-            let _alone = self.exclusivity.write().await;
-            ready.run(&ctx, &arguments).await
-        } else {
-            let _shared = self.exclusivity.read().await;
-            ready.run(&ctx, &arguments).await
+        if ready.spawn_only() {
+            let (reply, envelope) = oneshot::channel();
+            let request = TurnRequest::SpawnTask {
+                call: ready,
+                arguments,
+                tool_call_id: call.id.clone(),
+                turn_id: self.turn_id.clone(),
+                reply,
+            };
+            let result = match self.actor.send(request).await {
+                Ok(()) => envelope
+                    .await
+                    .unwrap_or_else(|_| ToolResult::failure("the session stopped")),
+                Err(_) => ToolResult::failure("the session stopped"),
+            };
+            let mut params =
+                crate::session::completed_params(&call.id, &call.name, &result, started.elapsed());
+            params["turn_id"] = Value::String(self.turn_id.clone());
+            self.emit("tool/completed", params).await;
+            return (result.output, result.success);
+        }
+        // The call's events go to the session through the turn's channel, in order, before
+        // its tool/completed.
+        let outcome = {
+            let run = async {
+                if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {
+                    let _alone = self.exclusivity.write().await;
+                    ready.run(&ctx, &arguments).await
+                } else {
+                    let _shared = self.exclusivity.read().await;
+                    ready.run(&ctx, &arguments).await
+                }
+            };
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    outcome = &mut run => break outcome,
+                    Some(event) = events_rx.recv() => {
+                        let _ = self.actor.send(TurnRequest::ToolEvent(event)).await;
+                    }
+                }
+            }
         };
+        drop(ctx);
+        while let Ok(event) = events_rx.try_recv() {
+            let _ = self.actor.send(TurnRequest::ToolEvent(event)).await;
+        }
         let result = match outcome {
             Ok(result) => result,
             Err(DispatchError::Cancelled { .. }) => {
@@ -541,12 +611,59 @@ impl Turn {
             &call.name,
             if result.success { "success" } else { "failure" },
         );
+        if let Some(rows) = record_node_costs(
+            &self.store,
+            &self.session_id,
+            &result,
+            Some(&self.turn_id),
+            None,
+        )
+        .await
+        {
+            let mut costs = self.node_costs.lock().await;
+            costs.extend(rows.as_array().cloned().unwrap_or_default());
+        }
         let mut params =
             crate::session::completed_params(&call.id, &call.name, &result, started.elapsed());
         params["turn_id"] = Value::String(self.turn_id.clone());
         self.emit("tool/completed", params).await;
         (cap_output(&result.output), result.success)
     }
+}
+
+/// Stores the cost rows a tool reported in `structured_metadata.node_costs` (pipelines, agents)
+/// in the session's ledger; returns them for `turn/completed` or `turn/spawn_complete`.
+pub(crate) async fn record_node_costs(
+    store: &Arc<dyn Store>,
+    session_id: &str,
+    result: &ToolResult,
+    turn_id: Option<&str>,
+    task_id: Option<&str>,
+) -> Option<Value> {
+    let rows = result
+        .structured_metadata
+        .as_ref()?
+        .get("node_costs")?
+        .clone();
+    for row in rows.as_array().into_iter().flatten() {
+        let cost = CostRow {
+            session_id: session_id.to_string(),
+            node_id: row["node_id"].as_str().unwrap_or("node").to_string(),
+            model: row["model"].as_str().unwrap_or_default().to_string(),
+            reserved_usd: row["reserved_usd"].as_f64().unwrap_or(0.0),
+            actual_usd: row["actual_usd"].as_f64().unwrap_or(0.0),
+            tokens_in: row["tokens_in"].as_i64().unwrap_or(0),
+            tokens_out: row["tokens_out"].as_i64().unwrap_or(0),
+            committed: row["committed"].as_bool().unwrap_or(true),
+            turn_id: turn_id.map(str::to_string),
+            task_id: task_id.map(str::to_string),
+            created_at: timestamp_now(),
+        };
+        if let Err(err) = store.insert_cost_row(&cost).await {
+            tracing::error!(%err, "cost row not persisted");
+        }
+    }
+    Some(rows)
 }
 
 fn interrupted() -> Ending {

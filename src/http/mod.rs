@@ -20,7 +20,7 @@ use axum::Router;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -49,6 +49,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/sessions/{id}/tasks"),
     ("GET", "/api/sessions/{id}/cost"),
     ("GET", "/api/tasks/{task_id}"),
+    ("POST", "/api/tasks/{task_id}/cancel"),
+    ("GET", "/api/tasks/{task_id}/output"),
     ("GET", "/api/tools"),
 ];
 
@@ -140,6 +142,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/tasks", get(rest::session_tasks))
         .route("/api/sessions/{id}/cost", get(rest::cost))
         .route("/api/tasks/{task_id}", get(rest::task))
+        .route("/api/tasks/{task_id}/cancel", post(rest::cancel_task))
+        .route("/api/tasks/{task_id}/output", get(rest::task_output))
         .route("/api/tools", get(rest::tools_catalog))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

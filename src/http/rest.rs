@@ -14,6 +14,8 @@ use super::AppState;
 use super::error::{ApiError, ApiQuery};
 use crate::session::Caller;
 use crate::store::TaskRow;
+use crate::tasks::output::OutputParams;
+use crate::tasks::read::{TaskReadError, read_task_output};
 use crate::tools::fs_safe;
 
 /// Most events one page returns.
@@ -215,6 +217,48 @@ pub async fn task(
 ) -> Result<Json<Value>, ApiError> {
     let task = owned_task(&app, &caller, &task_id).await?;
     Ok(Json(json!(task)))
+}
+
+/// `GET /api/tasks/{task_id}/output`: read_task_output.
+pub async fn task_output(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(task_id): Path<String>,
+    ApiQuery(params): ApiQuery<OutputParams>,
+) -> Result<Json<Value>, ApiError> {
+    let task = owned_task(&app, &caller, &task_id).await?;
+    let query = params
+        .to_query()
+        .map_err(|err| ApiError::BadRequest(err.to_string()))?;
+    let answer = read_task_output(&task, query)
+        .await
+        .map_err(|err| match err {
+            TaskReadError::UnknownTask(id) => ApiError::NotFound(format!("unknown task {id}")),
+            TaskReadError::InvalidQuery(message) => ApiError::BadRequest(message),
+            other => ApiError::Internal(other.to_string()),
+        })?;
+    Ok(Json(answer))
+}
+
+/// `POST /api/tasks/{task_id}/cancel`: stops a running task; answers its final state.
+pub async fn cancel_task(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(task_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let task = owned_task(&app, &caller, &task_id).await?;
+    let state = if task.state == "running" {
+        let handle = app.sessions().handle(&caller, &task.session_id).await?;
+        handle.cancel_task(task_id.clone()).await?
+    } else {
+        None
+    };
+    // Not running in this server (already ended): report what the store says.
+    let state = match state {
+        Some(state) => state,
+        None => owned_task(&app, &caller, &task_id).await?.state,
+    };
+    Ok(Json(json!({"task_id": task_id, "state": state})))
 }
 
 /// `GET /api/tools`: the server's catalog with each tool's state under the system policy.

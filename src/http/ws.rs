@@ -23,6 +23,8 @@ use super::error::ApiError;
 use crate::session::{
     Caller, OpenedSession, Outbound, SessionError, SessionHandle, ToolNames, Watcher,
 };
+use crate::store::TaskRow;
+use crate::tasks::read::{TaskReadError, read_task_output, task_of_session};
 use crate::tools::ToolCatalog;
 
 /// Largest text frame accepted; bigger ones close the connection with 1009.
@@ -174,6 +176,8 @@ struct RespondParams {
 struct TaskParams {
     session_id: String,
     task_id: String,
+    #[serde(flatten)]
+    output: crate::tasks::output::OutputParams,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
@@ -433,12 +437,20 @@ impl Connection {
                 let outcome = self.task_list(&params.session_id).await;
                 Dispatched::Now(outcome, None)
             }
-            "task/output/read" | "task/cancel" => {
+            "task/output/read" => {
                 let params: TaskParams = match parse(params) {
                     Ok(p) => p,
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
-                let outcome = self.unknown_task(&params).await;
+                let outcome = self.read_output(&params).await;
+                Dispatched::Now(outcome, None)
+            }
+            "task/cancel" => {
+                let params: TaskParams = match parse(params) {
+                    Ok(p) => p,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let outcome = self.cancel_task(&params).await;
                 Dispatched::Now(outcome, None)
             }
             other => Dispatched::Now(
@@ -615,26 +627,50 @@ impl Connection {
         Ok(json!({ "tasks": tasks }))
     }
 
-    async fn unknown_task(&mut self, params: &TaskParams) -> Result<Value, RpcError> {
+    /// The session's task named in `params` (`unknown_task` for any other).
+    async fn session_task(&mut self, params: &TaskParams) -> Result<TaskRow, RpcError> {
         self.app
             .sessions()
             .row(&self.caller, &params.session_id)
             .await?;
-        let task = self
-            .app
-            .sessions()
-            .store()
-            .get_task(&params.task_id)
-            .await
-            .map_err(SessionError::from)?;
-        match task {
-            Some(task) if task.session_id == params.session_id => Err(RpcError::new(
-                SERVER_ERROR,
-                "unsupported",
-                "reading and cancelling task output arrives with background tasks",
-            )),
-            _ => Err(SessionError::UnknownTask(params.task_id.clone()).into()),
+        task_of_session(
+            self.app.sessions().store(),
+            &params.task_id,
+            &params.session_id,
+        )
+        .await
+        .map_err(task_error)
+    }
+
+    async fn read_output(&mut self, params: &TaskParams) -> Result<Value, RpcError> {
+        let task = self.session_task(params).await?;
+        let query = params.output.to_query().map_err(RpcError::params)?;
+        read_task_output(&task, query).await.map_err(task_error)
+    }
+
+    async fn cancel_task(&mut self, params: &TaskParams) -> Result<Value, RpcError> {
+        let task = self.session_task(params).await?;
+        let mut state = task.state.clone();
+        if task.state == "running" {
+            let handle = self
+                .app
+                .sessions()
+                .handle(&self.caller, &params.session_id)
+                .await?;
+            if let Some(final_state) = handle.cancel_task(params.task_id.clone()).await? {
+                state = final_state;
+            }
         }
+        Ok(json!({"task_id": params.task_id, "state": state}))
+    }
+}
+
+fn task_error(err: TaskReadError) -> RpcError {
+    match err {
+        TaskReadError::UnknownTask(id) => SessionError::UnknownTask(id).into(),
+        TaskReadError::InvalidQuery(message) => RpcError::params(message),
+        TaskReadError::Store(err) => SessionError::Store(err).into(),
+        TaskReadError::Unreadable(message) => RpcError::new(SERVER_ERROR, "internal", message),
     }
 }
 

@@ -15,12 +15,16 @@ use tracing::Instrument;
 use super::{
     Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
 };
-use crate::agent::{AgentSettings, Turn, TurnRequest};
+use crate::agent::{AgentSettings, Turn, TurnRequest, record_node_costs};
+use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crate::store::{TaskRow, timestamp_now};
+use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
 use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::{
-    ConcurrencyClass, DispatchError, ToolContext, ToolEvent, ToolRegistry, ToolResult, ToolState,
+    ConcurrencyClass, DispatchError, PreparedCall, ToolContext, ToolEvent, ToolRegistry,
+    ToolResult, ToolState,
 };
 
 /// How much of a tool's output `tool/completed` carries.
@@ -49,6 +53,7 @@ pub(crate) struct ActorSetup {
     pub metrics: Arc<Metrics>,
     pub llm_configured: bool,
     pub agent: Option<Arc<AgentSettings>>,
+    pub tasks_dir: std::path::PathBuf,
 }
 
 /// The turn a session is running.
@@ -71,6 +76,10 @@ pub(crate) struct SessionActor {
     llm_configured: bool,
     agent: Option<Arc<AgentSettings>>,
     turn: Option<RunningTurn>,
+    tasks: TaskSupervisor,
+    reports_rx: mpsc::Receiver<TaskReport>,
+    /// Results of background tasks that ended during a turn, added to the history after it.
+    pending_notes: Vec<ChatMessage>,
     turn_tx: mpsc::Sender<TurnRequest>,
     turn_rx: mpsc::Receiver<TurnRequest>,
     /// Tool calls started and not yet reported back.
@@ -93,7 +102,11 @@ impl SessionActor {
         let (finished_tx, finished_rx) = mpsc::channel(COMMAND_QUEUE);
         let (events_tx, events_rx) = mpsc::channel(COMMAND_QUEUE);
         let (turn_tx, turn_rx) = mpsc::channel(COMMAND_QUEUE);
+        let (reports_tx, reports_rx) = mpsc::channel(COMMAND_QUEUE);
         Self {
+            tasks: TaskSupervisor::new(setup.tasks_dir, reports_tx),
+            reports_rx,
+            pending_notes: Vec::new(),
             session_id: setup.session_id,
             store: setup.store,
             registry: setup.registry,
@@ -129,6 +142,7 @@ impl SessionActor {
                 let idle = self.watchers.is_empty()
                     && self.running == 0
                     && self.turn.is_none()
+                    && self.tasks.is_empty()
                     && self.pending_input.is_empty();
                 let idle_timer = tokio::time::sleep(self.idle_unload);
                 tokio::select! {
@@ -140,12 +154,17 @@ impl SessionActor {
                     Some(finished) = self.finished_rx.recv() => self.finish_tool(finished).await,
                     Some(event) = self.events_rx.recv() => self.on_tool_event(event).await,
                     Some(request) = self.turn_rx.recv() => self.on_turn_request(request).await,
+                    Some(report) = self.reports_rx.recv() => self.on_task_report(report).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
                         break;
                     }
                 }
             }
+            if let Some(turn) = &self.turn {
+                turn.cancel.cancel();
+            }
+            self.tasks.cancel_all();
             self.kill_processes();
             tracing::debug!("actor stopped");
         }
@@ -202,7 +221,247 @@ impl SessionActor {
                 };
                 let _ = reply.send(outcome);
             }
+            Command::CancelTask { task_id, reply } => self.tasks.cancel(&task_id, reply),
             Command::Close => {}
+        }
+    }
+
+    /// The context a tool call of this session runs with.
+    fn tool_context(&self, tool_call_id: &str, cancel: CancellationToken) -> ToolContext {
+        ToolContext {
+            session_id: self.session_id.to_string(),
+            tool_call_id: tool_call_id.to_string(),
+            cwd: self
+                .registry
+                .workspace()
+                .map(|w| w.root().to_path_buf())
+                .unwrap_or_default(),
+            cancel,
+            events: Some(self.events_tx.clone()),
+            catalog: Some(self.registry.catalog_cell()),
+            budget_left_usd: None,
+        }
+    }
+
+    /// Starts a spawn_only call as a background task and answers with its envelope: the JSON
+    /// task_handle when the model can read it with `read_task_output`, else a plain sentence.
+    async fn spawn_task(
+        &mut self,
+        call: PreparedCall,
+        arguments: Value,
+        tool_call_id: String,
+        turn_id: Option<String>,
+    ) -> ToolResult {
+        let task_id = uuid::Uuid::new_v4().to_string();
+        let tool_name = call.name().to_string();
+        // A task outlives the turn that started it, but not the session.
+        let mut ctx = self.tool_context(&tool_call_id, self.cancel.child_token());
+        ctx.budget_left_usd = self.budget_left().await;
+        let started = self
+            .tasks
+            .start(
+                &task_id,
+                call,
+                arguments,
+                ctx,
+                turn_id,
+                self.events_tx.clone(),
+                &self.tracker,
+            )
+            .await;
+        let path = match started {
+            Ok(path) => path,
+            Err(err) => {
+                tracing::error!(%err, "background task could not start");
+                return ToolResult::failure(format!(
+                    "{tool_name} could not start in the background: {err}"
+                ));
+            }
+        };
+        let row = TaskRow {
+            task_id: task_id.clone(),
+            session_id: self.session_id.to_string(),
+            tool_call_id: tool_call_id.clone(),
+            tool_name: tool_name.clone(),
+            state: "running".into(),
+            exit_code: None,
+            reason: None,
+            total_bytes: 0,
+            output_path: path.to_string_lossy().into_owned(),
+            created_at: timestamp_now(),
+            finished_at: None,
+        };
+        if let Err(err) = self.store.upsert_task(&row).await {
+            tracing::error!(%err, "task not recorded");
+        }
+        self.metrics.record_task_state("running");
+        self.emit(
+            "task/updated",
+            json!({"task_id": task_id, "tool_call_id": tool_call_id, "tool_name": tool_name, "state": "running"}),
+        )
+        .await;
+        let readable = self
+            .registry
+            .catalog()
+            .get("read_task_output")
+            .is_some_and(|e| e.state == ToolState::Active);
+        let output_url = format!("/api/tasks/{task_id}/output");
+        let envelope = if readable {
+            json!({
+                "ok": true,
+                "task_handle": task_id,
+                "summary": format!("{tool_name} is running in the background"),
+                "read_with": "read_task_output",
+                "read_modes": ["head", "tail", "grep", "line_range", "bytes"],
+                "output_url": output_url,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{tool_name} is running in the background as task {task_id}; its output is at {output_url}."
+            )
+        };
+        ToolResult::ok(envelope).with_metadata(json!({"task_id": task_id}))
+    }
+
+    /// What the session may still spend on model calls, when it has a budget.
+    async fn budget_left(&self) -> Option<f64> {
+        let cap = self.agent.as_ref()?.budget_usd?;
+        let spent: f64 = match self.store.cost_rows(&self.session_id).await {
+            Ok(rows) => rows.iter().map(|r| r.actual_usd).sum(),
+            Err(err) => {
+                tracing::error!(%err, "cost rows unreadable");
+                return Some(0.0);
+            }
+        };
+        Some((cap - spent).max(0.0))
+    }
+
+    async fn on_task_report(&mut self, report: TaskReport) {
+        match report {
+            TaskReport::Output {
+                task_id,
+                offset,
+                text,
+            } => {
+                self.emit(
+                    "task/output/delta",
+                    json!({"task_id": task_id, "offset": offset, "text": text}),
+                )
+                .await;
+            }
+            TaskReport::Finished {
+                task_id,
+                outcome,
+                total_bytes,
+            } => self.finish_task(task_id, outcome, total_bytes).await,
+        }
+    }
+
+    async fn finish_task(
+        &mut self,
+        task_id: String,
+        outcome: Result<ToolResult, DispatchError>,
+        total_bytes: u64,
+    ) {
+        let Some(task) = self.tasks.finish(&task_id) else {
+            return;
+        };
+        let cancelled = task.cancel.is_cancelled();
+        let result = match outcome {
+            Ok(result) => result,
+            Err(err) => err.to_tool_result(),
+        };
+        let state = if cancelled {
+            "cancelled"
+        } else if result.success {
+            "completed"
+        } else {
+            "failed"
+        };
+        let exit_code = result
+            .structured_metadata
+            .as_ref()
+            .and_then(|m| m.get("exit_code"))
+            .and_then(Value::as_i64)
+            .map(|c| c as i32);
+        let reason = match state {
+            "cancelled" => Some("cancelled on request".to_string()),
+            "failed" => Some(first_line(&result.output)),
+            _ => None,
+        };
+        match self.store.get_task(&task_id).await {
+            Ok(Some(mut row)) => {
+                row.state = state.into();
+                row.exit_code = exit_code;
+                row.reason = reason.clone();
+                row.total_bytes = total_bytes as i64;
+                row.finished_at = Some(timestamp_now());
+                if let Err(err) = self.store.upsert_task(&row).await {
+                    tracing::error!(%err, "task end not recorded");
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::error!(%err, "task unreadable"),
+        }
+        self.metrics.record_task_state(state);
+        let mut updated = json!({
+            "task_id": task_id,
+            "tool_call_id": task.tool_call_id,
+            "tool_name": task.tool_name,
+            "state": state,
+        });
+        if let Some(code) = exit_code {
+            updated["exit_code"] = json!(code);
+        }
+        if let Some(reason) = &reason {
+            updated["reason"] = json!(reason);
+        }
+        self.emit("task/updated", updated).await;
+        for waiter in task.cancel_waiters {
+            let _ = waiter.send(Some(state.to_string()));
+        }
+        let node_costs = record_node_costs(
+            &self.store,
+            &self.session_id,
+            &result,
+            task.turn_id.as_deref(),
+            Some(&task_id),
+        )
+        .await;
+        let content = cap_text(&result.output, SPAWN_CONTENT_BYTES);
+        let mut complete = json!({
+            "task_id": task_id,
+            "tool_call_id": task.tool_call_id,
+            "tool_name": task.tool_name,
+            "success": state == "completed",
+            "content": content,
+        });
+        if let Some(node_costs) = node_costs {
+            complete["node_costs"] = node_costs;
+        }
+        self.emit("turn/spawn_complete", complete).await;
+        let note = ChatMessage::User {
+            content: format!(
+                "[background task {task_id} ({}) {state}]\n{content}",
+                task.tool_name
+            ),
+        };
+        if self.turn.is_some() {
+            self.pending_notes.push(note);
+        } else {
+            self.remember(&note).await;
+        }
+    }
+
+    async fn remember(&self, message: &ChatMessage) {
+        match serde_json::to_value(message) {
+            Ok(value) => {
+                if let Err(err) = self.store.append_message(&self.session_id, &value).await {
+                    tracing::error!(%err, "history not persisted");
+                }
+            }
+            Err(err) => tracing::error!(%err, "history entry does not serialise"),
         }
     }
 
@@ -238,7 +497,6 @@ impl SessionActor {
             store: Arc::clone(&self.store),
             metrics: Arc::clone(&self.metrics),
             actor: self.turn_tx.clone(),
-            tool_events: self.events_tx.clone(),
             catalog: self.registry.catalog_cell(),
             cwd: self
                 .registry
@@ -247,6 +505,7 @@ impl SessionActor {
                 .unwrap_or_default(),
             cancel,
             exclusivity: Arc::clone(&self.exclusivity),
+            node_costs: tokio::sync::Mutex::new(Vec::new()),
         };
         let span = tracing::info_span!("turn", turn_id = %turn_id);
         self.tracker.spawn(turn.run().instrument(span));
@@ -274,9 +533,25 @@ impl SessionActor {
                 self.announce_tool_changes(before).await;
                 let _ = reply.send(prepared);
             }
+            TurnRequest::ToolEvent(event) => self.on_tool_event(event).await,
+            TurnRequest::SpawnTask {
+                call,
+                arguments,
+                tool_call_id,
+                turn_id,
+                reply,
+            } => {
+                let result = self
+                    .spawn_task(call, arguments, tool_call_id, Some(turn_id))
+                    .await;
+                let _ = reply.send(result);
+            }
             TurnRequest::Finished { turn_id } => {
                 if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id) {
                     self.turn = None;
+                }
+                for note in std::mem::take(&mut self.pending_notes) {
+                    self.remember(&note).await;
                 }
                 // Activations a tool asked for during the turn show up now.
                 let before = self.tool_names();
@@ -286,8 +561,8 @@ impl SessionActor {
         }
     }
 
-    /// Ends every process the session's tools started (`exec_command`, `shell`): interrupting
-    /// a turn or closing the session leaves no orphans.
+    /// Ends every `exec_command` process of the session, so interrupting a turn or closing
+    /// the session leaves no orphans (`shell` commands end with their call's cancellation).
     fn kill_processes(&self) {
         if let Some(workspace) = self.registry.workspace() {
             workspace.shared::<ProcessTable>().kill_all();
@@ -353,19 +628,23 @@ impl SessionActor {
             json!({"tool_call_id": tool_call_id, "tool_name": name, "arguments": arguments}),
         )
         .await;
-        let ctx = ToolContext {
-            session_id: self.session_id.to_string(),
-            tool_call_id: tool_call_id.clone(),
-            cwd: self
-                .registry
-                .workspace()
-                .map(|w| w.root().to_path_buf())
-                .unwrap_or_default(),
-            cancel: self.cancel.child_token(),
-            events: Some(self.events_tx.clone()),
-            catalog: Some(self.registry.catalog_cell()),
-            budget_left_usd: None,
-        };
+        if call.spawn_only() {
+            let started = Instant::now();
+            let result = self
+                .spawn_task(call, arguments, tool_call_id.clone(), None)
+                .await;
+            let params = completed_params(&tool_call_id, &name, &result, started.elapsed());
+            self.emit("tool/completed", params).await;
+            let _ = reply.send(Ok(InvokeResult {
+                tool_call_id,
+                success: result.success,
+                output: result.output,
+                structured_metadata: result.structured_metadata,
+            }));
+            return;
+        }
+        let mut ctx = self.tool_context(&tool_call_id, self.cancel.child_token());
+        ctx.budget_left_usd = self.budget_left().await;
         let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
         let exclusivity = Arc::clone(&self.exclusivity);
         let finished = self.finished_tx.clone();
@@ -417,6 +696,7 @@ impl SessionActor {
             &tool_name,
             if result.success { "success" } else { "failure" },
         );
+        record_node_costs(&self.store, &self.session_id, &result, None, None).await;
         let params = completed_params(&tool_call_id, &tool_name, &result, duration);
         self.emit("tool/completed", params).await;
         // Activations a tool asked for show up in the next listing.
@@ -527,6 +807,29 @@ pub fn completed_params(
             .collect();
     }
     params
+}
+
+/// How much of a background task's result `turn/spawn_complete` carries.
+const SPAWN_CONTENT_BYTES: usize = 4096;
+
+fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("failed");
+    cap_text(line, 200)
+}
+
+/// `text` cut to at most `limit` bytes at a character boundary, with an ellipsis when cut.
+fn cap_text(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
 }
 
 /// The first bytes of a tool's output, cut at a character boundary.

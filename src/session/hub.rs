@@ -70,6 +70,8 @@ pub struct SessionsConfig {
     pub llm_configured: bool,
     /// The model and limits turns run with; `None` without a usable model.
     pub agent: Option<Arc<crate::agent::AgentSettings>>,
+    /// Where background task output is spooled.
+    pub tasks_dir: PathBuf,
 }
 
 struct Live {
@@ -259,6 +261,7 @@ impl Sessions {
             metrics: Arc::clone(&self.inner.metrics),
             llm_configured: self.inner.config.llm_configured,
             agent: self.inner.config.agent.clone(),
+            tasks_dir: self.inner.config.tasks_dir.clone(),
         });
         live.insert(
             row.session_id.clone(),

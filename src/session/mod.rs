@@ -218,6 +218,10 @@ pub(crate) enum Command {
         answers: Value,
         reply: oneshot::Sender<Result<(), SessionError>>,
     },
+    CancelTask {
+        task_id: String,
+        reply: oneshot::Sender<Option<String>>,
+    },
     Close,
 }
 
@@ -316,6 +320,13 @@ impl SessionHandle {
             reply,
         })
         .await?
+    }
+
+    /// Stops a running background task of this session and waits for it to end; its final
+    /// state, or `None` when it was not running.
+    pub async fn cancel_task(&self, task_id: String) -> Result<Option<String>, SessionError> {
+        self.ask(|reply| Command::CancelTask { task_id, reply })
+            .await
     }
 
     /// Stops the actor (the session is being deleted or the server is stopping).

@@ -4,4 +4,5 @@ mod agent;
 mod cli;
 mod llm;
 mod server;
+mod tasks;
 mod tool_core;

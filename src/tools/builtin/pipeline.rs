@@ -214,8 +214,9 @@ impl Tool for RunPipeline {
                             "prompt": {
                                 "type": "string",
                                 "description": "The complete, self-contained task for this call; \
-                                    the call sees nothing of your conversation, only this text and \
-                                    the outputs of its dependencies appended after it."
+                                    the call sees nothing of your conversation, only this text. \
+                                    Write {{id}} where a dependency's output belongs; outputs of \
+                                    dependencies not placed that way are appended after it."
                             },
                             "model": {
                                 "type": "string",
@@ -433,18 +434,28 @@ async fn call_node(
     (idx, provider.stream_chat(request, deltas, cancel).await)
 }
 
-/// The request for node `idx`: the system line, then its prompt followed by the output of each
-/// dependency under a heading naming it.
+/// The request for node `idx`: the system line, then its prompt with each `{{id}}` of a
+/// dependency replaced by that dependency's output; dependencies the prompt does not place are
+/// appended under a heading naming them.
 fn node_request(plan: &Plan, idx: usize, states: &[NodeState]) -> ChatRequest {
     let node = &plan.nodes[idx];
     let mut content = node.prompt.clone();
+    let mut unplaced = Vec::new();
     for &dep in &node.deps {
         if let NodeState::Completed { output, .. } = &states[dep] {
-            content.push_str(&format!(
-                "\n\n## Output of `{}`\n\n{output}",
-                plan.nodes[dep].id
-            ));
+            let placeholder = format!("{{{{{}}}}}", plan.nodes[dep].id);
+            if node.prompt.contains(&placeholder) {
+                content = content.replace(&placeholder, output);
+            } else {
+                unplaced.push((dep, output));
+            }
         }
+    }
+    for (dep, output) in unplaced {
+        content.push_str(&format!(
+            "\n\n## Output of `{}`\n\n{output}",
+            plan.nodes[dep].id
+        ));
     }
     ChatRequest {
         model: node.model.clone(),
@@ -902,6 +913,37 @@ mod tests {
             .iter()
             .find(|c| c["node_id"] == id)
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn placeholders_put_a_dependency_output_where_the_prompt_says() {
+        let (provider, _entered) = FakeProvider::new(&[
+            (
+                "write a haiku",
+                Behaviour::Answer("old pond".into(), usage(1, 1)),
+            ),
+            (
+                "name a colour",
+                Behaviour::Answer("blue".into(), usage(1, 1)),
+            ),
+            ("wrap it", Behaviour::Answer("done".into(), usage(1, 1))),
+        ]);
+        let result = run(
+            &tool(&provider),
+            &ctx(),
+            json!({"nodes": [
+                {"id": "haiku", "prompt": "write a haiku"},
+                {"id": "colour", "prompt": "name a colour"},
+                {"id": "wrap", "prompt": "wrap it\n<<{{haiku}}>>", "depends_on": ["haiku", "colour"]},
+            ]}),
+        )
+        .await;
+        assert!(result.success, "{}", result.output);
+        assert_eq!(
+            provider.user_message("wrap it"),
+            "wrap it\n<<old pond>>\n\n## Output of `colour`\n\nblue",
+            "placed where named; the unnamed dependency is appended"
+        );
     }
 
     #[tokio::test]

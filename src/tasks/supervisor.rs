@@ -1,0 +1,233 @@
+//! One session's background tasks: a spawn_only call starts here, its output is spooled to a
+//! file as it is produced and reported in coalesced pieces, and its end is reported once. The
+//! session actor owns the supervisor and turns the reports into events.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::spool::OutputSpool;
+use crate::tools::{DispatchError, PreparedCall, ToolContext, ToolEvent, ToolResult};
+
+/// Output is reported at least this often while a task writes.
+const DELTA_INTERVAL: Duration = Duration::from_millis(100);
+/// ...or as soon as this much is waiting.
+const DELTA_BYTES: usize = 4096;
+
+/// What a running task tells its session.
+#[derive(Debug)]
+pub(crate) enum TaskReport {
+    /// New output, starting at `offset` in the task's output file.
+    Output {
+        task_id: String,
+        offset: u64,
+        text: String,
+    },
+    /// The task ended.
+    Finished {
+        task_id: String,
+        outcome: Result<ToolResult, DispatchError>,
+        total_bytes: u64,
+    },
+}
+
+/// A task that has not reported its end yet.
+#[derive(Debug)]
+pub(crate) struct RunningTask {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub turn_id: Option<String>,
+    pub cancel: CancellationToken,
+    /// Callers of `task/cancel` waiting for the final state.
+    pub cancel_waiters: Vec<tokio::sync::oneshot::Sender<Option<String>>>,
+}
+
+/// The background tasks of one session.
+pub(crate) struct TaskSupervisor {
+    dir: PathBuf,
+    reports: mpsc::Sender<TaskReport>,
+    running: HashMap<String, RunningTask>,
+}
+
+impl TaskSupervisor {
+    /// A supervisor spooling output under `dir` and reporting on `reports`.
+    pub(crate) fn new(dir: PathBuf, reports: mpsc::Sender<TaskReport>) -> Self {
+        Self {
+            dir,
+            reports,
+            running: HashMap::new(),
+        }
+    }
+
+    /// Whether no task is running.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// Creates the task's output file and starts the call in the background; returns the
+    /// file's path. `ctx` is the call's context; its events are taken over so that output
+    /// lands in the file, while plans, questions and progress go on to `session_events`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start(
+        &mut self,
+        task_id: &str,
+        call: PreparedCall,
+        arguments: Value,
+        ctx: ToolContext,
+        turn_id: Option<String>,
+        session_events: mpsc::Sender<ToolEvent>,
+        tracker: &TaskTracker,
+    ) -> std::io::Result<PathBuf> {
+        let mut spool = OutputSpool::create(&self.dir, task_id).await?;
+        let path = spool.path().to_path_buf();
+        let cancel = ctx.cancel.clone();
+        self.running.insert(
+            task_id.to_string(),
+            RunningTask {
+                tool_call_id: ctx.tool_call_id.clone(),
+                tool_name: call.name().to_string(),
+                turn_id,
+                cancel,
+                cancel_waiters: Vec::new(),
+            },
+        );
+        let reports = self.reports.clone();
+        let task_id = task_id.to_string();
+        tracker.spawn(async move {
+            let (events_tx, mut events_rx) = mpsc::channel(64);
+            let ctx = ToolContext {
+                events: Some(events_tx),
+                ..ctx
+            };
+            let mut pending = String::new();
+            let mut offset = 0u64;
+            let mut tick = tokio::time::interval(DELTA_INTERVAL);
+            let outcome = {
+                let run = call.run(&ctx, &arguments);
+                tokio::pin!(run);
+                loop {
+                    tokio::select! {
+                        outcome = &mut run => break outcome,
+                        Some(event) = events_rx.recv() => {
+                            spool_event(event, &mut spool, &mut pending, &session_events).await;
+                            if pending.len() >= DELTA_BYTES {
+                                report_output(&reports, &task_id, &mut offset, &mut pending).await;
+                            }
+                        }
+                        _ = tick.tick() => {
+                            if !pending.is_empty() {
+                                report_output(&reports, &task_id, &mut offset, &mut pending).await;
+                            }
+                        }
+                    }
+                }
+            };
+            drop(ctx);
+            // A tool may have handed its sender to work that outlives it; take what is queued.
+            while let Ok(event) = events_rx.try_recv() {
+                spool_event(event, &mut spool, &mut pending, &session_events).await;
+            }
+            // The result's own text ends the output, so a reader sees everything the tool said.
+            let tail = match &outcome {
+                Ok(result) => result.output.clone(),
+                Err(err) => err.to_string(),
+            };
+            if !tail.is_empty() {
+                let tail = if tail.ends_with('\n') {
+                    tail
+                } else {
+                    format!("{tail}\n")
+                };
+                if let Err(err) = spool.append(tail.as_bytes()).await {
+                    tracing::error!(%err, "task output not written");
+                }
+                pending.push_str(&tail);
+            }
+            if !pending.is_empty() {
+                report_output(&reports, &task_id, &mut offset, &mut pending).await;
+            }
+            let _ = reports
+                .send(TaskReport::Finished {
+                    task_id,
+                    outcome,
+                    total_bytes: spool.total_bytes(),
+                })
+                .await;
+        });
+        Ok(path)
+    }
+
+    /// Asks a running task to stop; `waiter` hears its final state once it has ended, or
+    /// `None` at once when it is not running.
+    pub(crate) fn cancel(
+        &mut self,
+        task_id: &str,
+        waiter: tokio::sync::oneshot::Sender<Option<String>>,
+    ) {
+        match self.running.get_mut(task_id) {
+            Some(task) => {
+                task.cancel.cancel();
+                task.cancel_waiters.push(waiter);
+            }
+            None => {
+                let _ = waiter.send(None);
+            }
+        }
+    }
+
+    /// Stops every running task (the session is closing).
+    pub(crate) fn cancel_all(&self) {
+        for task in self.running.values() {
+            task.cancel.cancel();
+        }
+    }
+
+    /// Forgets a task that reported its end.
+    pub(crate) fn finish(&mut self, task_id: &str) -> Option<RunningTask> {
+        self.running.remove(task_id)
+    }
+}
+
+/// Writes a task's output event to its file (and the pending delta); other events go on to
+/// the session.
+async fn spool_event(
+    event: ToolEvent,
+    spool: &mut OutputSpool,
+    pending: &mut String,
+    session_events: &mpsc::Sender<ToolEvent>,
+) {
+    match event {
+        ToolEvent::Output { text, .. } => {
+            if let Err(err) = spool.append(text.as_bytes()).await {
+                tracing::error!(%err, "task output not written");
+            }
+            pending.push_str(&text);
+        }
+        other => {
+            let _ = session_events.send(other).await;
+        }
+    }
+}
+
+async fn report_output(
+    reports: &mpsc::Sender<TaskReport>,
+    task_id: &str,
+    offset: &mut u64,
+    pending: &mut String,
+) {
+    let text = std::mem::take(pending);
+    let at = *offset;
+    *offset += text.len() as u64;
+    let _ = reports
+        .send(TaskReport::Output {
+            task_id: task_id.to_string(),
+            offset: at,
+            text,
+        })
+        .await;
+}
