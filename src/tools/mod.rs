@@ -18,6 +18,8 @@ pub mod fs_safe;
 pub mod lifecycle;
 pub mod plugin;
 pub mod policy;
+#[cfg(test)]
+pub(crate) mod process_probe;
 pub mod registry;
 pub mod workspace;
 

@@ -666,6 +666,7 @@ impl Tool for PluginTool {
 mod tests {
     use super::*;
     use crate::tools::ToolEvent;
+    use crate::tools::process_probe::{gone, wait_gone};
     use std::os::unix::fs::PermissionsExt;
     use tokio::sync::mpsc;
 
@@ -720,28 +721,6 @@ mod tests {
         tokio::time::timeout(WAIT, tool.execute(&args))
             .await
             .expect("the plugin answers within its timeout")
-    }
-
-    /// Whether a process no longer runs: absent, or a zombie waiting for a parent that is
-    /// not us (orphans are reparented to a PID 1 that may reap lazily).
-    fn gone(pid: u32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => {
-                let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-                matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X'))
-            }
-        }
-    }
-
-    async fn wait_gone(pid: u32) {
-        for _ in 0..200 {
-            if gone(pid) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("process {pid} is still running");
     }
 
     fn read_pids(path: &str) -> Vec<u32> {

@@ -986,6 +986,7 @@ impl Tool for WriteStdin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::process_probe::{gone, pids_in, wait_gone};
 
     const WAIT: Duration = Duration::from_secs(20);
 
@@ -1036,35 +1037,6 @@ mod tests {
             collected.push_str(last["output"].as_str().unwrap());
         }
         panic!("the process never produced the expected output; got {collected:?}");
-    }
-
-    /// Whether a process no longer runs: absent, or a zombie waiting for a parent that is
-    /// not us (orphans are reparented to a PID 1 that may reap lazily).
-    fn gone(pid: u32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => {
-                let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-                matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X'))
-            }
-        }
-    }
-
-    async fn wait_gone(pid: u32) {
-        for _ in 0..200 {
-            if gone(pid) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("process {pid} is still running");
-    }
-
-    fn pids_in(text: &str) -> Vec<u32> {
-        text.split_whitespace()
-            .filter_map(|w| w.strip_prefix("pid:"))
-            .map(|p| p.parse().unwrap())
-            .collect()
     }
 
     #[test]

@@ -320,6 +320,7 @@ impl Tool for Shell {
 mod tests {
     use super::*;
     use crate::tools::ToolEvent;
+    use crate::tools::process_probe::{pids_in, wait_gone};
     use tokio::sync::mpsc;
 
     const WAIT: Duration = Duration::from_secs(30);
@@ -336,33 +337,6 @@ mod tests {
         tokio::time::timeout(WAIT, tool.execute(&args))
             .await
             .expect("shell answers within its timeout")
-    }
-
-    fn gone(pid: u32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => {
-                let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-                matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X'))
-            }
-        }
-    }
-
-    async fn wait_gone(pid: u32) {
-        for _ in 0..200 {
-            if gone(pid) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("process {pid} is still running");
-    }
-
-    fn pids_in(text: &str) -> Vec<u32> {
-        text.split_whitespace()
-            .filter_map(|w| w.strip_prefix("pid:"))
-            .map(|p| p.parse().unwrap())
-            .collect()
     }
 
     #[tokio::test]
