@@ -564,3 +564,37 @@ async fn without_a_model_turns_are_refused_but_tools_work() {
         .await;
     assert_eq!(answer["error"]["data"]["kind"], "llm_not_configured");
 }
+
+#[tokio::test]
+async fn two_sessions_tick_their_own_lru_while_sharing_the_server_tools() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "u1",
+            "update_plan",
+            &json!({"plan": []}),
+        )]),
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "g1",
+            "glob",
+            &json!({"pattern": "*"}),
+        )]),
+        Reply::text(&["done"]),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let mut ws = app.ws().await;
+    let busy = ws.open().await;
+    let idle = ws.open().await;
+    let (_, end) = run_turn(&mut ws, &busy, "work").await;
+    assert!(end.get("code").is_none(), "{end}");
+    let busy_lru = ws.result("tool/list", json!({"session_id": busy})).await["lru"].clone();
+    let idle_lru = ws.result("tool/list", json!({"session_id": idle})).await["lru"].clone();
+    assert_eq!(busy_lru["iteration"], 3, "one tick per model call");
+    assert_eq!(busy_lru["last_used"]["update_plan"], 1);
+    assert_eq!(busy_lru["last_used"]["glob"], 2);
+    assert_eq!(
+        idle_lru["iteration"], 0,
+        "the other session's counters did not move"
+    );
+    assert_eq!(idle_lru["last_used"]["update_plan"], Value::Null);
+}
