@@ -394,6 +394,7 @@ impl Config {
         // A plugin's relative command (with a '/') means relative to the config file, not to
         // whatever directory a session's tools run in.
         if let Some(dir) = args.config.as_deref().and_then(Path::parent) {
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
             for plugin in &mut config.plugins {
                 let command = Path::new(&plugin.command);
                 if plugin.command.contains('/') && command.is_relative() {
@@ -440,6 +441,9 @@ impl Config {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
         if self.tools.max_active == 0 {
             return invalid("tools.max_active must be at least 1".into());
+        }
+        if self.llm.max_tokens == 0 {
+            return invalid("llm.max_tokens must be at least 1".into());
         }
         if self.server.ws_queue_frames == 0 {
             return invalid("server.ws_queue_frames must be at least 1".into());

@@ -111,6 +111,12 @@ pub fn base_registry(
         .cloned()
         .unwrap_or_else(|| Workspace::new(&config.server.workspace));
     for plugin in &config.plugins {
+        if registry.contains(&plugin.name) {
+            return Err(StartupError::Plugin(
+                plugin.name.clone(),
+                "a tool of that name exists already".into(),
+            ));
+        }
         let tool = PluginTool::new(plugin, Arc::clone(&workspace))
             .map_err(|err| StartupError::Plugin(plugin.name.clone(), err.to_string()))?;
         registry.register(Arc::new(tool))?;

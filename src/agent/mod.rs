@@ -76,17 +76,22 @@ pub(crate) enum TurnRequest {
         reply: oneshot::Sender<Result<PreparedCall, DispatchError>>,
     },
     /// Start a spawn_only call in the background; the answer is its task_handle envelope.
-    SpawnTask {
-        call: PreparedCall,
-        arguments: Value,
-        tool_call_id: String,
-        turn_id: String,
-        reply: oneshot::Sender<ToolResult>,
-    },
+    /// Boxed: a channel reserves room for its largest message up front.
+    SpawnTask(Box<SpawnRequest>),
     /// Something a tool of the turn reported while running.
     ToolEvent(ToolEvent),
     /// The turn is over.
     Finished { turn_id: String },
+}
+
+/// A spawn_only call a turn hands to the session's task supervisor.
+#[derive(Debug)]
+pub(crate) struct SpawnRequest {
+    pub call: PreparedCall,
+    pub arguments: Value,
+    pub tool_call_id: String,
+    pub turn_id: String,
+    pub reply: oneshot::Sender<ToolResult>,
 }
 
 /// One turn's inputs.
@@ -549,13 +554,13 @@ impl Turn {
         let started = Instant::now();
         if ready.spawn_only() {
             let (reply, envelope) = oneshot::channel();
-            let request = TurnRequest::SpawnTask {
+            let request = TurnRequest::SpawnTask(Box::new(SpawnRequest {
                 call: ready,
                 arguments,
                 tool_call_id: call.id.clone(),
                 turn_id: self.turn_id.clone(),
                 reply,
-            };
+            }));
             let result = match self.actor.send(request).await {
                 Ok(()) => envelope
                     .await
@@ -613,6 +618,7 @@ impl Turn {
         );
         if let Some(rows) = record_node_costs(
             &self.store,
+            &self.metrics,
             &self.session_id,
             &result,
             Some(&self.turn_id),
@@ -635,6 +641,7 @@ impl Turn {
 /// in the session's ledger; returns them for `turn/completed` or `turn/spawn_complete`.
 pub(crate) async fn record_node_costs(
     store: &Arc<dyn Store>,
+    metrics: &Metrics,
     session_id: &str,
     result: &ToolResult,
     turn_id: Option<&str>,
@@ -646,6 +653,14 @@ pub(crate) async fn record_node_costs(
         .get("node_costs")?
         .clone();
     for row in rows.as_array().into_iter().flatten() {
+        if row["unpriced"] == true {
+            metrics.unpriced_calls.inc();
+        }
+        let usage = Usage {
+            prompt_tokens: row["tokens_in"].as_u64().unwrap_or(0),
+            completion_tokens: row["tokens_out"].as_u64().unwrap_or(0),
+        };
+        metrics.record_llm_usage(usage, row["actual_usd"].as_f64().unwrap_or(0.0));
         let cost = CostRow {
             session_id: session_id.to_string(),
             node_id: row["node_id"].as_str().unwrap_or("node").to_string(),

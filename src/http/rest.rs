@@ -15,7 +15,7 @@ use super::error::{ApiError, ApiQuery};
 use crate::session::Caller;
 use crate::store::TaskRow;
 use crate::tasks::output::OutputParams;
-use crate::tasks::read::{TaskReadError, read_task_output};
+use crate::tasks::read::{TaskReadError, read_task_output, with_live_size};
 use crate::tools::fs_safe;
 
 /// Most events one page returns.
@@ -170,7 +170,14 @@ pub async fn session_tasks(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     app.sessions().row(&caller, &id).await?;
-    let tasks = app.sessions().store().list_tasks(&id).await?;
+    let tasks: Vec<TaskRow> = app
+        .sessions()
+        .store()
+        .list_tasks(&id)
+        .await?
+        .into_iter()
+        .map(with_live_size)
+        .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
 
@@ -216,7 +223,7 @@ pub async fn task(
     Path(task_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let task = owned_task(&app, &caller, &task_id).await?;
-    Ok(Json(json!(task)))
+    Ok(Json(json!(with_live_size(task))))
 }
 
 /// `GET /api/tasks/{task_id}/output`: read_task_output.

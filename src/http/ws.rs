@@ -24,7 +24,7 @@ use crate::session::{
     Caller, OpenedSession, Outbound, SessionError, SessionHandle, ToolNames, Watcher,
 };
 use crate::store::TaskRow;
-use crate::tasks::read::{TaskReadError, read_task_output, task_of_session};
+use crate::tasks::read::{TaskReadError, read_task_output, task_of_session, with_live_size};
 use crate::tools::ToolCatalog;
 
 /// Largest text frame accepted; bigger ones close the connection with 1009.
@@ -450,8 +450,15 @@ impl Connection {
                     Ok(p) => p,
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
-                let outcome = self.cancel_task(&params).await;
-                Dispatched::Now(outcome, None)
+                // Cancelling waits for the task to end; the connection keeps reading meanwhile.
+                let (app, caller, out) = (self.app.clone(), self.caller.clone(), self.out.clone());
+                tokio::spawn(async move {
+                    let outcome = cancel_task(&app, &caller, &params).await;
+                    if let Some(frame) = answer(&id, outcome) {
+                        let _ = out.send(frame).await;
+                    }
+                });
+                Dispatched::Answered
             }
             other => Dispatched::Now(
                 Err(RpcError::new(
@@ -624,6 +631,7 @@ impl Connection {
             .list_tasks(session_id)
             .await
             .map_err(SessionError::from)?;
+        let tasks: Vec<TaskRow> = tasks.into_iter().map(with_live_size).collect();
         Ok(json!({ "tasks": tasks }))
     }
 
@@ -647,22 +655,30 @@ impl Connection {
         let query = params.output.to_query().map_err(RpcError::params)?;
         read_task_output(&task, query).await.map_err(task_error)
     }
+}
 
-    async fn cancel_task(&mut self, params: &TaskParams) -> Result<Value, RpcError> {
-        let task = self.session_task(params).await?;
-        let mut state = task.state.clone();
-        if task.state == "running" {
-            let handle = self
-                .app
-                .sessions()
-                .handle(&self.caller, &params.session_id)
-                .await?;
-            if let Some(final_state) = handle.cancel_task(params.task_id.clone()).await? {
-                state = final_state;
-            }
+/// `task/cancel`: stops the session's task and answers its final state.
+async fn cancel_task(
+    app: &AppState,
+    caller: &Caller,
+    params: &TaskParams,
+) -> Result<Value, RpcError> {
+    let sessions = app.sessions();
+    sessions.row(caller, &params.session_id).await?;
+    let task = task_of_session(sessions.store(), &params.task_id, &params.session_id)
+        .await
+        .map_err(task_error)?;
+    if task.state == "running" {
+        let handle = sessions.handle(caller, &params.session_id).await?;
+        if let Some(state) = handle.cancel_task(params.task_id.clone()).await? {
+            return Ok(json!({"task_id": params.task_id, "state": state}));
         }
-        Ok(json!({"task_id": params.task_id, "state": state}))
     }
+    // Not running in this server: what the store says now is the answer.
+    let task = task_of_session(sessions.store(), &params.task_id, &params.session_id)
+        .await
+        .map_err(task_error)?;
+    Ok(json!({"task_id": params.task_id, "state": task.state}))
 }
 
 fn task_error(err: TaskReadError) -> RpcError {

@@ -15,12 +15,12 @@ use tracing::Instrument;
 use super::{
     Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
 };
-use crate::agent::{AgentSettings, Turn, TurnRequest, record_node_costs};
+use crate::agent::{AgentSettings, SpawnRequest, Turn, TurnRequest, record_node_costs};
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::store::{TaskRow, timestamp_now};
-use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
+use crate::tasks::supervisor::{TaskEnd, TaskReport, TaskSupervisor};
 use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::{
     ConcurrencyClass, DispatchError, PreparedCall, ToolContext, ToolEvent, ToolRegistry,
@@ -164,7 +164,7 @@ impl SessionActor {
             if let Some(turn) = &self.turn {
                 turn.cancel.cancel();
             }
-            self.tasks.cancel_all();
+            self.cancel_tasks_on_stop().await;
             self.kill_processes();
             tracing::debug!("actor stopped");
         }
@@ -324,6 +324,36 @@ impl SessionActor {
         ToolResult::ok(envelope).with_metadata(json!({"task_id": task_id}))
     }
 
+    /// The session is stopping (shutdown, deletion): every running task is cancelled and
+    /// recorded so, rather than left `running` for the next start to mark failed.
+    async fn cancel_tasks_on_stop(&mut self) {
+        self.tasks.cancel_all();
+        for (task_id, task) in self.tasks.drain() {
+            if let Ok(Some(mut row)) = self.store.get_task(&task_id).await {
+                row.state = "cancelled".into();
+                row.reason = Some("the session stopped".into());
+                row.finished_at = Some(timestamp_now());
+                if let Ok(meta) = std::fs::metadata(&row.output_path) {
+                    row.total_bytes = meta.len() as i64;
+                }
+                if let Err(err) = self.store.upsert_task(&row).await {
+                    tracing::error!(%err, "task end not recorded");
+                }
+            }
+            self.metrics.record_task_state("cancelled");
+            self.emit(
+                "task/updated",
+                json!({"task_id": task_id, "tool_call_id": task.tool_call_id,
+                       "tool_name": task.tool_name, "state": "cancelled",
+                       "reason": "the session stopped"}),
+            )
+            .await;
+            for waiter in task.cancel_waiters {
+                let _ = waiter.send(Some("cancelled".into()));
+            }
+        }
+    }
+
     /// What the session may still spend on model calls, when it has a budget.
     async fn budget_left(&self) -> Option<f64> {
         let cap = self.agent.as_ref()?.budget_usd?;
@@ -350,11 +380,14 @@ impl SessionActor {
                 )
                 .await;
             }
-            TaskReport::Finished {
-                task_id,
-                outcome,
-                total_bytes,
-            } => self.finish_task(task_id, outcome, total_bytes).await,
+            TaskReport::Finished(end) => {
+                let TaskEnd {
+                    task_id,
+                    outcome,
+                    total_bytes,
+                } = *end;
+                self.finish_task(task_id, outcome, total_bytes).await;
+            }
         }
     }
 
@@ -423,6 +456,7 @@ impl SessionActor {
         }
         let node_costs = record_node_costs(
             &self.store,
+            &self.metrics,
             &self.session_id,
             &result,
             task.turn_id.as_deref(),
@@ -534,13 +568,14 @@ impl SessionActor {
                 let _ = reply.send(prepared);
             }
             TurnRequest::ToolEvent(event) => self.on_tool_event(event).await,
-            TurnRequest::SpawnTask {
-                call,
-                arguments,
-                tool_call_id,
-                turn_id,
-                reply,
-            } => {
+            TurnRequest::SpawnTask(spawn) => {
+                let SpawnRequest {
+                    call,
+                    arguments,
+                    tool_call_id,
+                    turn_id,
+                    reply,
+                } = *spawn;
                 let result = self
                     .spawn_task(call, arguments, tool_call_id, Some(turn_id))
                     .await;
@@ -696,7 +731,15 @@ impl SessionActor {
             &tool_name,
             if result.success { "success" } else { "failure" },
         );
-        record_node_costs(&self.store, &self.session_id, &result, None, None).await;
+        record_node_costs(
+            &self.store,
+            &self.metrics,
+            &self.session_id,
+            &result,
+            None,
+            None,
+        )
+        .await;
         let params = completed_params(&tool_call_id, &tool_name, &result, duration);
         self.emit("tool/completed", params).await;
         // Activations a tool asked for show up in the next listing.
@@ -825,7 +868,8 @@ fn cap_text(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_string();
     }
-    let mut cut = limit;
+    // The ellipsis is three bytes, and the whole must stay within the limit.
+    let mut cut = limit.saturating_sub('…'.len_utf8());
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }

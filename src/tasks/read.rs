@@ -38,6 +38,15 @@ pub async fn task_of_session(
     }
 }
 
+/// The task with `total_bytes` taken from its output file, which is the truth while it runs
+/// (the row is updated only when it ends) and after a crash.
+pub fn with_live_size(mut task: TaskRow) -> TaskRow {
+    if let Ok(meta) = std::fs::metadata(&task.output_path) {
+        task.total_bytes = meta.len() as i64;
+    }
+    task
+}
+
 /// Reads part of a task's output: `{task_id, state, text, total_bytes, next_offset,
 /// truncated, complete}`. `complete` says the task has ended, so no more output will come.
 pub async fn read_task_output(task: &TaskRow, query: OutputQuery) -> Result<Value, TaskReadError> {

@@ -28,12 +28,16 @@ pub(crate) enum TaskReport {
         offset: u64,
         text: String,
     },
-    /// The task ended.
-    Finished {
-        task_id: String,
-        outcome: Result<ToolResult, DispatchError>,
-        total_bytes: u64,
-    },
+    /// The task ended (boxed: a channel reserves room for its largest message up front).
+    Finished(Box<TaskEnd>),
+}
+
+/// How a task ended.
+#[derive(Debug)]
+pub(crate) struct TaskEnd {
+    pub task_id: String,
+    pub outcome: Result<ToolResult, DispatchError>,
+    pub total_bytes: u64,
 }
 
 /// A task that has not reported its end yet.
@@ -152,11 +156,11 @@ impl TaskSupervisor {
                 report_output(&reports, &task_id, &mut offset, &mut pending).await;
             }
             let _ = reports
-                .send(TaskReport::Finished {
+                .send(TaskReport::Finished(Box::new(TaskEnd {
                     task_id,
                     outcome,
                     total_bytes: spool.total_bytes(),
-                })
+                })))
                 .await;
         });
         Ok(path)
@@ -185,6 +189,11 @@ impl TaskSupervisor {
         for task in self.running.values() {
             task.cancel.cancel();
         }
+    }
+
+    /// Takes every running task out, for a session that is stopping.
+    pub(crate) fn drain(&mut self) -> Vec<(String, RunningTask)> {
+        self.running.drain().collect()
     }
 
     /// Forgets a task that reported its end.

@@ -173,6 +173,8 @@ impl Tool for CheckBackgroundTasks {
             .list_tasks(&ctx.session_id)
             .await
             .map_err(|err| ToolError::model("unavailable", format!("tasks unreadable: {err}")))?;
+        let tasks: Vec<crate::store::TaskRow> =
+            tasks.into_iter().map(super::read::with_live_size).collect();
         if tasks.is_empty() {
             return Ok(ToolResult::ok("no background tasks in this session")
                 .with_metadata(json!({"tasks": []})));

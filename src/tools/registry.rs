@@ -29,6 +29,9 @@ struct DeferralTool {
     listed: Vec<String>,
 }
 
+/// How long a cancelled call may take to answer for itself before it is dropped.
+pub const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(1500);
+
 /// A registry could not take a tool.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -165,15 +168,22 @@ impl PreparedCall {
     }
 
     /// Runs the tool; a model-facing tool error becomes an unsuccessful result, and the call
-    /// stops at once when `ctx.cancel` fires, even if the tool ignores it.
+    /// stops when `ctx.cancel` fires: at once if the tool answers, after [`CANCEL_GRACE`] if not.
     pub async fn run(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, DispatchError> {
         let span = tracing::debug_span!("tool", tool = %self.name, call_id = %ctx.tool_call_id);
+        let running = self.tool.execute_with_context(ctx, args).instrument(span);
+        tokio::pin!(running);
         let outcome = tokio::select! {
             biased;
+            outcome = &mut running => outcome,
             () = ctx.cancel.cancelled() => {
-                return Err(DispatchError::Cancelled { name: self.name.clone() });
+                // A tool that honours cancellation answers for itself (what it finished, what
+                // it spent); one that ignores it is dropped after a short grace.
+                match tokio::time::timeout(CANCEL_GRACE, &mut running).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => return Err(DispatchError::Cancelled { name: self.name.clone() }),
+                }
             }
-            outcome = self.tool.execute_with_context(ctx, args).instrument(span) => outcome,
         };
         match outcome {
             Ok(result) => Ok(result),
@@ -826,6 +836,7 @@ mod tests {
         Fatal,
         Hang,
         Progress,
+        StopsWhenAsked,
     }
 
     impl Probe {
@@ -889,6 +900,10 @@ mod tests {
                 Behaviour::ModelError => Err(ToolError::model("not_found", "no such file: a.txt")),
                 Behaviour::Fatal => Err(ToolError::Fatal("disk on fire".into())),
                 Behaviour::Hang => std::future::pending().await,
+                Behaviour::StopsWhenAsked => {
+                    ctx.cancel.cancelled().await;
+                    Ok(ToolResult::failure("stopped early; spent 3 tokens"))
+                }
                 Behaviour::Progress => {
                     ctx.progress("halfway", Some(0.5)).await;
                     ctx.output("chunk").await;
@@ -1466,6 +1481,26 @@ mod tests {
         let args = json!({});
         let (outcome, ()) = tokio::join!(call.run(&ctx, &args), async move { cancel.cancel() });
         assert!(matches!(outcome, Err(DispatchError::Cancelled { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_honours_cancellation_answers_for_itself() {
+        let mut registry = ToolRegistry::default();
+        registry
+            .register(
+                Probe::new("polite")
+                    .behaviour(Behaviour::StopsWhenAsked)
+                    .arc(),
+            )
+            .unwrap();
+        let ctx = ctx();
+        let call = registry.prepare("polite", &json!({})).unwrap();
+        let cancel = ctx.cancel.clone();
+        let args = json!({});
+        let (outcome, ()) = tokio::join!(call.run(&ctx, &args), async move { cancel.cancel() });
+        let result = outcome.unwrap();
+        assert!(!result.success);
+        assert_eq!(result.output, "stopped early; spent 3 tokens");
     }
 
     #[tokio::test]
