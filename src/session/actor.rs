@@ -77,11 +77,10 @@ pub(crate) struct SessionActor {
     agent: Option<Arc<AgentSettings>>,
     turn: Option<RunningTurn>,
     tasks: TaskSupervisor,
-    reports_rx: mpsc::Receiver<TaskReport>,
+    reports: LazyChannel<TaskReport>,
     /// Results of background tasks that ended during a turn, added to the history after it.
     pending_notes: Vec<ChatMessage>,
-    turn_tx: mpsc::Sender<TurnRequest>,
-    turn_rx: mpsc::Receiver<TurnRequest>,
+    turns: LazyChannel<TurnRequest>,
     /// Tool calls started and not yet reported back.
     running: usize,
     /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
@@ -91,21 +90,15 @@ pub(crate) struct SessionActor {
     pending_input: HashMap<String, oneshot::Sender<Value>>,
     /// Boxed: a channel allocates a block of slots up front, and an idle session should not
     /// pay for room for results it is not waiting for.
-    finished_tx: mpsc::Sender<Box<Finished>>,
-    finished_rx: mpsc::Receiver<Box<Finished>>,
-    events_tx: mpsc::Sender<ToolEvent>,
-    events_rx: mpsc::Receiver<ToolEvent>,
+    finished: LazyChannel<Box<Finished>>,
+    events: LazyChannel<ToolEvent>,
 }
 
 impl SessionActor {
     pub(crate) fn new(setup: ActorSetup) -> Self {
-        let (finished_tx, finished_rx) = mpsc::channel(COMMAND_QUEUE);
-        let (events_tx, events_rx) = mpsc::channel(COMMAND_QUEUE);
-        let (turn_tx, turn_rx) = mpsc::channel(COMMAND_QUEUE);
-        let (reports_tx, reports_rx) = mpsc::channel(COMMAND_QUEUE);
         Self {
-            tasks: TaskSupervisor::new(setup.tasks_dir, reports_tx),
-            reports_rx,
+            tasks: TaskSupervisor::new(setup.tasks_dir),
+            reports: LazyChannel::default(),
             pending_notes: Vec::new(),
             session_id: setup.session_id,
             store: setup.store,
@@ -119,15 +112,12 @@ impl SessionActor {
             llm_configured: setup.llm_configured,
             agent: setup.agent,
             turn: None,
-            turn_tx,
-            turn_rx,
+            turns: LazyChannel::default(),
             running: 0,
             exclusivity: Arc::new(RwLock::new(())),
             pending_input: HashMap::new(),
-            finished_tx,
-            finished_rx,
-            events_tx,
-            events_rx,
+            finished: LazyChannel::default(),
+            events: LazyChannel::default(),
         }
     }
 
@@ -151,10 +141,10 @@ impl SessionActor {
                         Some(Command::Close) | None => break,
                         Some(command) => self.handle(command).await,
                     },
-                    Some(finished) = self.finished_rx.recv() => self.finish_tool(finished).await,
-                    Some(event) = self.events_rx.recv() => self.on_tool_event(event).await,
-                    Some(request) = self.turn_rx.recv() => self.on_turn_request(request).await,
-                    Some(report) = self.reports_rx.recv() => self.on_task_report(report).await,
+                    Some(finished) = self.finished.recv() => self.finish_tool(finished).await,
+                    Some(event) = self.events.recv() => self.on_tool_event(event).await,
+                    Some(request) = self.turns.recv() => self.on_turn_request(request).await,
+                    Some(report) = self.reports.recv() => self.on_task_report(report).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
                         break;
@@ -227,7 +217,7 @@ impl SessionActor {
     }
 
     /// The context a tool call of this session runs with.
-    fn tool_context(&self, tool_call_id: &str, cancel: CancellationToken) -> ToolContext {
+    fn tool_context(&mut self, tool_call_id: &str, cancel: CancellationToken) -> ToolContext {
         ToolContext {
             session_id: self.session_id.to_string(),
             tool_call_id: tool_call_id.to_string(),
@@ -237,7 +227,7 @@ impl SessionActor {
                 .map(|w| w.root().to_path_buf())
                 .unwrap_or_default(),
             cancel,
-            events: Some(self.events_tx.clone()),
+            events: Some(self.events.sender()),
             catalog: Some(self.registry.catalog_cell()),
             budget_left_usd: None,
         }
@@ -255,8 +245,11 @@ impl SessionActor {
         let task_id = uuid::Uuid::new_v4().to_string();
         let tool_name = call.name().to_string();
         // A task outlives the turn that started it, but not the session.
-        let mut ctx = self.tool_context(&tool_call_id, self.cancel.child_token());
+        let cancel = self.cancel.child_token();
+        let mut ctx = self.tool_context(&tool_call_id, cancel);
         ctx.budget_left_usd = self.budget_left().await;
+        let session_events = self.events.sender();
+        let reports = self.reports.sender();
         let started = self
             .tasks
             .start(
@@ -265,7 +258,8 @@ impl SessionActor {
                 arguments,
                 ctx,
                 turn_id,
-                self.events_tx.clone(),
+                session_events,
+                reports,
                 &self.tracker,
             )
             .await;
@@ -530,7 +524,7 @@ impl SessionActor {
             settings,
             store: Arc::clone(&self.store),
             metrics: Arc::clone(&self.metrics),
-            actor: self.turn_tx.clone(),
+            actor: self.turns.sender(),
             catalog: self.registry.catalog_cell(),
             cwd: self
                 .registry
@@ -682,7 +676,7 @@ impl SessionActor {
         ctx.budget_left_usd = self.budget_left().await;
         let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
         let exclusivity = Arc::clone(&self.exclusivity);
-        let finished = self.finished_tx.clone();
+        let finished = self.finished.sender();
         self.running += 1;
         self.tracker.spawn(async move {
             let started = Instant::now();
@@ -707,7 +701,7 @@ impl SessionActor {
 
     async fn finish_tool(&mut self, finished: Box<Finished>) {
         // Whatever the tool reported while running is emitted before its completion.
-        while let Ok(event) = self.events_rx.try_recv() {
+        while let Some(event) = self.events.try_recv() {
             self.on_tool_event(event).await;
         }
         self.running = self.running.saturating_sub(1);
@@ -850,6 +844,44 @@ pub fn completed_params(
             .collect();
     }
     params
+}
+
+/// A channel created on first use: an idle session should not pay for the message blocks of
+/// work it never does (a tokio channel allocates its first block up front).
+struct LazyChannel<T> {
+    tx: Option<mpsc::Sender<T>>,
+    rx: Option<mpsc::Receiver<T>>,
+}
+
+impl<T> Default for LazyChannel<T> {
+    fn default() -> Self {
+        Self { tx: None, rx: None }
+    }
+}
+
+impl<T> LazyChannel<T> {
+    fn sender(&mut self) -> mpsc::Sender<T> {
+        match &self.tx {
+            Some(tx) => tx.clone(),
+            None => {
+                let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+                self.rx = Some(rx);
+                self.tx.insert(tx).clone()
+            }
+        }
+    }
+
+    /// The next message; never resolves while the channel does not exist yet.
+    async fn recv(&mut self) -> Option<T> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<T> {
+        self.rx.as_mut().and_then(|rx| rx.try_recv().ok())
+    }
 }
 
 /// How much of a background task's result `turn/spawn_complete` carries.

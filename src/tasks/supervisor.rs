@@ -54,16 +54,14 @@ pub(crate) struct RunningTask {
 /// The background tasks of one session.
 pub(crate) struct TaskSupervisor {
     dir: PathBuf,
-    reports: mpsc::Sender<TaskReport>,
     running: HashMap<String, RunningTask>,
 }
 
 impl TaskSupervisor {
-    /// A supervisor spooling output under `dir` and reporting on `reports`.
-    pub(crate) fn new(dir: PathBuf, reports: mpsc::Sender<TaskReport>) -> Self {
+    /// A supervisor spooling output under `dir`.
+    pub(crate) fn new(dir: PathBuf) -> Self {
         Self {
             dir,
-            reports,
             running: HashMap::new(),
         }
     }
@@ -76,6 +74,7 @@ impl TaskSupervisor {
     /// Creates the task's output file and starts the call in the background; returns the
     /// file's path. `ctx` is the call's context; its events are taken over so that output
     /// lands in the file, while plans, questions and progress go on to `session_events`.
+    /// Output and the end are reported on `reports`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         &mut self,
@@ -85,6 +84,7 @@ impl TaskSupervisor {
         ctx: ToolContext,
         turn_id: Option<String>,
         session_events: mpsc::Sender<ToolEvent>,
+        reports: mpsc::Sender<TaskReport>,
         tracker: &TaskTracker,
     ) -> std::io::Result<PathBuf> {
         let mut spool = OutputSpool::create(&self.dir, task_id).await?;
@@ -100,7 +100,6 @@ impl TaskSupervisor {
                 cancel_waiters: Vec::new(),
             },
         );
-        let reports = self.reports.clone();
         let task_id = task_id.to_string();
         tracker.spawn(async move {
             let (events_tx, mut events_rx) = mpsc::channel(64);

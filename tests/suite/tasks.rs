@@ -444,3 +444,35 @@ async fn a_pipeline_diamond_bills_every_node() {
             .all(|r| r["task_id"] == done["task_id"])
     );
 }
+
+#[tokio::test]
+async fn a_graceful_shutdown_records_running_tasks_as_cancelled() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (plugin, _stop) = ticker(scratch.path());
+    let keep = plugin.clone();
+    let app = TestApp::spawn_with(move |c| c.plugins.push(plugin)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let invoked = ws
+        .result(
+            "tool/invoke",
+            json!({"session_id": session, "name": "ticker", "arguments": {}}),
+        )
+        .await;
+    let envelope: Value = serde_json::from_str(invoked["output"].as_str().unwrap()).unwrap();
+    let task = envelope["task_handle"].as_str().unwrap().to_string();
+    until_output(&mut ws, "line 1\n").await;
+    drop(ws);
+    let dir = app.stop().await;
+
+    let mut config = crate::support::config_in(dir.path());
+    config.plugins.push(keep);
+    let app = TestApp::start_in(dir, config).await;
+    let row = app.get_json(&format!("/api/tasks/{task}"), None).await;
+    assert_eq!(row["state"], "cancelled", "{row}");
+    assert!(row["total_bytes"].as_u64().unwrap() > 0);
+    let head = app
+        .get_json(&format!("/api/tasks/{task}/output?lines=1"), None)
+        .await;
+    assert_eq!(head["text"], "line 1\n");
+}
