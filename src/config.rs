@@ -331,7 +331,7 @@ pub enum Command {
 }
 
 /// Flags (and their environment variables) that override the config file.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Clone, Default, Args)]
 pub struct ServeArgs {
     /// TOML config file.
     #[arg(long, env = "AGENTD_CONFIG")]
@@ -359,6 +359,27 @@ pub struct ServeArgs {
     pub auth_token: Option<String>,
 }
 
+impl std::fmt::Debug for ServeArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |set: bool| if set { Some("[redacted]") } else { None };
+        f.debug_struct("ServeArgs")
+            .field("config", &self.config)
+            .field("bind", &self.bind)
+            .field("data_dir", &self.data_dir)
+            .field("workspace", &self.workspace)
+            .field("database_url", &redacted(self.database_url.is_some()))
+            .field("llm_base_url", &self.llm_base_url)
+            .field("llm_model", &self.llm_model)
+            .field("auth_token", &redacted(self.auth_token.is_some()))
+            .finish()
+    }
+}
+
+/// An override that was given but empty (such as `FOO=` in a compose file) means "not set".
+fn given(value: &Option<String>) -> Option<&String> {
+    value.as_ref().filter(|v| !v.trim().is_empty())
+}
+
 impl Config {
     /// Builds the configuration: defaults, then the file, then environment and flags (which
     /// clap has already merged, flags winning), then the API key from the environment.
@@ -379,16 +400,16 @@ impl Config {
         if let Some(dir) = &args.workspace {
             config.server.workspace = dir.clone();
         }
-        if let Some(url) = &args.database_url {
+        if let Some(url) = given(&args.database_url) {
             config.server.database_url = Some(Secret::new(url.clone()));
         }
-        if let Some(url) = &args.llm_base_url {
+        if let Some(url) = given(&args.llm_base_url) {
             config.llm.base_url = Some(url.clone());
         }
-        if let Some(model) = &args.llm_model {
+        if let Some(model) = given(&args.llm_model) {
             config.llm.model = Some(model.clone());
         }
-        if let Some(token) = &args.auth_token {
+        if let Some(token) = given(&args.auth_token) {
             config.server.auth_token = Some(Secret::new(token.clone()));
         }
         // A plugin's relative command (with a '/') means relative to the config file, not to
@@ -467,6 +488,34 @@ impl Config {
             || url.starts_with("postgresql://"))
         {
             return invalid("database_url must start with sqlite: or postgres://".into());
+        }
+        if self
+            .server
+            .auth_token
+            .as_ref()
+            .is_some_and(|t| t.expose().is_empty())
+        {
+            return invalid("server.auth_token is empty; remove it or set a token".into());
+        }
+        if self.llm.max_iterations == 0 {
+            return invalid("llm.max_iterations must be at least 1".into());
+        }
+        for (model, price) in &self.llm.pricing {
+            let valid = |p: f64| p.is_finite() && p >= 0.0;
+            if !valid(price.input_per_mtok) || !valid(price.output_per_mtok) {
+                return invalid(format!(
+                    "llm.pricing.{model:?}: prices must be non-negative numbers"
+                ));
+            }
+        }
+        let mut tokens = std::collections::BTreeSet::new();
+        for user in &self.server.users {
+            if !tokens.insert(user.token.expose()) {
+                return invalid(format!(
+                    "user {:?} has the same token as another user",
+                    user.name
+                ));
+            }
         }
         let mut names = std::collections::BTreeSet::new();
         for user in &self.server.users {

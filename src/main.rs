@@ -8,6 +8,10 @@ use clap::Parser;
 use tokio::net::TcpListener;
 
 fn main() -> ExitCode {
+    // Tools run processes as this same user; a non-dumpable process keeps them from reading
+    // its memory or /proc/<pid>/environ, where the secrets are.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,

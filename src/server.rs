@@ -169,6 +169,7 @@ impl Server {
         config: Config,
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
+        crate::tools::builtin::exec::forbid_env_var(&config.llm.api_key_env);
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
         create_dir("workspace", &config.server.workspace)?;

@@ -238,10 +238,12 @@ impl Turn {
                 message: "the conversation could not be read".into(),
             }
         })?;
-        Ok(stored
-            .into_iter()
-            .filter_map(|value| serde_json::from_value(value).ok())
-            .collect())
+        Ok(repair(
+            stored
+                .into_iter()
+                .filter_map(|value| serde_json::from_value(value).ok())
+                .collect(),
+        ))
     }
 
     async fn turn_loop(&self, spend: &mut Spend) -> Ending {
@@ -567,10 +569,7 @@ impl Turn {
                     .unwrap_or_else(|_| ToolResult::failure("the session stopped")),
                 Err(_) => ToolResult::failure("the session stopped"),
             };
-            let mut params =
-                crate::session::completed_params(&call.id, &call.name, &result, started.elapsed());
-            params["turn_id"] = Value::String(self.turn_id.clone());
-            self.emit("tool/completed", params).await;
+            // The actor emitted the call's tool/completed when it started the task.
             return (result.output, result.success);
         }
         // The call's events go to the session through the turn's channel, in order, before
@@ -681,6 +680,47 @@ pub(crate) async fn record_node_costs(
     Some(rows)
 }
 
+/// What a tool call whose result was never stored answers in the history.
+const UNRECORDED_RESULT: &str = "interrupted: no result was recorded for this call";
+
+/// Makes a stored conversation valid for a model: every tool call answered exactly once, after
+/// the assistant message that made it and before the next other message, and tool messages no
+/// call asked for dropped. A crash between an assistant message and its tool messages would
+/// otherwise make every later request of the session fail.
+fn repair(history: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut repaired = Vec::with_capacity(history.len());
+    let mut unanswered: Vec<String> = Vec::new();
+    for message in history {
+        match &message {
+            ChatMessage::Tool { tool_call_id, .. } => {
+                if let Some(at) = unanswered.iter().position(|id| id == tool_call_id) {
+                    unanswered.remove(at);
+                    repaired.push(message);
+                }
+            }
+            _ => {
+                for id in unanswered.drain(..) {
+                    repaired.push(ChatMessage::Tool {
+                        tool_call_id: id,
+                        content: UNRECORDED_RESULT.into(),
+                    });
+                }
+                if let ChatMessage::Assistant { tool_calls, .. } = &message {
+                    unanswered.extend(tool_calls.iter().map(|call| call.id.clone()));
+                }
+                repaired.push(message);
+            }
+        }
+    }
+    for id in unanswered {
+        repaired.push(ChatMessage::Tool {
+            tool_call_id: id,
+            content: UNRECORDED_RESULT.into(),
+        });
+    }
+    repaired
+}
+
 fn interrupted() -> Ending {
     Ending::Failed {
         code: "interrupted",
@@ -714,6 +754,54 @@ pub fn cap_output(output: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "read_file".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn tool(id: &str, content: &str) -> ChatMessage {
+        ChatMessage::Tool {
+            tool_call_id: id.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn a_history_cut_by_a_crash_is_repaired() {
+        let user = |text: &str| ChatMessage::User {
+            content: text.into(),
+        };
+        let assistant = |ids: &[&str]| ChatMessage::Assistant {
+            content: None,
+            tool_calls: ids.iter().map(|id| call(id)).collect(),
+        };
+        let stored = vec![
+            user("go"),
+            assistant(&["a", "b"]),
+            tool("a", "ok"),
+            tool("stray", "nobody asked"),
+            user("again"),
+            assistant(&["c"]),
+        ];
+        assert_eq!(
+            repair(stored),
+            vec![
+                user("go"),
+                assistant(&["a", "b"]),
+                tool("a", "ok"),
+                tool("b", UNRECORDED_RESULT),
+                user("again"),
+                assistant(&["c"]),
+                tool("c", UNRECORDED_RESULT),
+            ]
+        );
+        let whole = vec![user("x"), assistant(&["a"]), tool("a", "ok")];
+        assert_eq!(repair(whole.clone()), whole, "a valid history is unchanged");
+    }
 
     #[test]
     fn short_output_is_kept_whole() {

@@ -125,8 +125,32 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        // Without a token, a server on loopback trusts only requests addressed to loopback: a
+        // web page whose name was rebound to 127.0.0.1 (DNS rebinding) is refused.
+        if matches!(state.auth(), Auth::Open)
+            && state.config().server.bind.ip().is_loopback()
+            && let Some(host) = parts.headers.get(HOST).and_then(|v| v.to_str().ok())
+            && !host_is_local(host)
+        {
+            return Err(ApiError::ForbiddenHost);
+        }
         state.auth().caller(presented_token(parts).as_deref())
     }
+}
+
+/// Whether a `Host` header names this machine by a loopback address or `localhost`.
+pub fn host_is_local(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Whether a WebSocket upgrade's `Origin` is acceptable: absent (not a browser), the server's
@@ -194,6 +218,27 @@ mod tests {
         assert_eq!(url_query_value("token=", "token").as_deref(), Some(""));
         assert_eq!(url_query_value("a=1", "token"), None);
         assert_eq!(percent_decode("100%"), "100%");
+    }
+
+    #[test]
+    fn only_loopback_hosts_are_local() {
+        for host in [
+            "127.0.0.1:8080",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:8080",
+            "127.1.2.3",
+        ] {
+            assert!(host_is_local(host), "{host}");
+        }
+        for host in [
+            "evil.example:8080",
+            "10.0.0.1",
+            "[fe80::1]:80",
+            "localhost.evil.example",
+        ] {
+            assert!(!host_is_local(host), "{host}");
+        }
     }
 
     #[test]

@@ -17,6 +17,11 @@ pub enum ApiError {
     /// The WebSocket `Origin` is not allowed.
     #[error("origin not allowed")]
     ForbiddenOrigin,
+    /// A server without a token on loopback refuses requests addressed to another host name.
+    #[error(
+        "this server only answers requests addressed to localhost; set an auth token to serve other host names"
+    )]
+    ForbiddenHost,
     /// No such resource for this caller.
     #[error("{0}")]
     NotFound(String),
@@ -39,6 +44,7 @@ impl ApiError {
         match self {
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::ForbiddenOrigin => (StatusCode::FORBIDDEN, "forbidden_origin"),
+            Self::ForbiddenHost => (StatusCode::FORBIDDEN, "forbidden_host"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),

@@ -33,6 +33,10 @@ pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 /// whole and then refused with a clean 1009 close; cutting a frame off mid-read would leave
 /// unread bytes, and the kernel answers those with a reset the client never sees a code in.
 const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
+/// How long a frame in flight may wait for a client that was cut off or is being closed.
+const STUCK_CLIENT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a close frame may wait for a client that does not read.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Events read from the store per replay page.
 const REPLAY_PAGE: i64 = 500;
 
@@ -224,33 +228,46 @@ impl Connection {
                 let frame = tokio::select! {
                     biased;
                     () = lagged.cancelled() => {
-                        let _ = sink.send(close(1013, "too far behind; reconnect with after_seq")).await;
+                        let closing = sink.send(close(1013, "too far behind; reconnect with after_seq"));
+                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
                         break;
                     }
                     () = shutdown.cancelled() => {
-                        let _ = sink.send(close(1001, "server shutting down")).await;
+                        let closing = sink.send(close(1001, "server shutting down"));
+                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
                         break;
                     }
                     frame = out_rx.recv() => frame,
                 };
                 match frame {
                     Some(Outbound::Text(text)) => {
-                        if sink
-                            .send(Message::Text(text.as_ref().into()))
-                            .await
-                            .is_err()
-                        {
+                        // A client that stops reading blocks the send. Cut off (or stopping), it
+                        // still gets a while to take the frame in flight, so the close that
+                        // follows is well formed; one that never reads again ends this task.
+                        let send = sink.send(Message::Text(text.as_ref().into()));
+                        tokio::pin!(send);
+                        let sent = tokio::select! {
+                            sent = &mut send => sent.is_ok(),
+                            () = async { tokio::select! {
+                                () = lagged.cancelled() => {}
+                                () = shutdown.cancelled() => {}
+                            } } => {
+                                matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
+                            }
+                        };
+                        if !sent {
                             break;
                         }
                     }
                     Some(Outbound::Close(code, reason)) => {
-                        let _ = sink.send(close(code, reason)).await;
+                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason)))
+                            .await;
                         break;
                     }
                     None => break,
                 }
             }
-            let _ = sink.close().await;
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
         });
         loop {
             let message = tokio::select! {
@@ -451,7 +468,12 @@ impl Connection {
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
                 // Cancelling waits for the task to end; the connection keeps reading meanwhile.
-                let (app, caller, out) = (self.app.clone(), self.caller.clone(), self.out.clone());
+                // The answer follows the session's own events when this connection watches it.
+                let out = self
+                    .attached
+                    .get(&params.session_id)
+                    .map_or_else(|| self.out.clone(), |a| a.live.clone());
+                let (app, caller) = (self.app.clone(), self.caller.clone());
                 tokio::spawn(async move {
                     let outcome = cancel_task(&app, &caller, &params).await;
                     if let Some(frame) = answer(&id, outcome) {
@@ -603,10 +625,14 @@ impl Connection {
         up_to: i64,
     ) -> Result<(), SessionError> {
         let store = self.app.sessions().store();
-        let mut cursor = after_seq;
+        let mut cursor = after_seq.max(0);
         while cursor < up_to {
             let page = store
-                .events_after(session_id, cursor, REPLAY_PAGE.min(up_to - cursor))
+                .events_after(
+                    session_id,
+                    cursor,
+                    REPLAY_PAGE.min(up_to.saturating_sub(cursor)),
+                )
                 .await?;
             let Some(last) = page.last() else {
                 break;

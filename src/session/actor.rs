@@ -60,6 +60,8 @@ pub(crate) struct ActorSetup {
 struct RunningTurn {
     turn_id: String,
     cancel: CancellationToken,
+    /// `turn/interrupt` callers, answered once the turn has ended and said so.
+    interrupters: Vec<oneshot::Sender<bool>>,
 }
 
 /// One session's state, owned by one task.
@@ -154,6 +156,8 @@ impl SessionActor {
             if let Some(turn) = &self.turn {
                 turn.cancel.cancel();
             }
+            // In-flight tool/invoke calls hold child tokens of this one.
+            self.cancel.cancel();
             self.cancel_tasks_on_stop().await;
             self.kill_processes();
             tracing::debug!("actor stopped");
@@ -187,17 +191,16 @@ impl SessionActor {
                 let outcome = self.start_turn(input, turn_id).await;
                 let _ = reply.send(outcome);
             }
-            Command::Interrupt { reply } => {
-                let interrupted = match &self.turn {
-                    Some(turn) => {
-                        turn.cancel.cancel();
-                        self.kill_processes();
-                        true
-                    }
-                    None => false,
-                };
-                let _ = reply.send(interrupted);
-            }
+            Command::Interrupt { reply } => match &mut self.turn {
+                Some(turn) => {
+                    turn.cancel.cancel();
+                    turn.interrupters.push(reply);
+                    self.kill_processes();
+                }
+                None => {
+                    let _ = reply.send(false);
+                }
+            },
             Command::RespondUserInput {
                 request_id,
                 answers,
@@ -286,7 +289,12 @@ impl SessionActor {
             finished_at: None,
         };
         if let Err(err) = self.store.upsert_task(&row).await {
+            // A task nobody can look up must not run: stop it and say so.
             tracing::error!(%err, "task not recorded");
+            self.tasks.cancel_unrecorded(&task_id);
+            return ToolResult::failure(format!(
+                "{tool_name} could not start in the background: the task could not be recorded"
+            ));
         }
         self.metrics.record_task_state("running");
         self.emit(
@@ -445,9 +453,6 @@ impl SessionActor {
             updated["reason"] = json!(reason);
         }
         self.emit("task/updated", updated).await;
-        for waiter in task.cancel_waiters {
-            let _ = waiter.send(Some(state.to_string()));
-        }
         let node_costs = record_node_costs(
             &self.store,
             &self.metrics,
@@ -469,6 +474,10 @@ impl SessionActor {
             complete["node_costs"] = node_costs;
         }
         self.emit("turn/spawn_complete", complete).await;
+        // Whoever cancelled hears back only after the notifications the cancel caused.
+        for waiter in task.cancel_waiters {
+            let _ = waiter.send(Some(state.to_string()));
+        }
         let note = ChatMessage::User {
             content: format!(
                 "[background task {task_id} ({}) {state}]\n{content}",
@@ -514,6 +523,7 @@ impl SessionActor {
         self.turn = Some(RunningTurn {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
+            interrupters: Vec::new(),
         });
         self.emit("turn/started", json!({ "turn_id": turn_id }))
             .await;
@@ -570,14 +580,26 @@ impl SessionActor {
                     turn_id,
                     reply,
                 } = *spawn;
+                let started = Instant::now();
+                let tool_name = call.name().to_string();
                 let result = self
-                    .spawn_task(call, arguments, tool_call_id, Some(turn_id))
+                    .spawn_task(call, arguments, tool_call_id.clone(), Some(turn_id.clone()))
                     .await;
+                // Emitted here, before any report of the task can be handled, so the call's
+                // completion always precedes the task's own events.
+                let mut params =
+                    completed_params(&tool_call_id, &tool_name, &result, started.elapsed());
+                params["turn_id"] = Value::String(turn_id);
+                self.emit("tool/completed", params).await;
                 let _ = reply.send(result);
             }
             TurnRequest::Finished { turn_id } => {
-                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id) {
-                    self.turn = None;
+                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
+                    && let Some(turn) = self.turn.take()
+                {
+                    for interrupter in turn.interrupters {
+                        let _ = interrupter.send(true);
+                    }
                 }
                 for note in std::mem::take(&mut self.pending_notes) {
                     self.remember(&note).await;
@@ -607,14 +629,30 @@ impl SessionActor {
     async fn emit(&mut self, method: &str, params: Value) {
         let seq = self.last_seq + 1;
         let params = stamp(&self.session_id, seq, params);
+        let mut seq = seq;
+        let mut params = params;
         if let Err(err) = self
             .store
             .append_event(&self.session_id, seq, method, &params)
             .await
         {
-            // Unpersisted events are not sent: a client must be able to replay what it saw.
-            tracing::error!(%err, method, seq, "event not persisted");
-            return;
+            // A write that committed but reported failure leaves the store ahead of us: catch
+            // up once and retry, rather than refusing every later event.
+            let retried = match (&err, self.store.get_session(&self.session_id).await) {
+                (crate::store::StoreError::Conflict(_), Ok(Some(row))) => {
+                    seq = row.last_seq + 1;
+                    params = stamp(&self.session_id, seq, params);
+                    self.store
+                        .append_event(&self.session_id, seq, method, &params)
+                        .await
+                }
+                _ => Err(err),
+            };
+            if let Err(err) = retried {
+                // Unpersisted events are not sent: a client must be able to replay what it saw.
+                tracing::error!(%err, method, seq, "event not persisted");
+                return;
+            }
         }
         self.last_seq = seq;
         self.metrics.events_written.inc();

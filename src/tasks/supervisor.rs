@@ -190,6 +190,13 @@ impl TaskSupervisor {
         }
     }
 
+    /// Stops a task that could not be recorded and forgets it; its end will not be reported.
+    pub(crate) fn cancel_unrecorded(&mut self, task_id: &str) {
+        if let Some(task) = self.running.remove(task_id) {
+            task.cancel.cancel();
+        }
+    }
+
     /// Takes every running task out, for a session that is stopping.
     pub(crate) fn drain(&mut self) -> Vec<(String, RunningTask)> {
         self.running.drain().collect()

@@ -756,7 +756,11 @@ impl ToolRegistry {
             .filter(|name| *name != deferral.name)
             .collect();
         let registered = self.tools.contains_key(deferral.name.as_str());
-        if listed.is_empty() {
+        let refused = self
+            .hard_policy
+            .as_ref()
+            .is_some_and(|p| !p.is_allowed(&deferral.name));
+        if listed.is_empty() || refused {
             if registered {
                 self.tools.remove(deferral.name.as_str());
             }

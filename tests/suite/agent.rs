@@ -501,14 +501,16 @@ async fn an_interrupt_stops_the_stream_at_once() {
         )
         .await;
     assert_eq!(busy["error"]["data"]["kind"], "turn_in_progress");
-    let interrupted = ws
-        .result("turn/interrupt", json!({"session_id": session}))
-        .await;
-    assert_eq!(interrupted, json!({"interrupted": true}));
-    let error = tokio::time::timeout(Duration::from_secs(10), ws.notification("turn/error"))
-        .await
-        .expect("the turn ends promptly");
-    assert_eq!(error["code"], "interrupted");
+    // The answer comes once the turn has ended, after the turn/error it caused.
+    let (notes, interrupted) = tokio::time::timeout(
+        Duration::from_secs(10),
+        ws.call("turn/interrupt", json!({"session_id": session})),
+    )
+    .await
+    .expect("the turn ends promptly");
+    assert_eq!(interrupted["result"], json!({"interrupted": true}));
+    let error = notes.iter().find(|n| n["method"] == "turn/error").unwrap();
+    assert_eq!(error["params"]["code"], "interrupted");
     release.notify_one();
 }
 

@@ -842,3 +842,33 @@ async fn sessions_get_the_configured_lru_limits_and_deferral() {
         "{activated}"
     );
 }
+
+#[tokio::test]
+async fn a_loopback_server_without_a_token_refuses_rebound_host_names() {
+    let app = TestApp::spawn().await;
+    let client = reqwest::Client::new();
+    let refused = client
+        .get(app.url("/api/sessions"))
+        .header(reqwest::header::HOST, "evil.example:8080")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    let body: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "forbidden_host");
+    let local = client
+        .get(app.url("/api/sessions"))
+        .header(
+            reqwest::header::HOST,
+            format!("localhost:{}", app.addr.port()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(local.status().as_u16(), 200);
+    assert_eq!(
+        app.get("/healthz", None).await.0,
+        200,
+        "public routes stay public"
+    );
+}

@@ -85,6 +85,20 @@ fn child_env_from(
 
 /// Whether an environment variable must not reach a model-driven process: credentials for
 /// the model provider, the database or anything else the server was given.
+/// Names the configuration says hold secrets (such as `llm.api_key_env`), beyond the patterns.
+static CONFIGURED_SECRET_NAMES: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
+
+/// Keeps the variable `name` out of every child process, whatever it is called.
+pub fn forbid_env_var(name: &str) {
+    let mut names = CONFIGURED_SECRET_NAMES
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let upper = name.to_ascii_uppercase();
+    if !names.contains(&upper) {
+        names.push(upper);
+    }
+}
+
 fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     ["KEY", "TOKEN", "SECRET", "PASSWORD"]
@@ -93,6 +107,10 @@ fn is_secret_name(name: &str) -> bool {
         || upper.starts_with("AGENTD_")
         || upper.starts_with("OPENAI_")
         || upper == "DATABASE_URL"
+        || CONFIGURED_SECRET_NAMES
+            .read()
+            .map(|names| names.contains(&upper))
+            .unwrap_or(true)
 }
 
 /// The directory a command runs in: the workspace root, or `workdir` beneath it.

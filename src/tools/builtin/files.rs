@@ -289,7 +289,18 @@ impl Tool for EditFile {
             ));
         }
         let rel = self.workspace.resolve(&args.path)?;
-        let text = read_text(&self.workspace, self.name(), &args.path)?;
+        let bytes = self.workspace.read(&rel, MAX_FILE_BYTES)?;
+        // Writing back a lossy decoding would silently change every byte that is not UTF-8.
+        let text = String::from_utf8(bytes).map_err(|_| {
+            ToolError::model(
+                "not_utf8",
+                format!(
+                    "{} is not UTF-8 text; edit_file would corrupt it (use apply_patch or \
+                     write_file with the whole content)",
+                    args.path
+                ),
+            )
+        })?;
         let (old, new) = line_endings_of(&text, &args.old_string, &args.new_string);
         let count = text.matches(old.as_str()).count();
         if count == 0 {
@@ -308,6 +319,20 @@ impl Tool for EditFile {
                 format!(
                     "old_string was found {count} times in {}; include more surrounding text to \
                      make it unique, or set replace_all to true",
+                    args.path
+                ),
+            ));
+        }
+        let replaced = if args.replace_all { count } else { 1 };
+        let grown = (new.len() as u64)
+            .saturating_sub(old.len() as u64)
+            .saturating_mul(replaced as u64)
+            .saturating_add(text.len() as u64);
+        if grown > MAX_FILE_BYTES {
+            return Err(ToolError::model(
+                "too_large",
+                format!(
+                    "the edit would make {} {grown} bytes, over the {MAX_FILE_BYTES}-byte limit",
                     args.path
                 ),
             ));
@@ -530,6 +555,37 @@ mod tests {
         )
         .await;
         assert_eq!(kind(&empty), "invalid_input");
+    }
+
+    #[tokio::test]
+    async fn edit_file_refuses_non_utf8_files_and_runaway_growth() {
+        let (dir, ws) = setup();
+        std::fs::write(dir.path().join("latin1.txt"), b"caf\xe9 = 1\n").unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a".repeat(1000)).unwrap();
+        let edit = EditFile::new(ws);
+        let latin = run(
+            &edit,
+            json!({"path": "latin1.txt", "old_string": "1", "new_string": "2"}),
+        )
+        .await;
+        assert_eq!(kind(&latin), "not_utf8");
+        assert_eq!(
+            std::fs::read(dir.path().join("latin1.txt")).unwrap(),
+            b"caf\xe9 = 1\n",
+            "the file is untouched"
+        );
+        let huge = run(
+            &edit,
+            json!({"path": "a.txt", "old_string": "a", "new_string": "b".repeat(20_000), "replace_all": true}),
+        )
+        .await;
+        assert_eq!(kind(&huge), "too_large");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt"))
+                .unwrap()
+                .len(),
+            1000
+        );
     }
 
     #[tokio::test]
