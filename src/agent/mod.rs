@@ -32,6 +32,34 @@ the user's behalf. Use the tools to read, search, change and run things in the w
 are relative to it. Prefer small, verifiable steps, keep the plan up to date with update_plan \
 for longer work, and answer plainly once the task is done.";
 
+/// Budget handed to tools still running (pipelines), by call or task id: spent as far as the
+/// cap is concerned until they end, so two of them cannot each spend what is left.
+#[derive(Debug, Clone, Default)]
+pub struct BudgetHolds(Arc<std::sync::Mutex<std::collections::HashMap<String, f64>>>);
+
+impl BudgetHolds {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, f64>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sets aside `usd` for the work `id`.
+    pub fn hold(&self, id: &str, usd: f64) {
+        self.lock().insert(id.to_string(), usd);
+    }
+
+    /// Gives back what `id` held; its actual spending is in the cost rows by now.
+    pub fn release(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// Everything held.
+    pub fn total(&self) -> f64 {
+        self.lock().values().sum()
+    }
+}
+
 /// What the turn loop needs from the server; shared by every turn of every session.
 pub struct AgentSettings {
     /// The model.
@@ -110,6 +138,8 @@ pub(crate) struct Turn {
     pub exclusivity: Arc<RwLock<()>>,
     /// Cost rows tools of this turn reported (concurrent calls add to it).
     pub node_costs: tokio::sync::Mutex<Vec<Value>>,
+    /// Budget held by the session's running background work.
+    pub holds: BudgetHolds,
 }
 
 /// How a turn ended.
@@ -199,7 +229,23 @@ impl Turn {
     /// What the session may still spend, when it has a budget.
     async fn budget_left(&self) -> Option<f64> {
         let cap = self.settings.budget_usd?;
-        Some((cap - self.session_cost().await).max(0.0))
+        Some(
+            self.budget_spent()
+                .await
+                .map_or(0.0, |spent| (cap - spent).max(0.0)),
+        )
+    }
+
+    /// What counts against the cap: committed cost rows plus budget held by running work;
+    /// `None` when the ledger cannot be read, which must refuse rather than allow.
+    async fn budget_spent(&self) -> Option<f64> {
+        match self.store.cost_rows(&self.session_id).await {
+            Ok(rows) => Some(rows.iter().map(|r| r.actual_usd).sum::<f64>() + self.holds.total()),
+            Err(err) => {
+                tracing::error!(%err, "cost rows unreadable");
+                None
+            }
+        }
     }
 
     async fn session_cost(&self) -> f64 {
@@ -365,7 +411,7 @@ impl Turn {
         let Some(cap) = self.settings.budget_usd else {
             return Ok(reserved);
         };
-        let spent = self.session_cost().await;
+        let spent = self.budget_spent().await.unwrap_or(f64::INFINITY);
         if spent + reserved <= cap {
             return Ok(reserved);
         }
@@ -544,6 +590,15 @@ impl Turn {
         )
         .await;
         let (events, mut events_rx) = mpsc::channel(64);
+        let budget_left_usd = if ready.tool().uses_models() {
+            let left = self.budget_left().await;
+            if let Some(left) = left {
+                self.holds.hold(&call.id, left);
+            }
+            left
+        } else {
+            None
+        };
         let ctx = ToolContext {
             session_id: self.session_id.to_string(),
             tool_call_id: call.id.clone(),
@@ -551,7 +606,7 @@ impl Turn {
             cancel: self.cancel.child_token(),
             events: Some(events),
             catalog: Some(self.catalog.clone()),
-            budget_left_usd: self.budget_left().await,
+            budget_left_usd,
         };
         let started = Instant::now();
         if ready.spawn_only() {
@@ -628,6 +683,8 @@ impl Turn {
             let mut costs = self.node_costs.lock().await;
             costs.extend(rows.as_array().cloned().unwrap_or_default());
         }
+        // Held until its rows are in the ledger, so the cap never sees a gap.
+        self.holds.release(&call.id);
         let mut params =
             crate::session::completed_params(&call.id, &call.name, &result, started.elapsed());
         params["turn_id"] = Value::String(self.turn_id.clone());

@@ -15,7 +15,9 @@ use tracing::Instrument;
 use super::{
     Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
 };
-use crate::agent::{AgentSettings, SpawnRequest, Turn, TurnRequest, record_node_costs};
+use crate::agent::{
+    AgentSettings, BudgetHolds, SpawnRequest, Turn, TurnRequest, record_node_costs,
+};
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -78,6 +80,7 @@ pub(crate) struct SessionActor {
     llm_configured: bool,
     agent: Option<Arc<AgentSettings>>,
     turn: Option<RunningTurn>,
+    holds: BudgetHolds,
     tasks: TaskSupervisor,
     reports: LazyChannel<TaskReport>,
     /// Results of background tasks that ended during a turn, added to the history after it.
@@ -114,6 +117,7 @@ impl SessionActor {
             llm_configured: setup.llm_configured,
             agent: setup.agent,
             turn: None,
+            holds: BudgetHolds::default(),
             turns: LazyChannel::default(),
             running: 0,
             exclusivity: Arc::new(RwLock::new(())),
@@ -250,7 +254,9 @@ impl SessionActor {
         // A task outlives the turn that started it, but not the session.
         let cancel = self.cancel.child_token();
         let mut ctx = self.tool_context(&tool_call_id, cancel);
-        ctx.budget_left_usd = self.budget_left().await;
+        if call.tool().uses_models() {
+            ctx.budget_left_usd = self.hold_budget(&task_id).await;
+        }
         let session_events = self.events.sender();
         let reports = self.reports.sender();
         let started = self
@@ -292,6 +298,7 @@ impl SessionActor {
             // A task nobody can look up must not run: stop it and say so.
             tracing::error!(%err, "task not recorded");
             self.tasks.cancel_unrecorded(&task_id);
+            self.holds.release(&task_id);
             return ToolResult::failure(format!(
                 "{tool_name} could not start in the background: the task could not be recorded"
             ));
@@ -331,6 +338,7 @@ impl SessionActor {
     async fn cancel_tasks_on_stop(&mut self) {
         self.tasks.cancel_all();
         for (task_id, task) in self.tasks.drain() {
+            self.holds.release(&task_id);
             if let Ok(Some(mut row)) = self.store.get_task(&task_id).await {
                 row.state = "cancelled".into();
                 row.reason = Some("the session stopped".into());
@@ -366,7 +374,14 @@ impl SessionActor {
                 return Some(0.0);
             }
         };
-        Some((cap - spent).max(0.0))
+        Some((cap - spent - self.holds.total()).max(0.0))
+    }
+
+    /// The remaining budget for one piece of work, held for it until it ends.
+    async fn hold_budget(&self, id: &str) -> Option<f64> {
+        let left = self.budget_left().await?;
+        self.holds.hold(id, left);
+        Some(left)
     }
 
     async fn on_task_report(&mut self, report: TaskReport) {
@@ -462,6 +477,7 @@ impl SessionActor {
             Some(&task_id),
         )
         .await;
+        self.holds.release(&task_id);
         let content = cap_text(&result.output, SPAWN_CONTENT_BYTES);
         let mut complete = json!({
             "task_id": task_id,
@@ -544,6 +560,7 @@ impl SessionActor {
             cancel,
             exclusivity: Arc::clone(&self.exclusivity),
             node_costs: tokio::sync::Mutex::new(Vec::new()),
+            holds: self.holds.clone(),
         };
         let span = tracing::info_span!("turn", turn_id = %turn_id);
         self.tracker.spawn(turn.run().instrument(span));
@@ -711,7 +728,9 @@ impl SessionActor {
             return;
         }
         let mut ctx = self.tool_context(&tool_call_id, self.cancel.child_token());
-        ctx.budget_left_usd = self.budget_left().await;
+        if call.tool().uses_models() {
+            ctx.budget_left_usd = self.hold_budget(&tool_call_id).await;
+        }
         let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
         let exclusivity = Arc::clone(&self.exclusivity);
         let finished = self.finished.sender();
@@ -772,6 +791,8 @@ impl SessionActor {
             None,
         )
         .await;
+        // Held until its rows are in the ledger, so the cap never sees a gap.
+        self.holds.release(&tool_call_id);
         let params = completed_params(&tool_call_id, &tool_name, &result, duration);
         self.emit("tool/completed", params).await;
         // Activations a tool asked for show up in the next listing.

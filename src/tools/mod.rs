@@ -302,6 +302,12 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// Whether the tool calls models itself (and so spends the session's budget): it is then
+    /// given what is left of the budget, held for it until it ends.
+    fn uses_models(&self) -> bool {
+        false
+    }
+
     /// Lets the host reach a concrete tool type in the rare cases it must wire one up.
     fn as_any(&self) -> &dyn Any {
         &()

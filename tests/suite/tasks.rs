@@ -476,3 +476,73 @@ async fn a_graceful_shutdown_records_running_tasks_as_cancelled() {
         .await;
     assert_eq!(head["text"], "line 1\n");
 }
+
+#[tokio::test]
+async fn concurrent_pipelines_cannot_spend_past_the_budget_together() {
+    // The first pipeline's model call waits until the second pipeline has been judged, so the
+    // two really overlap.
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::hold(&["node "], std::sync::Arc::clone(&release), &["output"]).with_usage(100, 100),
+    ]))
+    .await;
+    let url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(url);
+        c.llm.model = Some("m".into());
+        c.llm.max_tokens = 100;
+        // One node reserves just over 1 USD; the cap leaves room for one, not two.
+        c.llm.pricing.insert(
+            "m".into(),
+            ModelPrice {
+                input_per_mtok: 1.0,
+                output_per_mtok: 10_000.0,
+            },
+        );
+        c.budget.session_usd = Some(1.5);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let pipeline = json!({"nodes": [{"id": "only", "prompt": "say something"}]});
+    let mut outcomes = Vec::new();
+    for _ in 0..2 {
+        let (notes, _) = ws
+            .call(
+                "tool/invoke",
+                json!({"session_id": session, "name": "run_pipeline", "arguments": pipeline}),
+            )
+            .await;
+        outcomes.extend(
+            notes
+                .iter()
+                .filter(|n| n["method"] == "turn/spawn_complete")
+                .map(|n| n["params"]["success"].as_bool().unwrap()),
+        );
+    }
+    if outcomes.is_empty() {
+        let done = ws.notification("turn/spawn_complete").await;
+        outcomes.push(done["success"].as_bool().unwrap());
+    }
+    assert_eq!(
+        outcomes,
+        [false],
+        "the second pipeline is refused while the first holds the budget"
+    );
+    release.notify_one();
+    let done = ws.notification("turn/spawn_complete").await;
+    outcomes.push(done["success"].as_bool().unwrap());
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [false, true],
+        "one pipeline ran, the other was refused"
+    );
+    let cost = app
+        .get_json(&format!("/api/sessions/{session}/cost"), None)
+        .await;
+    let rows = cost["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().filter(|r| r["committed"] == true).count(), 1);
+    assert_eq!(rows.iter().filter(|r| r["committed"] == false).count(), 1);
+    assert!(cost["session_cost_usd"].as_f64().unwrap() <= 1.5);
+}

@@ -258,6 +258,10 @@ impl Tool for RunPipeline {
         })
     }
 
+    fn uses_models(&self) -> bool {
+        true
+    }
+
     fn tags(&self) -> &[&str] {
         &["agents"]
     }
