@@ -241,7 +241,6 @@ pub async fn task_output(
         .await
         .map_err(|err| match err {
             TaskReadError::UnknownTask(id) => ApiError::NotFound(format!("unknown task {id}")),
-            TaskReadError::InvalidQuery(message) => ApiError::BadRequest(message),
             other => ApiError::Internal(other.to_string()),
         })?;
     Ok(Json(answer))

@@ -710,7 +710,6 @@ async fn cancel_task(
 fn task_error(err: TaskReadError) -> RpcError {
     match err {
         TaskReadError::UnknownTask(id) => SessionError::UnknownTask(id).into(),
-        TaskReadError::InvalidQuery(message) => RpcError::params(message),
         TaskReadError::Store(err) => SessionError::Store(err).into(),
         TaskReadError::Unreadable(message) => RpcError::new(SERVER_ERROR, "internal", message),
     }

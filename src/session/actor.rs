@@ -969,14 +969,7 @@ fn cap_text(text: &str, limit: usize) -> String {
 
 /// The first bytes of a tool's output, cut at a character boundary.
 fn preview(output: &str) -> String {
-    if output.len() <= OUTPUT_PREVIEW_BYTES {
-        return output.to_string();
-    }
-    let mut cut = OUTPUT_PREVIEW_BYTES;
-    while !output.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &output[..cut])
+    cap_text(output, OUTPUT_PREVIEW_BYTES)
 }
 
 /// `tool/list`: active and deferred tools as `ToolInfo`, hidden ones with their reason.

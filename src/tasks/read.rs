@@ -15,9 +15,6 @@ pub enum TaskReadError {
     /// No such task for this caller or session.
     #[error("unknown task {0}")]
     UnknownTask(String),
-    /// The query is malformed.
-    #[error("{0}")]
-    InvalidQuery(String),
     /// The output file could not be read.
     #[error("the task's output could not be read: {0}")]
     Unreadable(String),

@@ -17,7 +17,6 @@ fn model_error(err: TaskReadError) -> ToolError {
             "unknown_task",
             format!("unknown task {id}; check_background_tasks lists this session's tasks"),
         ),
-        TaskReadError::InvalidQuery(message) => ToolError::model("invalid_input", message),
         other => ToolError::model("unavailable", other.to_string()),
     }
 }
