@@ -160,6 +160,8 @@ pub struct LlmConfig {
     pub max_iterations: u32,
     /// Seconds one turn may run before it stops with `turn_timeout`.
     pub turn_timeout_secs: u64,
+    /// Sub-agents one session may have open (not yet closed) at once.
+    pub max_sub_agents: usize,
 }
 
 impl Default for LlmConfig {
@@ -175,6 +177,7 @@ impl Default for LlmConfig {
             pricing: BTreeMap::new(),
             max_iterations: 50,
             turn_timeout_secs: 1800,
+            max_sub_agents: 4,
         }
     }
 }

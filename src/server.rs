@@ -68,6 +68,7 @@ fn agent_settings(config: &Config) -> Result<Option<Arc<AgentSettings>>, Startup
         budget_usd: config.budget.session_usd,
         max_iterations: config.llm.max_iterations,
         turn_timeout: Duration::from_secs(config.llm.turn_timeout_secs),
+        max_sub_agents: config.llm.max_sub_agents,
     })))
 }
 
@@ -105,6 +106,9 @@ pub fn base_registry(
             agent.pricing.clone(),
             agent.max_tokens,
         )))?;
+        for tool in crate::tools::builtin::agents::tools() {
+            registry.register(tool)?;
+        }
     }
     let workspace = registry
         .workspace()

@@ -4,7 +4,10 @@
 //!
 //! A turn runs as its own task. It never touches the session's registry directly: the session
 //! actor owns that, so the turn asks it (through [`TurnRequest`]) to tick the LRU, prepare calls
-//! and emit events, which keeps one writer for every piece of session state.
+//! and emit events, which keeps one writer for every piece of session state. A sub-agent runs
+//! the same loop over its own state ([`child`]).
+
+pub(crate) mod child;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,6 +79,24 @@ pub struct AgentSettings {
     pub max_iterations: u32,
     /// Wall-clock limit of one turn.
     pub turn_timeout: Duration,
+    /// Most sub-agents one session may have open at once.
+    pub max_sub_agents: usize,
+}
+
+impl AgentSettings {
+    /// The same settings calling `model` instead.
+    pub fn with_model(&self, model: &str) -> Self {
+        Self {
+            provider: Arc::clone(&self.provider),
+            model: model.to_string(),
+            max_tokens: self.max_tokens,
+            pricing: self.pricing.clone(),
+            budget_usd: self.budget_usd,
+            max_iterations: self.max_iterations,
+            turn_timeout: self.turn_timeout,
+            max_sub_agents: self.max_sub_agents,
+        }
+    }
 }
 
 impl std::fmt::Debug for AgentSettings {
@@ -122,16 +143,176 @@ pub(crate) struct SpawnRequest {
     pub reply: oneshot::Sender<ToolResult>,
 }
 
-/// One turn's inputs.
-pub(crate) struct Turn {
-    pub turn_id: String,
-    pub session_id: Arc<str>,
-    pub input: String,
-    pub settings: Arc<AgentSettings>,
-    pub store: Arc<dyn Store>,
-    pub metrics: Arc<Metrics>,
+/// Where a turn runs: the session actor for a session's own turns, a child agent for a
+/// sub-agent's. The loop is one; the host decides where history, events and tools live.
+pub(crate) trait TurnHost: Send + Sync + 'static {
+    /// The instructions the conversation starts with.
+    fn system_prompt(&self) -> &'static str {
+        SYSTEM_PROMPT
+    }
+
+    /// Streams or records one notification.
+    fn emit(&self, method: &'static str, params: Value) -> impl Future<Output = ()> + Send;
+
+    /// Ticks the LRU and answers the specs for the next model call; `None` once the host
+    /// stopped.
+    fn begin_iteration(&self) -> impl Future<Output = Option<Arc<[ToolSpec]>>> + Send;
+
+    /// Checks and readies one call; `None` once the host stopped.
+    fn prepare(
+        &self,
+        name: &str,
+        arguments: &Value,
+    ) -> impl Future<Output = Option<Result<PreparedCall, DispatchError>>> + Send;
+
+    /// Starts a spawn_only call in the background and answers with its envelope.
+    fn spawn(
+        &self,
+        call: PreparedCall,
+        arguments: Value,
+        tool_call_id: &str,
+        turn_id: &str,
+    ) -> impl Future<Output = ToolResult> + Send;
+
+    /// Passes on something a running tool reported.
+    fn tool_event(&self, event: ToolEvent) -> impl Future<Output = ()> + Send;
+
+    /// The conversation so far, valid for a model; the error is said to the client.
+    fn history(&self) -> impl Future<Output = Result<Vec<ChatMessage>, String>> + Send;
+
+    /// Adds one message to the conversation; the error is said to the client.
+    fn remember(&self, message: &ChatMessage) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// The turn is over and has said so.
+    fn finished(&self, turn_id: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// A session's own turn: state lives with the session actor, the history in the store.
+pub(crate) struct ActorLink {
     /// To the session actor.
     pub actor: mpsc::Sender<TurnRequest>,
+    pub store: Arc<dyn Store>,
+    pub session_id: Arc<str>,
+}
+
+impl TurnHost for ActorLink {
+    async fn emit(&self, method: &'static str, params: Value) {
+        let _ = self.actor.send(TurnRequest::Emit { method, params }).await;
+    }
+
+    async fn begin_iteration(&self) -> Option<Arc<[ToolSpec]>> {
+        let (reply, specs) = oneshot::channel();
+        self.actor
+            .send(TurnRequest::BeginIteration { reply })
+            .await
+            .ok()?;
+        specs.await.ok()
+    }
+
+    async fn prepare(
+        &self,
+        name: &str,
+        arguments: &Value,
+    ) -> Option<Result<PreparedCall, DispatchError>> {
+        let (reply, answer) = oneshot::channel();
+        self.actor
+            .send(TurnRequest::Prepare {
+                name: name.to_string(),
+                arguments: arguments.clone(),
+                reply,
+            })
+            .await
+            .ok()?;
+        answer.await.ok()
+    }
+
+    async fn spawn(
+        &self,
+        call: PreparedCall,
+        arguments: Value,
+        tool_call_id: &str,
+        turn_id: &str,
+    ) -> ToolResult {
+        let (reply, envelope) = oneshot::channel();
+        let request = TurnRequest::SpawnTask(Box::new(SpawnRequest {
+            call,
+            arguments,
+            tool_call_id: tool_call_id.to_string(),
+            turn_id: turn_id.to_string(),
+            reply,
+        }));
+        match self.actor.send(request).await {
+            Ok(()) => envelope
+                .await
+                .unwrap_or_else(|_| ToolResult::failure("the session stopped")),
+            Err(_) => ToolResult::failure("the session stopped"),
+        }
+    }
+
+    async fn tool_event(&self, event: ToolEvent) {
+        let _ = self.actor.send(TurnRequest::ToolEvent(event)).await;
+    }
+
+    async fn history(&self) -> Result<Vec<ChatMessage>, String> {
+        let stored = self.store.messages(&self.session_id).await.map_err(|err| {
+            tracing::error!(%err, "history unreadable");
+            "the conversation could not be read".to_string()
+        })?;
+        Ok(repair(
+            stored
+                .into_iter()
+                .filter_map(|value| serde_json::from_value(value).ok())
+                .collect(),
+        ))
+    }
+
+    async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
+        let value = serde_json::to_value(message)
+            .map_err(|err| format!("history entry does not serialise: {err}"))?;
+        self.store
+            .append_message(&self.session_id, &value)
+            .await
+            .map(|_| ())
+            .map_err(|err| {
+                tracing::error!(%err, "history not persisted");
+                "the conversation could not be stored".to_string()
+            })
+    }
+
+    async fn finished(&self, turn_id: &str) {
+        let _ = self
+            .actor
+            .send(TurnRequest::Finished {
+                turn_id: turn_id.to_string(),
+            })
+            .await;
+    }
+}
+
+/// How a turn's model calls are labelled in the session's cost ledger.
+#[derive(Debug, Clone)]
+pub(crate) struct CostLabels {
+    /// `agent` for the session's own turns, `agent:<agent_id>` for a sub-agent's.
+    pub node_id: String,
+    /// The session turn the rows belong to, if any.
+    pub turn_id: Option<String>,
+    /// The task the rows belong to (a sub-agent is one).
+    pub task_id: Option<String>,
+}
+
+/// One turn's inputs.
+pub(crate) struct Turn<H: TurnHost> {
+    pub turn_id: String,
+    pub session_id: Arc<str>,
+    /// The user message the turn starts with; `None` continues from the history as it is.
+    pub input: Option<String>,
+    pub settings: Arc<AgentSettings>,
+    /// The session's cost ledger (a sub-agent bills its parent).
+    pub store: Arc<dyn Store>,
+    pub metrics: Arc<Metrics>,
+    /// Where the turn's state lives.
+    pub host: Arc<H>,
+    pub labels: CostLabels,
     pub catalog: CatalogCell,
     pub cwd: std::path::PathBuf,
     pub cancel: CancellationToken,
@@ -156,7 +337,7 @@ struct Spend {
     cost_usd: f64,
 }
 
-impl Turn {
+impl<H: TurnHost> Turn<H> {
     /// Runs the turn to its end and reports it; never panics the session.
     pub(crate) async fn run(self) {
         let started = Instant::now();
@@ -214,16 +395,11 @@ impl Turn {
             }
         }
         tracing::info!(turn_id = %self.turn_id, elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "turn ended");
-        let _ = self
-            .actor
-            .send(TurnRequest::Finished {
-                turn_id: self.turn_id.clone(),
-            })
-            .await;
+        self.host.finished(&self.turn_id).await;
     }
 
     async fn emit(&self, method: &'static str, params: Value) {
-        let _ = self.actor.send(TurnRequest::Emit { method, params }).await;
+        self.host.emit(method, params).await;
     }
 
     /// What the session may still spend, when it has a budget.
@@ -259,45 +435,29 @@ impl Turn {
     }
 
     async fn remember(&self, message: &ChatMessage) -> Result<(), Ending> {
-        let value = serde_json::to_value(message).map_err(|err| Ending::Failed {
-            code: "internal",
-            message: format!("history entry does not serialise: {err}"),
-        })?;
-        self.store
-            .append_message(&self.session_id, &value)
+        self.host
+            .remember(message)
             .await
-            .map(|_| ())
-            .map_err(|err| {
-                tracing::error!(%err, "history not persisted");
-                Ending::Failed {
-                    code: "internal",
-                    message: "the conversation could not be stored".into(),
-                }
+            .map_err(|message| Ending::Failed {
+                code: "internal",
+                message,
             })
     }
 
     async fn history(&self) -> Result<Vec<ChatMessage>, Ending> {
-        let stored = self.store.messages(&self.session_id).await.map_err(|err| {
-            tracing::error!(%err, "history unreadable");
-            Ending::Failed {
-                code: "internal",
-                message: "the conversation could not be read".into(),
-            }
-        })?;
-        Ok(repair(
-            stored
-                .into_iter()
-                .filter_map(|value| serde_json::from_value(value).ok())
-                .collect(),
-        ))
+        self.host.history().await.map_err(|message| Ending::Failed {
+            code: "internal",
+            message,
+        })
     }
 
     async fn turn_loop(&self, spend: &mut Spend) -> Ending {
-        if let Err(ending) = self
-            .remember(&ChatMessage::User {
-                content: self.input.clone(),
-            })
-            .await
+        if let Some(input) = &self.input
+            && let Err(ending) = self
+                .remember(&ChatMessage::User {
+                    content: input.clone(),
+                })
+                .await
         {
             return ending;
         }
@@ -305,20 +465,11 @@ impl Turn {
             if self.cancel.is_cancelled() {
                 return interrupted();
             }
-            let (reply, specs) = oneshot::channel();
-            if self
-                .actor
-                .send(TurnRequest::BeginIteration { reply })
-                .await
-                .is_err()
-            {
-                return interrupted();
-            }
-            let Ok(specs) = specs.await else {
+            let Some(specs) = self.host.begin_iteration().await else {
                 return interrupted();
             };
             let mut messages = vec![ChatMessage::System {
-                content: SYSTEM_PROMPT.to_string(),
+                content: self.host.system_prompt().to_string(),
             }];
             match self.history().await {
                 Ok(history) => messages.extend(history),
@@ -418,15 +569,15 @@ impl Turn {
         let _ = spend;
         let row = CostRow {
             session_id: self.session_id.to_string(),
-            node_id: "agent".into(),
+            node_id: self.labels.node_id.clone(),
             model: request.model.clone(),
             reserved_usd: reserved,
             actual_usd: 0.0,
             tokens_in: 0,
             tokens_out: 0,
             committed: false,
-            turn_id: Some(self.turn_id.clone()),
-            task_id: None,
+            turn_id: self.labels.turn_id.clone(),
+            task_id: self.labels.task_id.clone(),
             created_at: timestamp_now(),
         };
         if let Err(err) = self.store.insert_cost_row(&row).await {
@@ -457,15 +608,15 @@ impl Turn {
         spend.cost_usd += actual;
         let row = CostRow {
             session_id: self.session_id.to_string(),
-            node_id: "agent".into(),
+            node_id: self.labels.node_id.clone(),
             model: self.settings.model.clone(),
             reserved_usd: reserved,
             actual_usd: actual,
             tokens_in: usage.prompt_tokens as i64,
             tokens_out: usage.completion_tokens as i64,
             committed: true,
-            turn_id: Some(self.turn_id.clone()),
-            task_id: None,
+            turn_id: self.labels.turn_id.clone(),
+            task_id: self.labels.task_id.clone(),
             created_at: timestamp_now(),
         };
         if let Err(err) = self.store.insert_cost_row(&row).await {
@@ -553,22 +704,13 @@ impl Turn {
                 )
             })?
         };
-        let (reply, answer) = oneshot::channel();
-        self.actor
-            .send(TurnRequest::Prepare {
-                name: call.name.clone(),
-                arguments: arguments.clone(),
-                reply,
-            })
-            .await
-            .map_err(|_| "the session stopped".to_string())?;
-        match answer.await {
-            Ok(Ok(ready)) => Ok((ready, arguments)),
-            Ok(Err(refusal)) => {
+        match self.host.prepare(&call.name, &arguments).await {
+            Some(Ok(ready)) => Ok((ready, arguments)),
+            Some(Err(refusal)) => {
                 self.metrics.record_refusal(&call.name, &refusal);
                 Err(refusal.to_string())
             }
-            Err(_) => Err("the session stopped".to_string()),
+            None => Err("the session stopped".to_string()),
         }
     }
 
@@ -610,20 +752,10 @@ impl Turn {
         };
         let started = Instant::now();
         if ready.spawn_only() {
-            let (reply, envelope) = oneshot::channel();
-            let request = TurnRequest::SpawnTask(Box::new(SpawnRequest {
-                call: ready,
-                arguments,
-                tool_call_id: call.id.clone(),
-                turn_id: self.turn_id.clone(),
-                reply,
-            }));
-            let result = match self.actor.send(request).await {
-                Ok(()) => envelope
-                    .await
-                    .unwrap_or_else(|_| ToolResult::failure("the session stopped")),
-                Err(_) => ToolResult::failure("the session stopped"),
-            };
+            let result = self
+                .host
+                .spawn(ready, arguments, &call.id, &self.turn_id)
+                .await;
             // The actor emitted the call's tool/completed when it started the task.
             return (result.output, result.success);
         }
@@ -643,15 +775,13 @@ impl Turn {
             loop {
                 tokio::select! {
                     outcome = &mut run => break outcome,
-                    Some(event) = events_rx.recv() => {
-                        let _ = self.actor.send(TurnRequest::ToolEvent(event)).await;
-                    }
+                    Some(event) = events_rx.recv() => self.host.tool_event(event).await,
                 }
             }
         };
         drop(ctx);
         while let Ok(event) = events_rx.try_recv() {
-            let _ = self.actor.send(TurnRequest::ToolEvent(event)).await;
+            self.host.tool_event(event).await;
         }
         let result = match outcome {
             Ok(result) => result,
@@ -675,8 +805,8 @@ impl Turn {
             &self.metrics,
             &self.session_id,
             &result,
-            Some(&self.turn_id),
-            None,
+            self.labels.turn_id.as_deref(),
+            self.labels.task_id.as_deref(),
         )
         .await
         {

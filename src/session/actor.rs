@@ -1,6 +1,8 @@
 //! The session actor: owns one session's registry, event counter, watchers and running work,
 //! and is the only writer of its event stream.
 
+mod children;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +18,8 @@ use super::{
     Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
 };
 use crate::agent::{
-    AgentSettings, BudgetHolds, SpawnRequest, Turn, TurnRequest, record_node_costs,
+    ActorLink, AgentSettings, BudgetHolds, CostLabels, SpawnRequest, Turn, TurnRequest,
+    record_node_costs,
 };
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
@@ -97,6 +100,10 @@ pub(crate) struct SessionActor {
     /// pay for room for results it is not waiting for.
     finished: LazyChannel<Box<Finished>>,
     events: LazyChannel<ToolEvent>,
+    /// Open sub-agents by agent id.
+    children: HashMap<String, children::ChildAgent>,
+    /// Ids of closed sub-agents, so a call naming one can say it was closed.
+    closed_children: std::collections::HashSet<String>,
 }
 
 impl SessionActor {
@@ -124,6 +131,8 @@ impl SessionActor {
             pending_input: HashMap::new(),
             finished: LazyChannel::default(),
             events: LazyChannel::default(),
+            children: HashMap::new(),
+            closed_children: std::collections::HashSet::new(),
         }
     }
 
@@ -139,6 +148,7 @@ impl SessionActor {
                     && self.running == 0
                     && self.turn.is_none()
                     && self.tasks.is_empty()
+                    && !self.children_running()
                     && self.pending_input.is_empty();
                 let idle_timer = tokio::time::sleep(self.idle_unload);
                 tokio::select! {
@@ -162,6 +172,7 @@ impl SessionActor {
             }
             // In-flight tool/invoke calls hold child tokens of this one.
             self.cancel.cancel();
+            self.close_children("the session stopped").await;
             self.cancel_tasks_on_stop().await;
             self.kill_processes();
             tracing::debug!("actor stopped");
@@ -200,6 +211,7 @@ impl SessionActor {
                     turn.cancel.cancel();
                     turn.interrupters.push(reply);
                     self.kill_processes();
+                    self.stop_running_children();
                 }
                 None => {
                     let _ = reply.send(false);
@@ -397,6 +409,7 @@ impl SessionActor {
                 )
                 .await;
             }
+            TaskReport::ChildEnded(end) => self.on_child_run_end(*end).await,
             TaskReport::Finished(end) => {
                 let TaskEnd {
                     task_id,
@@ -546,11 +559,20 @@ impl SessionActor {
         let turn = Turn {
             turn_id: turn_id.clone(),
             session_id: Arc::clone(&self.session_id),
-            input,
+            input: Some(input),
             settings,
             store: Arc::clone(&self.store),
             metrics: Arc::clone(&self.metrics),
-            actor: self.turns.sender(),
+            host: Arc::new(ActorLink {
+                actor: self.turns.sender(),
+                store: Arc::clone(&self.store),
+                session_id: Arc::clone(&self.session_id),
+            }),
+            labels: CostLabels {
+                node_id: "agent".into(),
+                turn_id: Some(turn_id.clone()),
+                task_id: None,
+            },
             catalog: self.registry.catalog_cell(),
             cwd: self
                 .registry
@@ -614,6 +636,10 @@ impl SessionActor {
                 if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
                     && let Some(turn) = self.turn.take()
                 {
+                    // Interrupted or out of time: the children stop with it.
+                    if turn.cancel.is_cancelled() {
+                        self.stop_running_children();
+                    }
                     for interrupter in turn.interrupters {
                         let _ = interrupter.send(true);
                     }
@@ -871,6 +897,7 @@ impl SessionActor {
                 )
                 .await;
             }
+            ToolEvent::SubAgent(request) => self.on_sub_agent_request(request).await,
         }
     }
 }

@@ -329,8 +329,11 @@ impl SessionHandle {
             .await
     }
 
-    /// Stops the actor (the session is being deleted or the server is stopping).
+    /// Stops the actor (the session is being deleted or the server is stopping) and waits
+    /// until it has, so its running work is recorded as stopped before anything else happens.
     pub async fn close(&self) {
         let _ = self.tx.send(Command::Close).await;
+        // The actor drops its receiver when it has finished stopping.
+        self.tx.closed().await;
     }
 }

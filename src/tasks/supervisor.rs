@@ -30,6 +30,8 @@ pub(crate) enum TaskReport {
     },
     /// The task ended (boxed: a channel reserves room for its largest message up front).
     Finished(Box<TaskEnd>),
+    /// One run of a sub-agent ended (the agent itself lives on until closed).
+    ChildEnded(Box<crate::agent::child::ChildRunEnd>),
 }
 
 /// How a task ended.
@@ -64,6 +66,11 @@ impl TaskSupervisor {
             dir,
             running: HashMap::new(),
         }
+    }
+
+    /// Where task output files live.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// Whether no task is running.

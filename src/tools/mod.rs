@@ -184,6 +184,9 @@ pub enum ToolEvent {
         /// Where the answers go.
         reply: oneshot::Sender<Value>,
     },
+    /// A sub-agent tool asks the session, which owns the children, to act; it answers
+    /// through the request's reply.
+    SubAgent(builtin::agents::SubAgentRequest),
 }
 
 /// Everything a tool may know about the call it is serving.

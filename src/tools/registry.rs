@@ -506,6 +506,11 @@ impl ToolRegistry {
         refused
     }
 
+    /// The system-wide policy applied to this registry, if any.
+    pub fn hard_policy(&self) -> Option<&ToolPolicy> {
+        self.hard_policy.as_ref()
+    }
+
     /// Sets (or clears) the soft policy for the configured model: refused tools stay
     /// registered but leave `specs()` and are refused when called.
     pub fn set_provider_policy(&mut self, policy: Option<ToolPolicy>) {

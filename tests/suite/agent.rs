@@ -13,9 +13,9 @@ use tokio::sync::Barrier;
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
 use crate::support::{TestApp, WAIT, WsClient};
 
-const MODEL: &str = "test-model";
+pub(crate) const MODEL: &str = "test-model";
 
-fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
+pub(crate) fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
     let url = mock.base_url();
     move |c: &mut Config| {
         c.llm.base_url = Some(url);
@@ -31,7 +31,7 @@ fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
 }
 
 /// Starts a turn and collects every notification until it ends; returns them and the end.
-async fn run_turn(ws: &mut WsClient, session: &str, text: &str) -> (Vec<Value>, Value) {
+pub(crate) async fn run_turn(ws: &mut WsClient, session: &str, text: &str) -> (Vec<Value>, Value) {
     let (before, answer) = ws
         .call(
             "turn/start",
@@ -55,7 +55,7 @@ async fn run_turn(ws: &mut WsClient, session: &str, text: &str) -> (Vec<Value>, 
     }
 }
 
-fn of<'a>(notes: &'a [Value], method: &str) -> Vec<&'a Value> {
+pub(crate) fn of<'a>(notes: &'a [Value], method: &str) -> Vec<&'a Value> {
     notes
         .iter()
         .filter(|n| n["method"] == method)
@@ -63,7 +63,7 @@ fn of<'a>(notes: &'a [Value], method: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn tool_names(request: &Value) -> Vec<String> {
+pub(crate) fn tool_names(request: &Value) -> Vec<String> {
     request["tools"]
         .as_array()
         .map(|tools| {

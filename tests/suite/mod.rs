@@ -4,5 +4,6 @@ mod agent;
 mod cli;
 mod llm;
 mod server;
+mod sub_agents;
 mod tasks;
 mod tool_core;

@@ -3,6 +3,8 @@
 //!
 //! - [`files`] — read_file, write_file, edit_file.
 //! - [`patch`] — apply_patch (the Codex patch grammar, all-or-nothing).
+//! - [`agents`] — spawn_agent, send_input, resume_agent, wait_agent, close_agent (the session
+//!   runs the children, so the server registers them when a model is configured).
 //! - [`diff_edit`] — diff_edit (one unified diff, one file).
 //! - [`search`] — list_dir, glob, grep.
 //! - [`history`] — workspace_diff, workspace_log.
@@ -15,6 +17,7 @@
 //! - [`pipeline`] — run_pipeline (a DAG of model calls; needs a model, so the server registers
 //!   it rather than `with_builtins`).
 
+pub mod agents;
 pub mod diff_edit;
 pub mod discovery;
 pub mod exec;

@@ -1,0 +1,290 @@
+//! A sub-agent's side of the turn loop: the same [`Turn`](super::Turn) as a session's own,
+//! hosted over a registry the child owns, with its history in memory and a readable transcript
+//! in its task's output file.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::sync::{RwLock, mpsc};
+
+use super::{TurnHost, repair};
+use crate::llm::ChatMessage;
+use crate::tasks::spool::OutputSpool;
+use crate::tasks::supervisor::TaskReport;
+use crate::tools::{
+    CatalogCell, DispatchError, PreparedCall, ToolError, ToolEvent, ToolRegistry, ToolResult,
+    ToolSpec,
+};
+
+/// Most bytes of one tool result's first line written to a transcript.
+const TRANSCRIPT_PREVIEW: usize = 300;
+
+/// The instructions a child's conversation starts with.
+const SUB_AGENT_PROMPT: &str = "You are a sub-agent: another agent handed you the task in the \
+first user message and reads only your final answer. Work in the workspace with the tools you \
+have (you cannot run shell commands, start agents or ask the user), and end with a plain answer \
+that says what you found or did.";
+
+/// How one run of a child ended, as the host saw it say so.
+#[derive(Debug, Default)]
+struct RunRecord {
+    /// The text of its last model answer.
+    last_text: Option<String>,
+    /// `Some(Ok)` after `turn/completed`, `Some(Err(message))` after `turn/error`.
+    ending: Option<Result<(), String>>,
+}
+
+/// One child agent's state that outlives its runs.
+pub(crate) struct ChildHost {
+    agent_id: String,
+    registry: Mutex<ToolRegistry>,
+    catalog: CatalogCell,
+    history: Mutex<Vec<ChatMessage>>,
+    /// Messages from `send_input` not yet read by the child's model.
+    inbox: Mutex<Vec<String>>,
+    transcript: tokio::sync::Mutex<OutputSpool>,
+    reports: mpsc::Sender<TaskReport>,
+    record: Mutex<RunRecord>,
+    /// The child's own Safe/Exclusive rule for its batches.
+    exclusivity: Arc<RwLock<()>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl ChildHost {
+    /// A child with no history yet, writing its transcript to `transcript` and reporting its
+    /// output on `reports`.
+    pub(crate) fn new(
+        agent_id: String,
+        registry: ToolRegistry,
+        transcript: OutputSpool,
+        reports: mpsc::Sender<TaskReport>,
+    ) -> Self {
+        Self {
+            agent_id,
+            catalog: registry.catalog_cell(),
+            registry: Mutex::new(registry),
+            history: Mutex::new(Vec::new()),
+            inbox: Mutex::new(Vec::new()),
+            transcript: tokio::sync::Mutex::new(transcript),
+            reports,
+            record: Mutex::new(RunRecord::default()),
+            exclusivity: Arc::new(RwLock::new(())),
+        }
+    }
+
+    /// The child's live catalog, for its discovery tools.
+    pub(crate) fn catalog(&self) -> CatalogCell {
+        self.catalog.clone()
+    }
+
+    /// The lock the child's own tool calls share.
+    pub(crate) fn exclusivity(&self) -> Arc<RwLock<()>> {
+        Arc::clone(&self.exclusivity)
+    }
+
+    /// Queues a message for the child's next model call.
+    pub(crate) fn deliver(&self, message: String) {
+        lock(&self.inbox).push(message);
+    }
+
+    /// Whether messages wait that no run has read yet.
+    pub(crate) fn has_mail(&self) -> bool {
+        !lock(&self.inbox).is_empty()
+    }
+
+    /// Drops undelivered messages (the child was stopped).
+    pub(crate) fn clear_inbox(&self) {
+        lock(&self.inbox).clear();
+    }
+
+    /// Forgets the last run's record before a new one starts.
+    pub(crate) fn begin_run(&self) {
+        *lock(&self.record) = RunRecord::default();
+    }
+
+    /// How the run that just ended finished: its answer, or why it failed.
+    pub(crate) fn take_ending(&self) -> Result<Option<String>, String> {
+        let record = std::mem::take(&mut *lock(&self.record));
+        match record.ending {
+            Some(Ok(())) => Ok(record.last_text),
+            Some(Err(message)) => Err(message),
+            None => Err("the run ended without saying how".into()),
+        }
+    }
+
+    /// Appends to the transcript and reports it as task output.
+    pub(crate) async fn write(&self, text: &str) {
+        let mut spool = self.transcript.lock().await;
+        let offset = spool.total_bytes();
+        if let Err(err) = spool.append(text.as_bytes()).await {
+            tracing::error!(%err, agent_id = %self.agent_id, "transcript not written");
+            return;
+        }
+        let _ = self
+            .reports
+            .send(TaskReport::Output {
+                task_id: self.agent_id.clone(),
+                offset,
+                text: text.to_string(),
+            })
+            .await;
+    }
+
+    async fn write_user(&self, text: &str) {
+        self.write(&format!("user: {text}\n")).await;
+    }
+}
+
+/// The first line of `text`, cut to a transcript's preview size.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.len() <= TRANSCRIPT_PREVIEW {
+        return line.to_string();
+    }
+    let mut cut = TRANSCRIPT_PREVIEW;
+    while !line.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &line[..cut])
+}
+
+impl TurnHost for ChildHost {
+    fn system_prompt(&self) -> &'static str {
+        SUB_AGENT_PROMPT
+    }
+
+    async fn emit(&self, method: &'static str, params: Value) {
+        let line = match method {
+            "message/completed" => {
+                let text = params["text"].as_str().unwrap_or_default().to_string();
+                let line = format!("assistant: {text}\n");
+                lock(&self.record).last_text = Some(text);
+                line
+            }
+            "tool/started" => format!(
+                "-> {} {}\n",
+                params["tool_name"].as_str().unwrap_or_default(),
+                params["arguments"]
+            ),
+            "tool/completed" => format!(
+                "<- {} {} in {} ms: {}\n",
+                params["tool_name"].as_str().unwrap_or_default(),
+                if params["success"] == true {
+                    "succeeded"
+                } else {
+                    "failed"
+                },
+                params["duration_ms"],
+                first_line(params["output_preview"].as_str().unwrap_or_default())
+            ),
+            "turn/completed" => {
+                lock(&self.record).ending = Some(Ok(()));
+                format!(
+                    "[turn completed: {} tokens in, {} out, {:.6} USD]\n",
+                    params["tokens_in"],
+                    params["tokens_out"],
+                    params["cost_usd"].as_f64().unwrap_or(0.0)
+                )
+            }
+            "turn/error" => {
+                let message = params["message"].as_str().unwrap_or_default().to_string();
+                let line = format!(
+                    "[turn failed ({}): {message}]\n",
+                    params["code"].as_str().unwrap_or_default()
+                );
+                lock(&self.record).ending = Some(Err(message));
+                line
+            }
+            // Deltas repeat what message/completed says whole; tool lists are not the story.
+            _ => return,
+        };
+        self.write(&line).await;
+    }
+
+    async fn begin_iteration(&self) -> Option<Arc<[ToolSpec]>> {
+        let mut registry = lock(&self.registry);
+        registry.tick();
+        registry.auto_evict();
+        Some(registry.specs())
+    }
+
+    async fn prepare(
+        &self,
+        name: &str,
+        arguments: &Value,
+    ) -> Option<Result<PreparedCall, DispatchError>> {
+        let prepared = lock(&self.registry).prepare(name, arguments);
+        if let Err(refusal) = &prepared {
+            self.write(&format!(
+                "-> {name} {arguments}\n<- {name} refused: {refusal}\n"
+            ))
+            .await;
+        }
+        Some(prepared)
+    }
+
+    async fn spawn(
+        &self,
+        call: PreparedCall,
+        _arguments: Value,
+        _tool_call_id: &str,
+        _turn_id: &str,
+    ) -> ToolResult {
+        // The child's registry has no spawn_only marks; this is a guard, not a path.
+        ToolResult::failure(format!(
+            "{} cannot run in the background inside a sub-agent",
+            call.name()
+        ))
+    }
+
+    async fn tool_event(&self, event: ToolEvent) {
+        match event {
+            ToolEvent::Output { text, .. } => self.write(&text).await,
+            ToolEvent::PlanUpdated { plan, .. } => self.write(&format!("plan: {plan}\n")).await,
+            // Nobody answers a child's questions; dropping the reply says so to the tool.
+            ToolEvent::UserInputRequested { .. } | ToolEvent::Progress { .. } => {}
+            ToolEvent::SubAgent(request) => request.refuse(ToolError::model(
+                "policy_denied",
+                "a sub-agent cannot start or steer agents",
+            )),
+        }
+    }
+
+    async fn history(&self) -> Result<Vec<ChatMessage>, String> {
+        let mail: Vec<String> = std::mem::take(&mut *lock(&self.inbox));
+        for text in &mail {
+            self.write_user(text).await;
+        }
+        let mut history = lock(&self.history);
+        history.extend(
+            mail.into_iter()
+                .map(|content| ChatMessage::User { content }),
+        );
+        Ok(repair(history.clone()))
+    }
+
+    async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
+        if let ChatMessage::User { content } = message {
+            self.write_user(content).await;
+        }
+        lock(&self.history).push(message.clone());
+        Ok(())
+    }
+
+    async fn finished(&self, _turn_id: &str) {}
+}
+
+/// What the session hears when one run of a child ends.
+#[derive(Debug)]
+pub(crate) struct ChildRunEnd {
+    pub agent_id: String,
+    /// Which run of the child this was; a stale one is ignored.
+    pub run: u64,
+    /// The answer, or why it failed.
+    pub ending: Result<Option<String>, String>,
+}

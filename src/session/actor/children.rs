@@ -1,0 +1,431 @@
+//! The session's sub-agents: the actor owns them, answers the sub-agent tools' requests, and
+//! records each child as a task whose id is its agent id.
+//!
+//! Rules: a child runs in the background beside the session; messages sent to a running child
+//! wait in its inbox for its next model call, and a run that ends with mail waiting starts the
+//! next at once. Interrupting a turn (or its time limit) stops every running child, as it kills
+//! `exec_command` processes; a stopped child is `errored` with its history kept, so
+//! `send_input` or `resume_agent` can continue it. Closing or unloading the session closes
+//! every child.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::SessionActor;
+use crate::agent::child::{ChildHost, ChildRunEnd};
+use crate::agent::{AgentSettings, CostLabels, Turn};
+use crate::store::{TaskRow, timestamp_now};
+use crate::tasks::spool::OutputSpool;
+use crate::tasks::supervisor::TaskReport;
+use crate::tools::ToolError;
+use crate::tools::builtin::agents::{AgentState, AgentStatus, SubAgentRequest};
+
+/// Groups a child may never see or call.
+const CHILD_EXCLUDED: &[&str] = &["group:delegated", "group:sessions"];
+
+/// One open child of the session.
+pub(super) struct ChildAgent {
+    host: Arc<ChildHost>,
+    settings: Arc<AgentSettings>,
+    status: watch::Sender<AgentStatus>,
+    /// Counts runs, so the end of a run that was superseded is ignored.
+    run: u64,
+    /// Stops the current run.
+    cancel: CancellationToken,
+    tool_call_id: String,
+}
+
+impl ChildAgent {
+    fn is_running(&self) -> bool {
+        self.status.borrow().status == AgentState::Running
+    }
+}
+
+fn unknown_agent(id: &str) -> ToolError {
+    ToolError::model(
+        "unknown_agent",
+        format!("there is no sub-agent {id} in this session"),
+    )
+}
+
+fn closed_agent(id: &str) -> ToolError {
+    ToolError::model(
+        "agent_closed",
+        format!("sub-agent {id} was closed; start a new one with spawn_agent"),
+    )
+}
+
+impl SessionActor {
+    /// Whether any child is working (the session then stays loaded).
+    pub(super) fn children_running(&self) -> bool {
+        self.children.values().any(ChildAgent::is_running)
+    }
+
+    pub(super) async fn on_sub_agent_request(&mut self, request: SubAgentRequest) {
+        match request {
+            SubAgentRequest::Spawn {
+                message,
+                model,
+                tool_call_id,
+                reply,
+            } => {
+                let outcome = self.spawn_child(message, model, tool_call_id).await;
+                let _ = reply.send(outcome);
+            }
+            SubAgentRequest::SendInput {
+                target,
+                message,
+                interrupt,
+                reply,
+            } => {
+                let outcome = self.send_to_child(&target, message, interrupt).await;
+                let _ = reply.send(outcome);
+            }
+            SubAgentRequest::Resume { id, reply } => {
+                let outcome = match self.children.get(&id) {
+                    Some(child) if child.is_running() => Err(ToolError::model(
+                        "agent_running",
+                        format!("sub-agent {id} is running; wait for it with wait_agent"),
+                    )),
+                    Some(_) => Ok(self.start_child_run(&id, None).await),
+                    None if self.closed_children.contains(&id) => Err(closed_agent(&id)),
+                    None => Err(unknown_agent(&id)),
+                };
+                let _ = reply.send(outcome);
+            }
+            SubAgentRequest::Close { target, reply } => {
+                let outcome = match self.children.remove(&target) {
+                    Some(child) => {
+                        self.close_child(&target, child, "closed by close_agent")
+                            .await;
+                        Ok(closed_status(&target))
+                    }
+                    None if self.closed_children.contains(&target) => Err(closed_agent(&target)),
+                    None => Err(unknown_agent(&target)),
+                };
+                let _ = reply.send(outcome);
+            }
+            SubAgentRequest::Watch { ids, reply } => {
+                let outcome = match ids {
+                    None => Ok(self
+                        .children
+                        .values()
+                        .map(|child| child.status.subscribe())
+                        .collect()),
+                    Some(ids) => ids
+                        .iter()
+                        .map(|id| match self.children.get(id) {
+                            Some(child) => Ok(child.status.subscribe()),
+                            // A closed child stays closed: a receiver with nobody sending.
+                            None if self.closed_children.contains(id) => {
+                                Ok(watch::channel(closed_status(id)).1)
+                            }
+                            None => Err(unknown_agent(id)),
+                        })
+                        .collect(),
+                };
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    async fn spawn_child(
+        &mut self,
+        message: String,
+        model: Option<String>,
+        tool_call_id: String,
+    ) -> Result<AgentStatus, ToolError> {
+        let Some(settings) = self.agent.clone() else {
+            return Err(ToolError::unsupported(
+                "spawn_agent",
+                "no model is configured for this server",
+            ));
+        };
+        if self.children.len() >= settings.max_sub_agents {
+            return Err(ToolError::model(
+                "agent_limit",
+                format!(
+                    "this session has {} open sub-agents, the most it may have; close one with \
+                     close_agent (or wait for it and then close it) before starting another",
+                    self.children.len()
+                ),
+            ));
+        }
+        let settings = match model {
+            Some(model) if model != settings.model => Arc::new(settings.with_model(&model)),
+            _ => settings,
+        };
+        let agent_id = uuid::Uuid::new_v4().to_string();
+        let spool = OutputSpool::create(self.tasks.dir(), &agent_id)
+            .await
+            .map_err(|err| {
+                tracing::error!(%err, "sub-agent transcript not created");
+                ToolError::Fatal(format!(
+                    "the sub-agent's transcript could not be created: {err}"
+                ))
+            })?;
+        let row = TaskRow {
+            task_id: agent_id.clone(),
+            session_id: self.session_id.to_string(),
+            tool_call_id: tool_call_id.clone(),
+            tool_name: "spawn_agent".into(),
+            state: "running".into(),
+            exit_code: None,
+            reason: None,
+            total_bytes: 0,
+            output_path: spool.path().to_string_lossy().into_owned(),
+            created_at: timestamp_now(),
+            finished_at: None,
+        };
+        if let Err(err) = self.store.upsert_task(&row).await {
+            tracing::error!(%err, "sub-agent task not recorded");
+            return Err(ToolError::Fatal(
+                "the sub-agent could not be recorded".into(),
+            ));
+        }
+        let host = Arc::new(ChildHost::new(
+            agent_id.clone(),
+            self.child_registry(),
+            spool,
+            self.reports.sender(),
+        ));
+        self.children.insert(
+            agent_id.clone(),
+            ChildAgent {
+                host,
+                settings,
+                status: watch::Sender::new(AgentStatus::running(&agent_id)),
+                run: 0,
+                cancel: CancellationToken::new(),
+                tool_call_id,
+            },
+        );
+        Ok(self.start_child_run(&agent_id, Some(message)).await)
+    }
+
+    /// The registry a child works with: the session's tools without the delegated and
+    /// session-management ones (removed by policy, so calling one answers `policy_denied`),
+    /// with its own LRU state and nothing in the background.
+    fn child_registry(&self) -> crate::tools::ToolRegistry {
+        let mut policy = self.registry.hard_policy().cloned().unwrap_or_default();
+        policy
+            .deny
+            .extend(CHILD_EXCLUDED.iter().map(|g| g.to_string()));
+        let mut denied = self.registry.snapshot_excluding(&[]);
+        denied.apply_policy(policy);
+        let mut registry = denied.snapshot_excluding(CHILD_EXCLUDED);
+        registry.clear_spawn_only();
+        registry
+    }
+
+    async fn send_to_child(
+        &mut self,
+        target: &str,
+        message: String,
+        interrupt: bool,
+    ) -> Result<AgentStatus, ToolError> {
+        let Some(child) = self.children.get(target) else {
+            return Err(if self.closed_children.contains(target) {
+                closed_agent(target)
+            } else {
+                unknown_agent(target)
+            });
+        };
+        if child.is_running() {
+            child.host.deliver(message);
+            if interrupt {
+                // The run ends answering its calls; the mail then starts the next one.
+                child.cancel.cancel();
+            }
+            return Ok(child.status.borrow().clone());
+        }
+        Ok(self.start_child_run(target, Some(message)).await)
+    }
+
+    /// Starts the next run of a child; it is `running` (and said so) before this returns.
+    async fn start_child_run(&mut self, agent_id: &str, input: Option<String>) -> AgentStatus {
+        let Some(child) = self.children.get_mut(agent_id) else {
+            return closed_status(agent_id);
+        };
+        child.run += 1;
+        child.cancel = self.cancel.child_token();
+        child.host.begin_run();
+        let status = AgentStatus::running(agent_id);
+        child.status.send_replace(status.clone());
+        let turn = Turn {
+            turn_id: format!("{agent_id}-{}", child.run),
+            session_id: Arc::clone(&self.session_id),
+            input,
+            settings: Arc::clone(&child.settings),
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+            host: Arc::clone(&child.host),
+            labels: CostLabels {
+                node_id: format!("agent:{agent_id}"),
+                turn_id: None,
+                task_id: Some(agent_id.to_string()),
+            },
+            catalog: child.host.catalog(),
+            cwd: self
+                .registry
+                .workspace()
+                .map(|w| w.root().to_path_buf())
+                .unwrap_or_default(),
+            cancel: child.cancel.clone(),
+            exclusivity: child.host.exclusivity(),
+            node_costs: tokio::sync::Mutex::new(Vec::new()),
+            holds: self.holds.clone(),
+        };
+        let host = Arc::clone(&child.host);
+        let run = child.run;
+        let tool_call_id = child.tool_call_id.clone();
+        let reports = self.reports.sender();
+        let id = agent_id.to_string();
+        let span = tracing::info_span!("sub_agent", agent_id = %id, run);
+        self.tracker.spawn(
+            async move {
+                turn.run().await;
+                let ending = host.take_ending();
+                let _ = reports
+                    .send(TaskReport::ChildEnded(Box::new(ChildRunEnd {
+                        agent_id: id,
+                        run,
+                        ending,
+                    })))
+                    .await;
+            }
+            .instrument(span),
+        );
+        self.record_child_state(agent_id, &tool_call_id, "running", None)
+            .await;
+        status
+    }
+
+    /// A run of a child ended: start the next when mail waits, else record its answer.
+    pub(super) async fn on_child_run_end(&mut self, end: ChildRunEnd) {
+        let Some(child) = self.children.get(&end.agent_id) else {
+            return;
+        };
+        if child.run != end.run {
+            return;
+        }
+        if child.host.has_mail() && !self.cancel.is_cancelled() {
+            self.start_child_run(&end.agent_id, None).await;
+            return;
+        }
+        let tool_call_id = child.tool_call_id.clone();
+        let (status, state, reason) = match end.ending {
+            Ok(answer) => (
+                AgentStatus {
+                    agent_id: end.agent_id.clone(),
+                    status: AgentState::Completed,
+                    answer,
+                    error: None,
+                },
+                "completed",
+                None,
+            ),
+            Err(error) => (
+                AgentStatus {
+                    agent_id: end.agent_id.clone(),
+                    status: AgentState::Errored,
+                    answer: None,
+                    error: Some(error.clone()),
+                },
+                "failed",
+                Some(error),
+            ),
+        };
+        // The task says so before anyone waiting hears the answer.
+        self.record_child_state(&end.agent_id, &tool_call_id, state, reason)
+            .await;
+        if let Some(child) = self.children.get(&end.agent_id) {
+            child.status.send_replace(status);
+        }
+    }
+
+    /// Stops every running child: the session's turn was interrupted or ran out of time.
+    pub(super) fn stop_running_children(&mut self) {
+        for child in self.children.values() {
+            if child.is_running() {
+                child.host.clear_inbox();
+                child.cancel.cancel();
+            }
+        }
+    }
+
+    /// Closes every child: the session is stopping.
+    pub(super) async fn close_children(&mut self, reason: &str) {
+        let children: Vec<(String, ChildAgent)> = self.children.drain().collect();
+        for (agent_id, child) in children {
+            self.close_child(&agent_id, child, reason).await;
+        }
+    }
+
+    async fn close_child(&mut self, agent_id: &str, child: ChildAgent, reason: &str) {
+        child.cancel.cancel();
+        child.host.clear_inbox();
+        let was_running = child.is_running();
+        child.status.send_replace(closed_status(agent_id));
+        self.closed_children.insert(agent_id.to_string());
+        if was_running {
+            self.record_child_state(
+                agent_id,
+                &child.tool_call_id,
+                "cancelled",
+                Some(reason.to_string()),
+            )
+            .await;
+        }
+    }
+
+    /// Records a child's task state and emits `task/updated`.
+    async fn record_child_state(
+        &mut self,
+        agent_id: &str,
+        tool_call_id: &str,
+        state: &str,
+        reason: Option<String>,
+    ) {
+        match self.store.get_task(agent_id).await {
+            Ok(Some(mut row)) => {
+                row.state = state.into();
+                row.reason = reason.clone();
+                // The file, not the child's spool: a writing child may hold that.
+                if let Ok(meta) = std::fs::metadata(&row.output_path) {
+                    row.total_bytes = meta.len() as i64;
+                }
+                row.finished_at = (state != "running").then(timestamp_now);
+                if let Err(err) = self.store.upsert_task(&row).await {
+                    tracing::error!(%err, "sub-agent state not recorded");
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::error!(%err, "sub-agent task unreadable"),
+        }
+        self.metrics.record_task_state(state);
+        let mut params = json!({
+            "task_id": agent_id,
+            "tool_call_id": tool_call_id,
+            "tool_name": "spawn_agent",
+            "state": state,
+        });
+        if let Some(reason) = reason {
+            params["reason"] = Value::String(reason);
+        }
+        self.emit("task/updated", params).await;
+    }
+}
+
+fn closed_status(agent_id: &str) -> AgentStatus {
+    AgentStatus {
+        agent_id: agent_id.to_string(),
+        status: AgentState::Closed,
+        answer: None,
+        error: None,
+    }
+}

@@ -1,0 +1,521 @@
+//! spawn_agent, send_input, resume_agent, wait_agent, close_agent: the model hands work to
+//! child agents and steers them.
+//!
+//! The tools only ask: each call becomes a [`SubAgentRequest`] sent to the session through the
+//! call's event channel, and the session actor, which owns the children, answers it. So a
+//! child's state has one writer, and every change it makes reaches the client as `task/updated`
+//! in order.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::select_all;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+
+use super::parse_args;
+use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolResult};
+
+/// How long `wait_agent` waits when the model does not say.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+/// The longest `wait_agent` may wait in one call.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// Where a child agent stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    /// Its current turn is running.
+    Running,
+    /// Its last turn ended with an answer.
+    Completed,
+    /// Its last turn failed or was stopped; its history is kept.
+    Errored,
+    /// Closed and freed; it cannot run again.
+    Closed,
+}
+
+/// A child agent's status as the tools report it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// The child's id; also its task id.
+    pub agent_id: String,
+    /// Where it stands.
+    pub status: AgentState,
+    /// The text its last completed turn ended with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// Why its last turn failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl AgentStatus {
+    /// A child that has just started a turn.
+    pub fn running(agent_id: &str) -> Self {
+        Self {
+            agent_id: agent_id.to_string(),
+            status: AgentState::Running,
+            answer: None,
+            error: None,
+        }
+    }
+}
+
+/// The session's answer to a sub-agent request.
+pub type AgentReply = oneshot::Sender<Result<AgentStatus, ToolError>>;
+
+/// What a sub-agent tool asks of its session.
+#[derive(Debug)]
+pub enum SubAgentRequest {
+    /// Start a child with `message` as its first user message.
+    Spawn {
+        /// The task.
+        message: String,
+        /// Another model than the session's, by id.
+        model: Option<String>,
+        /// The call that spawned it, recorded on its task.
+        tool_call_id: String,
+        /// The answer: the child's id and status.
+        reply: AgentReply,
+    },
+    /// Deliver a message into a child's conversation.
+    SendInput {
+        /// The child.
+        target: String,
+        /// The message.
+        message: String,
+        /// Stop the child's current step and take the message at once.
+        interrupt: bool,
+        /// The answer: the child's status after delivery.
+        reply: AgentReply,
+    },
+    /// Start a finished or failed child again from its history.
+    Resume {
+        /// The child.
+        id: String,
+        /// The answer: the child's status.
+        reply: AgentReply,
+    },
+    /// Stop a child and free it.
+    Close {
+        /// The child.
+        target: String,
+        /// The answer: the child's final status.
+        reply: AgentReply,
+    },
+    /// Watch children: all of the session's when `ids` is `None`.
+    Watch {
+        /// The children.
+        ids: Option<Vec<String>>,
+        /// One receiver per child, in the order asked.
+        reply: oneshot::Sender<Result<Vec<watch::Receiver<AgentStatus>>, ToolError>>,
+    },
+}
+
+impl SubAgentRequest {
+    /// Answers the request with `err` without acting on it.
+    pub fn refuse(self, err: ToolError) {
+        match self {
+            Self::Spawn { reply, .. }
+            | Self::SendInput { reply, .. }
+            | Self::Resume { reply, .. }
+            | Self::Close { reply, .. } => {
+                let _ = reply.send(Err(err));
+            }
+            Self::Watch { reply, .. } => {
+                let _ = reply.send(Err(err));
+            }
+        }
+    }
+}
+
+/// The five sub-agent tools, for a server with a model.
+pub fn tools() -> Vec<std::sync::Arc<dyn Tool>> {
+    vec![
+        std::sync::Arc::new(SpawnAgent),
+        std::sync::Arc::new(SendInput),
+        std::sync::Arc::new(ResumeAgent),
+        std::sync::Arc::new(WaitAgent),
+        std::sync::Arc::new(CloseAgent),
+    ]
+}
+
+/// Sends `request` to the session and waits for its answer.
+async fn ask<T>(
+    ctx: &ToolContext,
+    request: SubAgentRequest,
+    answer: oneshot::Receiver<Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    if !ctx.emit(ToolEvent::SubAgent(request)).await {
+        return Err(ToolError::unsupported(
+            "sub-agents",
+            "they run only inside a session with a model configured",
+        ));
+    }
+    tokio::select! {
+        biased;
+        () = ctx.cancel.cancelled() => Err(ToolError::model("cancelled", "the turn was interrupted")),
+        answer = answer => answer.map_err(|_| ToolError::model(
+            "session_stopped",
+            "the session stopped before it answered",
+        ))?,
+    }
+}
+
+fn status_result(status: &AgentStatus) -> ToolResult {
+    let value = json!(status);
+    ToolResult::ok(value.to_string()).with_metadata(value)
+}
+
+const MESSAGE_SCHEMA: &str = "The message, written as a task for the agent: it sees nothing of \
+this conversation but what you write here.";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnArgs {
+    message: String,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// Starts a child agent on a task.
+#[derive(Debug, Default)]
+pub struct SpawnAgent;
+
+#[async_trait]
+impl Tool for SpawnAgent {
+    fn name(&self) -> &str {
+        "spawn_agent"
+    }
+
+    fn description(&self) -> &str {
+        "Start a sub-agent on a self-contained task; it works in the background in the same \
+         workspace with its own conversation and returns {agent_id, status} at once. Collect its \
+         answer with wait_agent, steer it with send_input, stop it with close_agent. It cannot \
+         run shell commands or start agents of its own."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "message": {"type": "string", "minLength": 1, "description": MESSAGE_SCHEMA},
+                "model": {"type": "string", "description": "Another model id for this agent; the session's model when omitted."}
+            },
+            "required": ["message"],
+            "additionalProperties": false
+        })
+    }
+
+    fn tags(&self) -> &[&str] {
+        &["sessions"]
+    }
+
+    fn concurrency_class(&self) -> ConcurrencyClass {
+        ConcurrencyClass::Exclusive
+    }
+
+    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+        self.execute_with_context(&ToolContext::detached("."), args)
+            .await
+    }
+
+    async fn execute_with_context(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        let args: SpawnArgs = parse_args(self.name(), args)?;
+        let (reply, answer) = oneshot::channel();
+        let request = SubAgentRequest::Spawn {
+            message: args.message,
+            model: args.model,
+            tool_call_id: ctx.tool_call_id.clone(),
+            reply,
+        };
+        ask(ctx, request, answer).await.map(|s| status_result(&s))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendInputArgs {
+    target: String,
+    message: String,
+    #[serde(default)]
+    interrupt: bool,
+}
+
+/// Delivers a message into a child agent's conversation.
+#[derive(Debug, Default)]
+pub struct SendInput;
+
+#[async_trait]
+impl Tool for SendInput {
+    fn name(&self) -> &str {
+        "send_input"
+    }
+
+    fn description(&self) -> &str {
+        "Send a message to a sub-agent. A running agent reads it before its next model call (at \
+         once, stopping its current step, with interrupt: true); a finished agent starts a new \
+         turn with its history kept. Wait for the new answer with wait_agent."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "target": {"type": "string", "description": "The agent_id."},
+                "message": {"type": "string", "minLength": 1, "description": "The message."},
+                "interrupt": {"type": "boolean", "description": "Stop the agent's current step and take the message now.", "default": false}
+            },
+            "required": ["target", "message"],
+            "additionalProperties": false
+        })
+    }
+
+    fn tags(&self) -> &[&str] {
+        &["sessions"]
+    }
+
+    fn concurrency_class(&self) -> ConcurrencyClass {
+        ConcurrencyClass::Exclusive
+    }
+
+    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+        self.execute_with_context(&ToolContext::detached("."), args)
+            .await
+    }
+
+    async fn execute_with_context(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        let args: SendInputArgs = parse_args(self.name(), args)?;
+        let (reply, answer) = oneshot::channel();
+        let request = SubAgentRequest::SendInput {
+            target: args.target,
+            message: args.message,
+            interrupt: args.interrupt,
+            reply,
+        };
+        ask(ctx, request, answer).await.map(|s| status_result(&s))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeArgs {
+    id: String,
+}
+
+/// Starts a finished or failed child agent again from its history.
+#[derive(Debug, Default)]
+pub struct ResumeAgent;
+
+#[async_trait]
+impl Tool for ResumeAgent {
+    fn name(&self) -> &str {
+        "resume_agent"
+    }
+
+    fn description(&self) -> &str {
+        "Start a sub-agent that finished or failed again from its history, without a new \
+         message (to continue after an error or an interruption)."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"id": {"type": "string", "description": "The agent_id."}},
+            "required": ["id"],
+            "additionalProperties": false
+        })
+    }
+
+    fn tags(&self) -> &[&str] {
+        &["sessions"]
+    }
+
+    fn concurrency_class(&self) -> ConcurrencyClass {
+        ConcurrencyClass::Exclusive
+    }
+
+    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+        self.execute_with_context(&ToolContext::detached("."), args)
+            .await
+    }
+
+    async fn execute_with_context(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        let args: ResumeArgs = parse_args(self.name(), args)?;
+        let (reply, answer) = oneshot::channel();
+        let request = SubAgentRequest::Resume { id: args.id, reply };
+        ask(ctx, request, answer).await.map(|s| status_result(&s))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitArgs {
+    #[serde(default)]
+    ids: Option<Vec<String>>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+/// Waits for child agents to finish their current turn.
+#[derive(Debug, Default)]
+pub struct WaitAgent;
+
+#[async_trait]
+impl Tool for WaitAgent {
+    fn name(&self) -> &str {
+        "wait_agent"
+    }
+
+    fn description(&self) -> &str {
+        "Wait until one of the named sub-agents (all of them when ids is omitted) has finished \
+         its current turn, or the timeout passes; returns every named agent's status and, for \
+         those that completed, its answer."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "ids": {"type": "array", "items": {"type": "string"}, "description": "The agent_ids; all of the session's agents when omitted."},
+                "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT.as_millis() as u64, "description": "How long to wait at most (default 30000)."}
+            },
+            "additionalProperties": false
+        })
+    }
+
+    fn tags(&self) -> &[&str] {
+        &["sessions"]
+    }
+
+    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+        self.execute_with_context(&ToolContext::detached("."), args)
+            .await
+    }
+
+    async fn execute_with_context(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        let args: WaitArgs = parse_args(self.name(), args)?;
+        let timeout = args
+            .timeout_ms
+            .map_or(DEFAULT_WAIT, Duration::from_millis)
+            .min(MAX_WAIT);
+        let (reply, answer) = oneshot::channel();
+        let request = SubAgentRequest::Watch {
+            ids: args.ids,
+            reply,
+        };
+        let mut watched = ask(ctx, request, answer).await?;
+        if watched.is_empty() {
+            return Err(ToolError::model(
+                "no_agents",
+                "there are no sub-agents to wait for; start one with spawn_agent",
+            ));
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut timed_out = false;
+        // Done when any watched agent is not running, or its sender is gone (it was freed).
+        loop {
+            if watched
+                .iter()
+                .any(|w| w.borrow().status != AgentState::Running)
+            {
+                break;
+            }
+            let changes = select_all(watched.iter_mut().map(|w| Box::pin(w.changed())));
+            tokio::select! {
+                biased;
+                () = ctx.cancel.cancelled() => {
+                    return Err(ToolError::model("cancelled", "the wait was interrupted"));
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    timed_out = true;
+                    break;
+                }
+                (changed, _, _) = changes => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let agents: Vec<AgentStatus> = watched.iter().map(|w| w.borrow().clone()).collect();
+        let value = json!({"agents": agents, "timed_out": timed_out});
+        Ok(ToolResult::ok(value.to_string()).with_metadata(value))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloseArgs {
+    target: String,
+}
+
+/// Stops a child agent and frees it.
+#[derive(Debug, Default)]
+pub struct CloseAgent;
+
+#[async_trait]
+impl Tool for CloseAgent {
+    fn name(&self) -> &str {
+        "close_agent"
+    }
+
+    fn description(&self) -> &str {
+        "Stop a sub-agent (cancelling what it is doing) and free it; it cannot be used again. \
+         Its transcript stays readable with read_task_output."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"target": {"type": "string", "description": "The agent_id."}},
+            "required": ["target"],
+            "additionalProperties": false
+        })
+    }
+
+    fn tags(&self) -> &[&str] {
+        &["sessions"]
+    }
+
+    fn concurrency_class(&self) -> ConcurrencyClass {
+        ConcurrencyClass::Exclusive
+    }
+
+    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+        self.execute_with_context(&ToolContext::detached("."), args)
+            .await
+    }
+
+    async fn execute_with_context(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        let args: CloseArgs = parse_args(self.name(), args)?;
+        let (reply, answer) = oneshot::channel();
+        let request = SubAgentRequest::Close {
+            target: args.target,
+            reply,
+        };
+        ask(ctx, request, answer).await.map(|s| status_result(&s))
+    }
+}
