@@ -444,3 +444,154 @@ async fn deleting_the_session_stops_its_running_children() {
     assert_eq!(stopped["reason"], "the session stopped");
     release.notify_waiters();
 }
+
+#[tokio::test]
+async fn input_to_a_running_child_is_read_at_its_next_step_or_at_once_with_interrupt() {
+    let release = Arc::new(Notify::new());
+    let script = {
+        let release = Arc::clone(&release);
+        Script::route(move |request: &Value| {
+            let last = last(request);
+            match (opener(request).as_str(), last["content"].as_str()) {
+                // Each child's first model call is held until the test lets it go.
+                ("patient", Some("patient")) | ("hasty", Some("hasty")) => {
+                    Reply::hold(&["working"], Arc::clone(&release), &[" on it"])
+                }
+                (_, Some(text)) => Reply::text(&[&format!("read: {text}")]),
+                _ => Reply::text(&["?"]),
+            }
+        })
+    };
+    let mock = MockLlm::start(script).await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let mut agents = Vec::new();
+    for opener in ["patient", "hasty"] {
+        let spawned = invoke(&mut ws, &session, "spawn_agent", json!({"message": opener})).await;
+        agents.push(
+            spawned["structured_metadata"]["agent_id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    mock.wait_for_requests(2, crate::support::WAIT).await;
+
+    // Without interrupt the message waits for the held step to finish.
+    let queued = invoke(
+        &mut ws,
+        &session,
+        "send_input",
+        json!({"target": agents[0], "message": "also this"}),
+    )
+    .await;
+    assert_eq!(queued["structured_metadata"]["status"], "running");
+    // With interrupt the held step is dropped and the message read at once.
+    invoke(
+        &mut ws,
+        &session,
+        "send_input",
+        json!({"target": agents[1], "message": "stop, do this", "interrupt": true}),
+    )
+    .await;
+    let hasty = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agents[1]]})).await;
+    let hasty = &hasty["structured_metadata"]["agents"][0];
+    assert_eq!(hasty["status"], "completed", "{hasty}");
+    assert_eq!(hasty["answer"], "read: stop, do this");
+    let patient = invoke(
+        &mut ws,
+        &session,
+        "wait_agent",
+        json!({"ids": [agents[0]], "timeout_ms": 0}),
+    )
+    .await;
+    assert_eq!(
+        patient["structured_metadata"]["agents"][0]["status"], "running",
+        "still held"
+    );
+    assert_eq!(patient["structured_metadata"]["timed_out"], true);
+
+    release.notify_waiters();
+    let patient = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agents[0]]})).await;
+    let patient = &patient["structured_metadata"]["agents"][0];
+    assert_eq!(patient["status"], "completed", "{patient}");
+    assert_eq!(patient["answer"], "read: also this");
+    // The patient child's second request held its finished first answer, then the message.
+    let requests = mock.requests();
+    let second = requests
+        .iter()
+        .filter(|r| opener(r) == "patient")
+        .nth(1)
+        .unwrap();
+    let contents: Vec<&str> = messages(second)
+        .iter()
+        .skip(1)
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(contents, ["patient", "working on it", "also this"]);
+}
+
+#[tokio::test]
+async fn a_child_spends_the_parents_budget_and_may_use_another_model() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole("l", "list_dir", &json!({}))])
+            .with_usage(100, 100),
+        Reply::text(&["unreachable"]),
+    ]))
+    .await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with(|c| {
+        configure(c);
+        c.llm.max_tokens = 100;
+        // 100 completion tokens at 10,000 USD per million: one call reserves just over 1 USD.
+        for model in [super::agent::MODEL, "other-model"] {
+            c.llm.pricing.insert(
+                model.into(),
+                agentd::config::ModelPrice {
+                    input_per_mtok: 1.0,
+                    output_per_mtok: 10_000.0,
+                },
+            );
+        }
+        c.budget.session_usd = Some(1.5);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let spawned = invoke(
+        &mut ws,
+        &session,
+        "spawn_agent",
+        json!({"message": "spend", "model": "other-model"}),
+    )
+    .await;
+    let agent = spawned["structured_metadata"]["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let waited = invoke(&mut ws, &session, "wait_agent", json!({})).await;
+    let child = &waited["structured_metadata"]["agents"][0];
+    assert_eq!(child["status"], "errored", "{child}");
+    assert!(
+        child["error"].as_str().unwrap().contains("budget"),
+        "{child}"
+    );
+    assert_eq!(mock.request_count(), 1, "the second call was never made");
+    assert_eq!(mock.requests()[0]["model"], "other-model");
+    let cost = app
+        .get_json(&format!("/api/sessions/{session}/cost"), None)
+        .await;
+    let rows = cost["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r["node_id"] == format!("agent:{agent}"))
+    );
+    assert_eq!(rows[0]["committed"], true);
+    assert_eq!(rows[0]["model"], "other-model");
+    assert_eq!(rows[1]["committed"], false);
+    let task = app.get_json(&format!("/api/tasks/{agent}"), None).await;
+    assert_eq!(task["state"], "failed");
+    assert!(task["reason"].as_str().unwrap().contains("budget"));
+}
