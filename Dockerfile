@@ -7,10 +7,14 @@ FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY migrations ./migrations
+# src/ holds everything the binary embeds besides openapi.yaml (index.html, the app's files).
 COPY src ./src
+COPY openapi.yaml ./
+# Cargo reads every target the manifest declares ([[bench]] and any [[example]] or [[test]])
+# before it builds one, so their files must be present even though only the binary is built.
 COPY benches ./benches
 COPY examples ./examples
-COPY openapi.yaml ./
+COPY tests ./tests
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin agentd \
@@ -18,9 +22,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM debian:bookworm-slim AS runtime
 # Debian's package versions roll within a release; pinning them would break rebuilds.
+# tini is PID 1: it forwards SIGTERM to agentd and reaps processes that tools leave behind.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && apt-get install -y --no-install-recommends ca-certificates curl tini \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 agentd \
     && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/agentd \
@@ -30,13 +35,17 @@ RUN apt-get update \
 COPY --from=builder /usr/local/bin/agentd /usr/local/bin/agentd
 USER 10001:10001
 WORKDIR /data
+# Inside the container agentd listens on every interface; give it AGENTD_AUTH_TOKEN (or
+# [[server.users]] in a config file), since without one the API, shell tool included, is open
+# to anyone who can reach the port.
 ENV AGENTD_BIND=0.0.0.0:8080 \
     AGENTD_DATA_DIR=/data \
     AGENTD_WORKSPACE=/data/workspace \
     AGENTD_LOG=info
 VOLUME ["/data"]
 EXPOSE 8080
+# /healthz is public, so the check needs no token; the port follows AGENTD_BIND.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["sh", "-c", "curl -fsS http://127.0.0.1:8080/healthz || exit 1"]
-ENTRYPOINT ["/usr/local/bin/agentd"]
+    CMD ["sh", "-c", "curl -fsS \"http://127.0.0.1:${AGENTD_BIND##*:}/healthz\" || exit 1"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/agentd"]
 CMD ["serve"]
