@@ -581,6 +581,7 @@ mod tests {
         assert_eq!(config.tools.defer_groups, ["group:web", "group:sessions"]);
         assert_eq!(config.tools.spawn_only, ["run_pipeline"]);
         assert!(!config.llm.is_configured());
+        assert_eq!(config.llm.max_sub_agents, 4);
     }
 
     #[test]
@@ -597,6 +598,7 @@ data_dir = "/var/lib/agentd"
 base_url = "http://127.0.0.1:1/v1"
 model = "file-model"
 api_key_env = "MY_KEY"
+max_sub_agents = 2
 [llm.pricing."file-model"]
 input_per_mtok = 2.5
 output_per_mtok = 10.0
@@ -633,6 +635,7 @@ session_usd = 5.0
             Some("sk-test")
         );
         assert_eq!(config.llm.pricing["file-model"].output_per_mtok, 10.0);
+        assert_eq!(config.llm.max_sub_agents, 2);
         assert_eq!(config.tools.max_active, 9);
         assert_eq!(config.tools.idle_threshold, 5, "unset keys keep defaults");
         assert_eq!(config.tool_policy.deny, ["web_*"]);
