@@ -267,16 +267,7 @@ impl TurnHost for ActorLink {
     }
 
     async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
-        let value = serde_json::to_value(message)
-            .map_err(|err| format!("history entry does not serialise: {err}"))?;
-        self.store
-            .append_message(&self.session_id, &value)
-            .await
-            .map(|_| ())
-            .map_err(|err| {
-                tracing::error!(%err, "history not persisted");
-                "the conversation could not be stored".to_string()
-            })
+        append_history(&self.store, &self.session_id, message).await
     }
 
     async fn finished(&self, turn_id: &str) {
@@ -287,6 +278,43 @@ impl TurnHost for ActorLink {
             })
             .await;
     }
+}
+
+/// What counts against a session's cap: its committed cost rows plus budget held by running
+/// work; `None` when the ledger cannot be read, which must refuse rather than allow.
+pub(crate) async fn budget_spent(
+    store: &Arc<dyn Store>,
+    session_id: &str,
+    holds: &BudgetHolds,
+) -> Option<f64> {
+    match store.cost_rows(session_id).await {
+        Ok(rows) => Some(rows.iter().map(|r| r.actual_usd).sum::<f64>() + holds.total()),
+        Err(err) => {
+            tracing::error!(%err, "cost rows unreadable");
+            None
+        }
+    }
+}
+
+/// Appends one message to a session's stored history; the error says what failed, for the
+/// client, and was logged.
+pub(crate) async fn append_history(
+    store: &Arc<dyn Store>,
+    session_id: &str,
+    message: &ChatMessage,
+) -> Result<(), String> {
+    let value = serde_json::to_value(message).map_err(|err| {
+        tracing::error!(%err, "history entry does not serialise");
+        format!("history entry does not serialise: {err}")
+    })?;
+    store
+        .append_message(session_id, &value)
+        .await
+        .map(|_| ())
+        .map_err(|err| {
+            tracing::error!(%err, "history not persisted");
+            "the conversation could not be stored".to_string()
+        })
 }
 
 /// How a turn's model calls are labelled in the session's cost ledger.
@@ -415,13 +443,7 @@ impl<H: TurnHost> Turn<H> {
     /// What counts against the cap: committed cost rows plus budget held by running work;
     /// `None` when the ledger cannot be read, which must refuse rather than allow.
     async fn budget_spent(&self) -> Option<f64> {
-        match self.store.cost_rows(&self.session_id).await {
-            Ok(rows) => Some(rows.iter().map(|r| r.actual_usd).sum::<f64>() + self.holds.total()),
-            Err(err) => {
-                tracing::error!(%err, "cost rows unreadable");
-                None
-            }
-        }
+        budget_spent(&self.store, &self.session_id, &self.holds).await
     }
 
     async fn session_cost(&self) -> f64 {

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::agent::{
     ActorLink, AgentSettings, BudgetHolds, CostLabels, SpawnRequest, Turn, TurnRequest,
-    record_node_costs,
+    append_history, budget_spent, record_node_costs,
 };
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
@@ -379,14 +379,9 @@ impl SessionActor {
     /// What the session may still spend on model calls, when it has a budget.
     async fn budget_left(&self) -> Option<f64> {
         let cap = self.agent.as_ref()?.budget_usd?;
-        let spent: f64 = match self.store.cost_rows(&self.session_id).await {
-            Ok(rows) => rows.iter().map(|r| r.actual_usd).sum(),
-            Err(err) => {
-                tracing::error!(%err, "cost rows unreadable");
-                return Some(0.0);
-            }
-        };
-        Some((cap - spent - self.holds.total()).max(0.0))
+        let spent = budget_spent(&self.store, &self.session_id, &self.holds).await;
+        // An unreadable ledger leaves nothing to spend.
+        Some(spent.map_or(0.0, |spent| (cap - spent).max(0.0)))
     }
 
     /// The remaining budget for one piece of work, held for it until it ends.
@@ -521,14 +516,8 @@ impl SessionActor {
     }
 
     async fn remember(&self, message: &ChatMessage) {
-        match serde_json::to_value(message) {
-            Ok(value) => {
-                if let Err(err) = self.store.append_message(&self.session_id, &value).await {
-                    tracing::error!(%err, "history not persisted");
-                }
-            }
-            Err(err) => tracing::error!(%err, "history entry does not serialise"),
-        }
+        // The store logged why; a note that is lost costs the model one line of context.
+        let _ = append_history(&self.store, &self.session_id, message).await;
     }
 
     /// Starts a turn in its own task; `turn/started` is emitted before the caller hears back.
