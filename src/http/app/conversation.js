@@ -210,10 +210,12 @@ export class Conversation {
     entry.progress.hidden = true;
     const preview = p.output_preview ?? '';
     const lines = preview.split('\n').length;
+    // A background call's result is the task envelope; the task chip says it better.
+    const background = ok && typeof p.structured_metadata?.task_id === 'string';
     const details = h(
       'details',
-      { open: !ok || lines <= 12 },
-      h('summary', {}, ok ? 'Result' : 'Error'),
+      { open: !background && (!ok || lines <= 12) },
+      h('summary', {}, background ? 'Started in the background (task handle)' : ok ? 'Result' : 'Error'),
       h('pre', { class: 'tool-preview', testid: 'tool-preview', text: preview }),
     );
     const files = [];

@@ -78,7 +78,11 @@ async function boot() {
   const connection = new Connection({
     url: socketUrl(token()),
     onNotification: (message) => state.accept(message),
-    onOpen: () => openSession(),
+    onOpen: () =>
+      openSession().catch((err) => {
+        if (err.kind === 'disconnected') throw err;
+        conversation.notice(`Could not open the session: ${err.message}`);
+      }),
     onStatus: (status, detail) => {
       setStatus(status, detail);
       send.disabled = status !== 'live';

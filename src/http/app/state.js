@@ -10,6 +10,8 @@ export class SessionState {
     this.sessionId = null;
     /** The highest seq applied; the `after_seq` of the next resume. */
     this.lastSeq = 0;
+    /** Events dropped because their seq was applied already (a resume should cause none). */
+    this.repeated = 0;
     /** Whether the server has a model (null until known). */
     this.llmConfigured = null;
     this.listeners = new Map();
@@ -44,7 +46,10 @@ export class SessionState {
     const params = message.params ?? {};
     if (params.session_id !== this.sessionId) return false;
     if (typeof params.seq === 'number') {
-      if (params.seq <= this.lastSeq) return false;
+      if (params.seq <= this.lastSeq) {
+        this.repeated += 1;
+        return false;
+      }
       this.lastSeq = params.seq;
     }
     this.emit(message.method, params);
