@@ -29,7 +29,7 @@ const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
 const MODEL: &str = "test-model";
 
-/// Helpers every condition and script may use.
+/// Shorthands every condition and script may use.
 const PRELUDE: &str = r#"
 const $$ = (selector) => Array.from(document.querySelectorAll(selector));
 const tid = (id) => `[data-testid="${id}"]`;

@@ -1,4 +1,4 @@
-// The conversation: one entry per turn (the user's text, the assistant's streamed text as
+// The conversation: one entry per turn (the user's text, the model's streamed text as
 // Markdown, a card per tool call, how the turn ended), cards for tool calls made outside a
 // turn, and a note when a background task ends.
 
