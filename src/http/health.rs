@@ -1,9 +1,9 @@
-//! The public routes: the landing page, liveness, readiness, metrics and the API description.
+//! The public routes besides the AppUI: liveness, readiness, metrics and the API description.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse};
+use axum::response::IntoResponse;
 use serde_json::json;
 
 use super::AppState;
@@ -11,11 +11,6 @@ use super::error::ApiError;
 
 /// The API description, kept true by a test against [`super::ROUTES`].
 pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
-
-/// `GET /`: the landing page.
-pub async fn index() -> Html<&'static str> {
-    Html(include_str!("index.html"))
-}
 
 /// `GET /healthz`: the process is up.
 pub async fn healthz() -> Json<serde_json::Value> {

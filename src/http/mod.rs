@@ -1,11 +1,13 @@
 //! The HTTP surface: the router, the state every route shares, and the routes themselves.
 //!
+//! - [`app`]: `/` and `/app/{file}`, the AppUI embedded in the binary.
 //! - [`ws`]: `GET /api/ws`, the JSON-RPC WebSocket.
 //! - [`rest`]: the JSON routes under `/api/`.
-//! - [`health`]: `/`, `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml`.
+//! - [`health`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml`.
 //! - [`auth`]: bearer tokens and the `Origin` rule.
 //! - [`error`]: the one JSON error shape.
 
+pub mod app;
 pub mod auth;
 pub mod error;
 pub mod health;
@@ -34,6 +36,7 @@ use error::ApiError;
 /// describe exactly these (a test checks).
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/"),
+    ("GET", "/app/{file}"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -124,7 +127,8 @@ impl AppState {
 /// The whole application as a router, drivable without a socket.
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/", get(health::index))
+        .route("/", get(app::index))
+        .route("/app/{file}", get(app::asset))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

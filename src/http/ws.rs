@@ -608,7 +608,10 @@ impl Connection {
             capabilities: sessions.capabilities(&catalog),
             tools: ToolNames::of(&catalog),
         };
-        if let Some(frame) = answer(&id, Ok(json!(opened))) {
+        let mut result = json!(opened);
+        // Extension: a client can offer the tool console before a turn/start is refused.
+        result["llm_configured"] = json!(self.app.config().llm.is_configured());
+        if let Some(frame) = answer(&id, Ok(result)) {
             let _ = self.out.send(frame).await;
         }
         self.forward(live_rx);

@@ -1,6 +1,7 @@
 //! Integration test modules.
 
 mod agent;
+mod browser;
 mod cli;
 mod llm;
 mod server;

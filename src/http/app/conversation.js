@@ -1,0 +1,350 @@
+// The conversation: one entry per turn (the user's text, the model's streamed text as
+// Markdown, a card per tool call, how the turn ended), cards for tool calls made outside a
+// turn, and a note when a background task ends.
+
+import { h, clear, coalesce, duration, pretty, replace, usd } from './dom.js';
+import { renderMarkdown } from './markdown.js';
+import { apiUrl, getBlob, getJson } from './rest.js';
+import { token } from './auth.js';
+
+/** A user message the server added for a finished background task, not typed by anyone. */
+const BACKGROUND_NOTE = /^\[background task \S+ \(.*\) (completed|failed|cancelled)\]/;
+
+/** Most characters of live tool output kept on a card. */
+const LIVE_OUTPUT_CHARS = 16_384;
+
+/** A one-line hint of what a call is about: its first short string argument. */
+function argumentHint(args) {
+  if (!args || typeof args !== 'object') return '';
+  for (const value of Object.values(args)) {
+    if (typeof value === 'string' && value.trim()) {
+      const line = value.trim().split('\n')[0];
+      return line.length > 60 ? `${line.slice(0, 60)}…` : line;
+    }
+  }
+  return '';
+}
+
+function basename(path) {
+  const parts = String(path).split('/').filter(Boolean);
+  return parts[parts.length - 1] || 'download';
+}
+
+/** The conversation panel of one session. */
+export class Conversation {
+  /**
+   * @param {HTMLElement} list the message list
+   * @param {import('./state.js').SessionState} state
+   * @param {(taskId: string) => void} revealTask shows a task in the tasks panel
+   */
+  constructor(list, state, revealTask) {
+    this.list = list;
+    this.state = state;
+    this.revealTask = revealTask;
+    this.dirty = new Set();
+    this.flushText = coalesce(() => this.renderDirty(), 30);
+    this.followBottom = true;
+    this.scrollSoon = coalesce(() => {
+      if (this.followBottom) this.list.scrollTop = this.list.scrollHeight;
+    }, 0);
+    list.addEventListener('scroll', () => {
+      this.followBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
+    });
+    this.refreshUserTexts = coalesce(() => this.loadUserTexts(), 50);
+    this.sentTexts = new Map();
+    this.reset();
+
+    state.on('state/reset', () => this.reset());
+    state.on('turn/started', (p) => this.turn(p.turn_id));
+    state.on('message/delta', (p) => this.delta(p));
+    state.on('message/completed', (p) => this.completed(p));
+    state.on('tool/started', (p) => this.toolStarted(p));
+    state.on('tool/output/delta', (p) => this.toolOutput(p));
+    state.on('tool/progress', (p) => this.toolProgress(p));
+    state.on('tool/completed', (p) => this.toolCompleted(p));
+    state.on('task/updated', (p) => this.taskUpdated(p));
+    state.on('turn/completed', (p) => this.turnEnded(p, null));
+    state.on('turn/error', (p) => this.turnEnded(p, p));
+    state.on('turn/spawn_complete', (p) => this.spawnComplete(p));
+    state.on('*', () => this.scrollSoon());
+  }
+
+  reset() {
+    clear(this.list);
+    this.turns = new Map();
+    this.turnOrder = [];
+    this.cards = new Map();
+    this.dirty.clear();
+    this.followBottom = true;
+    this.list.append(
+      h('li', { class: 'placeholder', testid: 'conversation-empty' }, 'Say what you want done, or call a tool from the console.'),
+    );
+  }
+
+  /** Remembers what was typed for a turn this page starts, before its turn/started arrives. */
+  expectUserText(turnId, text) {
+    this.sentTexts.set(turnId, text);
+  }
+
+  /** The entry of a turn, created on first sight. */
+  turn(turnId) {
+    let entry = this.turns.get(turnId);
+    if (entry) return entry;
+    this.list.querySelector('.placeholder')?.remove();
+    const text = this.sentTexts.get(turnId);
+    const user = h('div', { class: 'user-message', testid: 'user-message' });
+    if (text !== undefined) user.textContent = text;
+    else user.classList.add('unknown');
+    const footer = h('footer', { class: 'turn-footer', testid: 'turn-footer' }, h('span', { class: 'working' }, 'working…'));
+    const el = h('li', { class: 'turn', testid: 'turn', dataset: { turnId, state: 'running' } }, user, footer);
+    this.list.append(el);
+    entry = { el, user, footer, textBlock: null, hasText: text !== undefined };
+    this.turns.set(turnId, entry);
+    this.turnOrder.push(turnId);
+    return entry;
+  }
+
+  /** Appends to the turn's body, before its footer. */
+  place(turnId, node) {
+    if (!turnId) {
+      this.list.querySelector('.placeholder')?.remove();
+      this.list.append(h('li', { class: 'direct' }, node));
+      return;
+    }
+    const entry = this.turn(turnId);
+    entry.el.insertBefore(node, entry.footer);
+  }
+
+  textBlock(turnId) {
+    const entry = this.turn(turnId);
+    if (!entry.textBlock) {
+      const el = h('div', { class: 'assistant-message markdown', testid: 'assistant-message', dataset: { streaming: 'true' } });
+      entry.textBlock = { el, source: '' };
+      this.place(turnId, el);
+    }
+    return entry.textBlock;
+  }
+
+  delta(p) {
+    const block = this.textBlock(p.turn_id);
+    block.source += p.text ?? '';
+    this.dirty.add(block);
+    this.flushText();
+  }
+
+  completed(p) {
+    const block = this.textBlock(p.turn_id);
+    block.source = p.text ?? block.source;
+    // The whole text is known: show it now, so a finished block never shows a partial one.
+    this.dirty.delete(block);
+    block.el.replaceChildren(renderMarkdown(block.source));
+    block.el.dataset.streaming = 'false';
+    this.turn(p.turn_id).textBlock = null;
+  }
+
+  renderDirty() {
+    for (const block of this.dirty) block.el.replaceChildren(renderMarkdown(block.source));
+    this.dirty.clear();
+    this.scrollSoon();
+  }
+
+  toolStarted(p) {
+    if (p.turn_id) this.turn(p.turn_id).textBlock = null;
+    const hint = argumentHint(p.arguments);
+    const status = h('span', { class: 'tool-status', testid: 'tool-status', text: 'running' });
+    const time = h('span', { class: 'tool-duration', testid: 'tool-duration' });
+    const live = h('pre', { class: 'tool-live', testid: 'tool-live', hidden: true });
+    const progress = h('div', { class: 'tool-progress', testid: 'tool-progress', hidden: true });
+    const result = h('div', { class: 'tool-result' });
+    const card = h(
+      'article',
+      { class: 'tool-card', testid: 'tool-card', dataset: { toolName: p.tool_name, callId: p.tool_call_id, state: 'running' } },
+      h(
+        'header',
+        {},
+        status,
+        h('span', { class: 'tool-name', testid: 'tool-name', text: p.tool_name }),
+        h('span', { class: 'tool-hint', text: hint, title: hint }),
+        time,
+      ),
+      h('details', { class: 'tool-args' }, h('summary', {}, 'Arguments'), h('pre', { testid: 'tool-args', text: pretty(p.arguments ?? {}) })),
+      progress,
+      live,
+      result,
+    );
+    if (!p.turn_id) card.prepend(h('div', { class: 'tool-origin' }, 'Direct call'));
+    this.cards.set(p.tool_call_id, { card, status, time, live, progress, result, liveText: '' });
+    this.place(p.turn_id, card);
+  }
+
+  card(p) {
+    if (!this.cards.has(p.tool_call_id)) {
+      this.toolStarted({ ...p, arguments: p.arguments ?? {} });
+    }
+    return this.cards.get(p.tool_call_id);
+  }
+
+  toolOutput(p) {
+    const entry = this.card(p);
+    entry.liveText = (entry.liveText + (p.text ?? '')).slice(-LIVE_OUTPUT_CHARS);
+    entry.live.textContent = entry.liveText;
+    entry.live.hidden = false;
+    entry.live.scrollTop = entry.live.scrollHeight;
+  }
+
+  toolProgress(p) {
+    const entry = this.card(p);
+    entry.progress.hidden = false;
+    const fraction = typeof p.fraction === 'number' ? Math.max(0, Math.min(1, p.fraction)) : null;
+    const bar = h('progress', { max: '1' });
+    if (fraction !== null) bar.value = fraction;
+    entry.progress.replaceChildren(bar, h('span', { text: p.message ?? '' }));
+  }
+
+  toolCompleted(p) {
+    const entry = this.card(p);
+    const ok = Boolean(p.success);
+    entry.card.dataset.state = ok ? 'success' : 'failure';
+    entry.status.textContent = ok ? 'ok' : 'failed';
+    entry.time.textContent = duration(p.duration_ms);
+    entry.progress.hidden = true;
+    const preview = p.output_preview ?? '';
+    const lines = preview.split('\n').length;
+    // A background call's result is the task envelope; the task chip says it better.
+    const background = ok && typeof p.structured_metadata?.task_id === 'string';
+    const details = h(
+      'details',
+      { open: !background && (!ok || lines <= 12) },
+      h('summary', {}, background ? 'Started in the background (task handle)' : ok ? 'Result' : 'Error'),
+      h('pre', { class: 'tool-preview', testid: 'tool-preview', text: preview }),
+    );
+    const files = [];
+    if (p.file_modified) {
+      files.push(h('li', {}, 'modified ', this.download(p.file_modified)));
+    }
+    for (const path of p.files_to_send ?? []) {
+      files.push(h('li', {}, 'sent ', this.download(path)));
+    }
+    replace(entry.result, details, files.length ? h('ul', { class: 'tool-files', testid: 'tool-files' }, files) : null);
+    // The live stream is now in the result; keep it only when the preview was cut.
+    if (!preview.endsWith('…')) entry.live.hidden = true;
+  }
+
+  /** A link that downloads a file of the session's workspace. */
+  download(path) {
+    const sessionId = this.state.sessionId;
+    const route = `api/sessions/${encodeURIComponent(sessionId)}/files`;
+    const link = h('a', {
+      class: 'file-download',
+      testid: 'file-download',
+      href: apiUrl(route, { path }).toString(),
+      download: basename(path),
+      text: path,
+    });
+    link.addEventListener('click', async (event) => {
+      // With a token the plain link would be refused: fetch with the header instead.
+      if (!token()) return;
+      event.preventDefault();
+      try {
+        const blob = await getBlob(route, { path });
+        const url = URL.createObjectURL(blob);
+        const temporary = h('a', { href: url, download: basename(path) });
+        document.body.append(temporary);
+        temporary.click();
+        temporary.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 60_000);
+      } catch (err) {
+        link.title = err.message;
+        link.classList.add('failed');
+      }
+    });
+    return link;
+  }
+
+  taskUpdated(p) {
+    const entry = this.cards.get(p.tool_call_id);
+    if (!entry) return;
+    let chip = entry.card.querySelector('.task-chip');
+    if (!chip) {
+      chip = h('button', {
+        type: 'button',
+        class: 'task-chip link-button',
+        testid: 'tool-task-link',
+        onclick: () => this.revealTask(p.task_id),
+      });
+      entry.card.append(chip);
+    }
+    chip.dataset.state = p.state;
+    chip.textContent = `background task · ${p.state}`;
+  }
+
+  turnEnded(p, error) {
+    const entry = this.turn(p.turn_id);
+    entry.textBlock = null;
+    this.renderDirty();
+    for (const block of entry.el.querySelectorAll('[data-streaming="true"]')) block.dataset.streaming = 'false';
+    entry.el.dataset.state = error ? 'error' : 'completed';
+    if (error) {
+      entry.footer.replaceChildren(
+        h('span', { class: 'turn-error', testid: 'turn-error', dataset: { code: p.code } }, `${p.code}: ${p.message ?? ''}`),
+      );
+    } else {
+      entry.footer.replaceChildren(
+        h('span', { testid: 'turn-tokens' }, `${p.tokens_in ?? 0} in · ${p.tokens_out ?? 0} out`),
+        ' · ',
+        h('span', { testid: 'turn-cost', dataset: { usd: String(p.cost_usd ?? 0) } }, usd(p.cost_usd)),
+      );
+    }
+    if (!entry.hasText) this.refreshUserTexts();
+  }
+
+  spawnComplete(p) {
+    const first = String(p.content ?? '').trim().split('\n')[0] ?? '';
+    this.list.querySelector('.placeholder')?.remove();
+    this.list.append(
+      h(
+        'li',
+        { class: `note ${p.success ? 'ok' : 'failed'}`, testid: 'spawn-complete', dataset: { taskId: p.task_id } },
+        h('button', { type: 'button', class: 'link-button', onclick: () => this.revealTask(p.task_id) }, `Background ${p.tool_name}`),
+        p.success ? ' finished' : ' ended without success',
+        first ? `: ${first.length > 120 ? `${first.slice(0, 120)}…` : first}` : '',
+      ),
+    );
+  }
+
+  /** A note in the conversation from the page itself (a refused send, a lost connection). */
+  notice(text, kind = 'error') {
+    this.list.querySelector('.placeholder')?.remove();
+    this.list.append(h('li', { class: `note ${kind}`, testid: 'conversation-notice', text }));
+    this.scrollSoon();
+  }
+
+  /** Whether some turn still lacks the user's text. */
+  missingUserTexts() {
+    return this.turnOrder.some((id) => !this.turns.get(id).hasText);
+  }
+
+  /** Fills in the user's text of turns this page did not start, from the stored history. */
+  async loadUserTexts() {
+    const sessionId = this.state.sessionId;
+    if (!sessionId || !this.missingUserTexts()) return;
+    let messages;
+    try {
+      ({ messages } = await getJson(`api/sessions/${encodeURIComponent(sessionId)}/messages`));
+    } catch {
+      return;
+    }
+    if (sessionId !== this.state.sessionId) return;
+    // Each turn stores its input as one user message when it starts, in turn order.
+    const texts = messages
+      .filter((m) => m.role === 'user' && typeof m.content === 'string' && !BACKGROUND_NOTE.test(m.content))
+      .map((m) => m.content);
+    this.turnOrder.forEach((turnId, index) => {
+      const entry = this.turns.get(turnId);
+      if (entry.hasText || texts[index] === undefined) return;
+      entry.user.textContent = texts[index];
+      entry.user.classList.remove('unknown');
+      entry.hasText = true;
+    });
+  }
+}

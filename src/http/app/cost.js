@@ -1,0 +1,106 @@
+// The cost panel: the session's total and tokens, a row per turn (and per background task or
+// direct call that paid for model calls) and a row per cost-ledger entry (node). The ledger
+// over REST is the source; turn/completed moves the total at once, before the ledger is read.
+
+import { h, byTestId, coalesce, usd } from './dom.js';
+import { getJson } from './rest.js';
+
+/** The cost panel of one session. */
+export class Cost {
+  /**
+   * @param {HTMLElement} panel the cost panel
+   * @param {import('./state.js').SessionState} state
+   */
+  constructor(panel, state) {
+    this.state = state;
+    this.total = byTestId('cost-total', panel);
+    this.tokens = byTestId('cost-tokens', panel);
+    this.turnRows = byTestId('cost-turns', panel).tBodies[0];
+    this.nodeRows = byTestId('cost-nodes', panel).tBodies[0];
+    this.refresh = coalesce(() => this.load(), 100);
+    this.reset();
+    state.on('state/reset', () => this.reset());
+    state.on('turn/started', (p) => {
+      if (!this.turnNumbers.has(p.turn_id)) this.turnNumbers.set(p.turn_id, this.turnNumbers.size + 1);
+    });
+    state.on('turn/completed', (p) => {
+      this.setTotal(p.session_cost_usd);
+      this.refresh();
+    });
+    state.on('turn/error', () => this.refresh());
+    state.on('turn/spawn_complete', () => this.refresh());
+    state.on('tool/completed', (p) => {
+      // A direct call of a model-calling tool (run_pipeline) adds ledger rows too.
+      if (!p.turn_id && p.structured_metadata?.node_costs) this.refresh();
+    });
+  }
+
+  reset() {
+    this.turnNumbers = new Map();
+    this.setTotal(0);
+    this.tokens.textContent = '0 in · 0 out';
+    this.turnRows.replaceChildren();
+    this.nodeRows.replaceChildren();
+  }
+
+  setTotal(amount) {
+    this.total.dataset.usd = String(amount ?? 0);
+    this.total.textContent = usd(amount);
+  }
+
+  /** Reads the ledger and redraws the panel. */
+  async load() {
+    const sessionId = this.state.sessionId;
+    if (!sessionId) return;
+    let ledger;
+    try {
+      ledger = await getJson(`api/sessions/${encodeURIComponent(sessionId)}/cost`);
+    } catch {
+      return;
+    }
+    if (sessionId !== this.state.sessionId) return;
+    this.setTotal(ledger.session_cost_usd);
+    this.tokens.textContent = `${ledger.tokens_in} in · ${ledger.tokens_out} out`;
+    const groups = new Map();
+    for (const row of ledger.rows) {
+      const key = row.turn_id ? `turn:${row.turn_id}` : row.task_id ? `task:${row.task_id}` : 'direct';
+      const group = groups.get(key) ?? { row, usd: 0, tokensIn: 0, tokensOut: 0 };
+      group.usd += row.actual_usd;
+      group.tokensIn += row.tokens_in;
+      group.tokensOut += row.tokens_out;
+      groups.set(key, group);
+    }
+    this.turnRows.replaceChildren(
+      ...[...groups.entries()].map(([key, group]) =>
+        h(
+          'tr',
+          { testid: 'cost-turn-row', dataset: { key } },
+          h('td', { text: this.label(group.row), title: key }),
+          h('td', { text: `${group.tokensIn} / ${group.tokensOut}` }),
+          h('td', { class: 'num', text: usd(group.usd) }),
+        ),
+      ),
+    );
+    this.nodeRows.replaceChildren(
+      ...ledger.rows.map((row) =>
+        h(
+          'tr',
+          { testid: 'cost-node-row', class: row.committed ? null : 'uncommitted', title: row.committed ? null : `refused by the budget (reserved ${usd(row.reserved_usd)})` },
+          h('td', { text: row.node_id }),
+          h('td', { text: row.model }),
+          h('td', { text: `${row.tokens_in} / ${row.tokens_out}` }),
+          h('td', { class: 'num', text: usd(row.actual_usd) }),
+        ),
+      ),
+    );
+  }
+
+  label(row) {
+    if (row.turn_id) {
+      const number = this.turnNumbers.get(row.turn_id);
+      return number ? `turn ${number}` : 'turn';
+    }
+    if (row.task_id) return `task ${row.task_id.slice(0, 8)}`;
+    return 'direct calls';
+  }
+}

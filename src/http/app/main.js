@@ -1,0 +1,222 @@
+// The AppUI's entry point: reads the token and the session from the URL, connects, opens the
+// session (a fresh one when the URL names none) and wires the panels to the session state.
+// The session id is kept in the URL (`?session=`), so a reload returns to it.
+
+import { storeToken, takeToken, token } from './auth.js';
+import { Connection, socketUrl } from './connection.js';
+import { Conversation } from './conversation.js';
+import { Cost } from './cost.js';
+import { ToolConsole } from './console.js';
+import { byTestId } from './dom.js';
+import { Plan } from './plan.js';
+import { Questions } from './questions.js';
+import { getJson } from './rest.js';
+import { Sessions } from './sessions.js';
+import { SessionState } from './state.js';
+import { Tasks } from './tasks.js';
+import { Tools } from './tools.js';
+
+const SESSION_PARAM = 'session';
+
+function sessionInUrl() {
+  return new URL(window.location.href).searchParams.get(SESSION_PARAM);
+}
+
+function putSessionInUrl(sessionId, { push }) {
+  const url = new URL(window.location.href);
+  if (sessionId) url.searchParams.set(SESSION_PARAM, sessionId);
+  else url.searchParams.delete(SESSION_PARAM);
+  if (push) window.history.pushState({ session: sessionId }, '', url);
+  else window.history.replaceState({ session: sessionId }, '', url);
+}
+
+/** A turn id made here, so the page knows which turn/started is the one it asked for. */
+function newTurnId() {
+  const random = crypto.getRandomValues(new Uint8Array(16));
+  return `turn_${Array.from(random, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+/** Asks for the access token when the server wants one, then starts again. */
+function askForToken() {
+  const form = byTestId('token-form');
+  form.hidden = false;
+  setStatus('offline', 'an access token is needed');
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    storeToken(new FormData(form).get('token'));
+    window.location.reload();
+  });
+  byTestId('token-input').focus();
+}
+
+function setStatus(status, detail) {
+  const el = byTestId('connection-status');
+  el.dataset.status = status;
+  el.textContent = status;
+  el.title = detail ?? '';
+}
+
+async function boot() {
+  takeToken();
+  try {
+    await getJson('api/sessions');
+  } catch (err) {
+    if (err.status === 401) {
+      askForToken();
+      return;
+    }
+    // Anything else (a server still starting) is retried by the connection below.
+  }
+
+  const state = new SessionState();
+  const input = byTestId('composer-input');
+  const send = byTestId('send');
+  const interrupt = byTestId('interrupt');
+  const banner = byTestId('no-model-banner');
+  const label = byTestId('session-label');
+
+  const connection = new Connection({
+    url: socketUrl(token()),
+    onNotification: (message) => state.accept(message),
+    onOpen: () =>
+      openSession().catch((err) => {
+        if (err.kind === 'disconnected') throw err;
+        conversation.notice(`Could not open the session: ${err.message}`);
+      }),
+    onStatus: (status, detail) => {
+      setStatus(status, detail);
+      send.disabled = status !== 'live';
+    },
+  });
+
+  const tasks = new Tasks(byTestId('tasks-panel'), state, connection);
+  const conversation = new Conversation(byTestId('messages'), state, (taskId) => tasks.reveal(taskId));
+  const cost = new Cost(byTestId('cost-panel'), state);
+  const plan = new Plan(byTestId('plan-panel'), state);
+  const questions = new Questions(byTestId('questions-dialog'), state, connection);
+  const toolConsole = new ToolConsole(byTestId('console'), state, connection);
+  const tools = new Tools(byTestId('tools-panel'), state, connection, (list) => toolConsole.setTools(list));
+  const sessions = new Sessions(byTestId('sessions'), state, {
+    select: (sessionId) => switchTo(sessionId, { push: true }),
+    create: () => switchTo(null, { push: true }),
+  });
+
+  const showBanner = () => {
+    state.llmConfigured = false;
+    banner.hidden = false;
+  };
+  byTestId('banner-console').addEventListener('click', () => toolConsole.focus());
+
+  let runningTurn = null;
+  state.on('turn/started', (p) => {
+    runningTurn = p.turn_id;
+    interrupt.hidden = false;
+  });
+  const turnEnded = (p) => {
+    if (p.turn_id === runningTurn) {
+      runningTurn = null;
+      interrupt.hidden = true;
+    }
+  };
+  state.on('turn/completed', turnEnded);
+  state.on('turn/error', turnEnded);
+  state.on('state/reset', () => {
+    runningTurn = null;
+    interrupt.hidden = true;
+    label.textContent = '';
+  });
+
+  /** Opens (or resumes, after a reconnect) the session the page shows; creates one if none. */
+  async function openSession() {
+    const sessionId = state.sessionId;
+    let opened;
+    if (sessionId) {
+      try {
+        opened = await connection.request('session/open', { session_id: sessionId, after_seq: state.lastSeq });
+      } catch (err) {
+        if (err.kind !== 'unknown_session') throw err;
+        state.reset(null);
+        conversation.notice(`Session ${sessionId} does not exist; this is a new one.`, 'info');
+        return openSession();
+      }
+    } else {
+      opened = await connection.request('session/open', {});
+      if (state.sessionId !== null) return;
+      state.adopt(opened.session_id);
+      putSessionInUrl(opened.session_id, { push: false });
+    }
+    if (opened.session_id !== state.sessionId) return;
+    label.textContent = `session ${opened.session_id.slice(0, 8)}`;
+    label.title = opened.session_id;
+    if (opened.llm_configured === false) showBanner();
+    tools.refresh();
+    cost.load();
+    sessions.refresh();
+    conversation.loadUserTexts();
+    connection
+      .request('task/list', { session_id: opened.session_id })
+      .then(({ tasks: list }) => {
+        if (opened.session_id === state.sessionId) tasks.load(list);
+      })
+      .catch(() => {});
+    input.focus();
+  }
+
+  /** Shows another session, or a fresh one for `null`. */
+  function switchTo(sessionId, { push }) {
+    if (sessionId === state.sessionId && sessionId !== null) return;
+    state.reset(sessionId);
+    putSessionInUrl(sessionId, { push });
+    document.body.classList.remove('show-sessions');
+    if (connection.status === 'live') {
+      openSession().catch((err) => conversation.notice(`Could not open the session: ${err.message}`));
+    }
+  }
+
+  window.addEventListener('popstate', () => switchTo(sessionInUrl(), { push: false }));
+
+  byTestId('composer').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const text = input.value.trim();
+    if (!text || !state.sessionId) return;
+    const turnId = newTurnId();
+    conversation.expectUserText(turnId, text);
+    input.value = '';
+    try {
+      await connection.request('turn/start', {
+        session_id: state.sessionId,
+        input: [{ kind: 'text', text }],
+        turn_id: turnId,
+      });
+    } catch (err) {
+      if (!input.value) input.value = text;
+      if (err.kind === 'llm_not_configured') {
+        showBanner();
+        conversation.notice('No model is configured, so the message was not sent. Use the tool console instead.');
+      } else {
+        conversation.notice(`The message was not sent: ${err.message}`);
+      }
+    }
+  });
+  input.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      byTestId('composer').requestSubmit();
+    }
+  });
+  interrupt.addEventListener('click', () => {
+    connection.request('turn/interrupt', { session_id: state.sessionId }).catch((err) => conversation.notice(err.message));
+  });
+  byTestId('sessions-toggle').addEventListener('click', (event) => {
+    const shown = document.body.classList.toggle('show-sessions');
+    event.currentTarget.setAttribute('aria-expanded', String(shown));
+  });
+
+  // Exposed for the browser tests and for poking at from the developer console.
+  window.agentd = { connection, state, conversation, tasks, cost, plan, questions, tools, console: toolConsole, sessions };
+
+  state.reset(sessionInUrl());
+  connection.start();
+}
+
+boot();

@@ -1,0 +1,849 @@
+//! The AppUI end to end in headless Chromium, driven over WebDriver (chromedriver): a real
+//! server with the scripted model, a real browser, and assertions on what the page shows.
+//!
+//! The tests need the Debian packages `chromium` and `chromium-driver`; without them they fail
+//! and say so, unless `AGENTD_SKIP_BROWSER_TESTS=1`. A failing test leaves a screenshot in
+//! `<target>/browser-screenshots/<test>.png`. With `AGENTD_APPUI_SCREENSHOT=<path>`, the
+//! background-task test also saves a picture of the app in use there (docs/appui.png).
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentd::config::{Config, ModelPrice, PluginConfig};
+use agentd::tools::{Tool, ToolError, ToolResult};
+use fantoccini::wd::TimeoutConfiguration;
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures_util::FutureExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Notify;
+
+use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
+use crate::support::{TestApp, WAIT};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const MODEL: &str = "test-model";
+
+/// Shorthands every condition and script may use.
+const PRELUDE: &str = r#"
+const $$ = (selector) => Array.from(document.querySelectorAll(selector));
+const tid = (id) => `[data-testid="${id}"]`;
+const texts = (selector) => $$(selector).map((el) => el.textContent);
+"#;
+
+/// The browser binaries, or `None` when the run opted out of browser tests.
+fn binaries() -> Option<(PathBuf, PathBuf)> {
+    let driver = std::env::var_os("AGENTD_CHROMEDRIVER").map_or(CHROMEDRIVER.into(), PathBuf::from);
+    let chromium = std::env::var_os("AGENTD_CHROMIUM").map_or(CHROMIUM.into(), PathBuf::from);
+    let missing: Vec<String> = [&driver, &chromium]
+        .into_iter()
+        .filter(|path| !path.exists())
+        .map(|path| path.display().to_string())
+        .collect();
+    if missing.is_empty() {
+        return Some((driver, chromium));
+    }
+    if std::env::var("AGENTD_SKIP_BROWSER_TESTS").as_deref() == Ok("1") {
+        eprintln!("browser test skipped (AGENTD_SKIP_BROWSER_TESTS=1); missing {missing:?}");
+        return None;
+    }
+    panic!(
+        "the browser tests need Chromium and chromedriver, missing {missing:?}: install the Debian \
+         packages with `apt-get install -y chromium chromium-driver` (or set \
+         AGENTD_SKIP_BROWSER_TESTS=1 to skip these tests)"
+    );
+}
+
+/// A headless Chromium behind its own chromedriver, both ended when this is closed or dropped.
+struct Browser {
+    client: Client,
+    driver: Child,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // chromedriver leads its own process group, which Chromium joins: end them all.
+        if let Some(pid) = self
+            .driver
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Browser {
+    async fn start() -> Option<Self> {
+        let (driver_path, chromium) = binaries()?;
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let mut driver = Command::new(&driver_path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|err| panic!("{} does not start: {err}", driver_path.display()));
+        let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+        tokio::time::timeout(WAIT, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains("started successfully") {
+                    return;
+                }
+            }
+            panic!("chromedriver ended before it was ready");
+        })
+        .await
+        .expect("chromedriver starts in time");
+        // Keep draining its output so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1440,900",
+                         "--force-prefers-reduced-motion"],
+            }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a Chromium session starts");
+        let browser = Self { client, driver };
+        browser
+            .client
+            .update_timeouts(TimeoutConfiguration::new(
+                Some(WAIT + Duration::from_secs(10)),
+                Some(WAIT),
+                Some(Duration::ZERO),
+            ))
+            .await
+            .unwrap();
+        Some(browser)
+    }
+
+    async fn close(mut self) {
+        let client = self.client.clone();
+        let _ = tokio::time::timeout(WAIT, client.close()).await;
+        let _ = self.driver.kill().await;
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.expect("the page loads");
+    }
+
+    /// Runs a script (with the prelude) and returns what it returns.
+    async fn js(&self, script: &str) -> Value {
+        self.client
+            .execute(&format!("{PRELUDE}\n{script}"), Vec::new())
+            .await
+            .unwrap_or_else(|err| panic!("script failed: {err}\n{script}"))
+    }
+
+    /// Waits until the JavaScript expression `condition` is truthy and returns its value. The
+    /// page re-checks on every DOM change (and every 100 ms for state outside the DOM); the
+    /// wait fails after [`WAIT`].
+    async fn wait(&self, what: &str, condition: &str) -> Value {
+        let script = format!(
+            r#"{PRELUDE}
+const done = arguments[arguments.length - 1];
+const check = () => {{ try {{ return ({condition}); }} catch (err) {{ return null; }} }};
+let finished = false;
+let observer, timer, ticker;
+const finish = (value) => {{
+  if (finished) return;
+  finished = true;
+  observer.disconnect(); clearTimeout(timer); clearInterval(ticker);
+  done(value);
+}};
+const recheck = () => {{ const value = check(); if (value) finish(value); }};
+observer = new MutationObserver(recheck);
+observer.observe(document, {{ subtree: true, childList: true, characterData: true, attributes: true }});
+ticker = setInterval(recheck, 100);
+timer = setTimeout(() => finish(null), {ms});
+recheck();
+"#,
+            ms = WAIT.as_millis()
+        );
+        let value = self
+            .client
+            .execute_async(&script, Vec::new())
+            .await
+            .unwrap_or_else(|err| panic!("waiting for {what} failed: {err}"));
+        assert!(
+            !value.is_null() && value != json!(false),
+            "timed out waiting for {what}: {condition}"
+        );
+        value
+    }
+
+    async fn find(&self, selector: &str) -> fantoccini::elements::Element {
+        self.client
+            .find(Locator::Css(selector))
+            .await
+            .unwrap_or_else(|err| panic!("no element {selector}: {err}"))
+    }
+
+    async fn click(&self, selector: &str) {
+        self.find(selector)
+            .await
+            .click()
+            .await
+            .unwrap_or_else(|err| panic!("cannot click {selector}: {err}"));
+    }
+
+    /// Replaces the text of an input or textarea.
+    async fn fill(&self, selector: &str, text: &str) {
+        let field = self.find(selector).await;
+        field.clear().await.unwrap();
+        field.send_keys(text).await.unwrap();
+    }
+
+    /// Waits for the page to be connected and showing a session; returns the session id.
+    async fn live_session(&self) -> String {
+        let id = self
+            .wait(
+                "a live session",
+                r#"document.querySelector(tid('connection-status')).dataset.status === 'live'
+                   && new URL(location.href).searchParams.get('session')"#,
+            )
+            .await;
+        id.as_str().unwrap().to_string()
+    }
+
+    async fn screenshot(&self, path: &Path) {
+        if let Ok(png) = self.client.screenshot().await {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, png).unwrap();
+        }
+    }
+}
+
+/// Runs `body` with a fresh browser; when it fails, saves a screenshot before failing.
+async fn in_browser(test: &str, body: impl AsyncFnOnce(&Browser)) {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let outcome = AssertUnwindSafe(body(&browser)).catch_unwind().await;
+    if outcome.is_err() {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+        let path = target
+            .join("browser-screenshots")
+            .join(format!("{test}.png"));
+        browser.screenshot(&path).await;
+        eprintln!("screenshot of the failure: {}", path.display());
+    }
+    browser.close().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
+    let url = mock.base_url();
+    move |c: &mut Config| {
+        c.llm.base_url = Some(url);
+        c.llm.model = Some(MODEL.into());
+        c.llm.pricing.insert(
+            MODEL.into(),
+            ModelPrice {
+                input_per_mtok: 3.0,
+                output_per_mtok: 15.0,
+            },
+        );
+    }
+}
+
+/// A spawn_only plugin running a shell script.
+fn plugin(dir: &Path, name: &str, script: &str, args: Vec<String>) -> PluginConfig {
+    let path = dir.join(format!("{name}.sh"));
+    std::fs::write(&path, script).unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).unwrap();
+    PluginConfig {
+        name: name.into(),
+        description: format!("{name}, a background test program"),
+        command: path.to_string_lossy().into_owned(),
+        args,
+        spawn_only: true,
+        tags: vec!["runtime".into()],
+        exclusive: false,
+        timeout_ms: 600_000,
+        input_schema: json!({"type": "object"}),
+    }
+}
+
+/// Reads the session's total cost over REST.
+async fn session_cost(app: &TestApp, session: &str) -> f64 {
+    app.get_json(&format!("/api/sessions/{session}/cost"), None)
+        .await["session_cost_usd"]
+        .as_f64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn app_files_are_served_with_their_types_and_stay_public_under_auth() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.auth_token = Some(agentd::config::Secret::new("s3cret"));
+    })
+    .await;
+    let client = reqwest::Client::new();
+    for (path, content_type) in [
+        ("/", "text/html; charset=utf-8"),
+        ("/app/main.js", "text/javascript; charset=utf-8"),
+        ("/app/connection.js", "text/javascript; charset=utf-8"),
+        ("/app/app.css", "text/css; charset=utf-8"),
+    ] {
+        let response = client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path} is public");
+        assert_eq!(response.headers()["content-type"], content_type, "{path}");
+        assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+        assert!(
+            response.headers()["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("script-src 'self'"),
+            "{path}"
+        );
+    }
+    let page = client
+        .get(app.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(r#"<script type="module" src="app/main.js">"#),
+        "{page}"
+    );
+
+    let (status, body) = app.get("/app/nope.js", None).await;
+    assert_eq!(status, 404);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "not_found");
+    assert_eq!(app.get("/app/..%2Fopenapi.yaml", None).await.0, 404);
+    assert_eq!(app.get("/app/x/main.js", None).await.0, 404);
+    assert_eq!(
+        app.get("/api/sessions", None).await.0,
+        401,
+        "the API is not"
+    );
+}
+
+/// Hands the user a file of the workspace, as a tool that produces a report would.
+struct Handout;
+
+#[async_trait::async_trait]
+impl Tool for Handout {
+    fn name(&self) -> &str {
+        "handout"
+    }
+    fn description(&self) -> &str {
+        "Offers report.txt as a download."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+        let mut result = ToolResult::ok("here is the report");
+        result.files_to_send = vec!["report.txt".into()];
+        Ok(result)
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_page_opens_a_session_and_works_without_a_model() {
+    let app = TestApp::spawn_with_tools(|_| {}, vec![Arc::new(Handout)]).await;
+    std::fs::create_dir_all(app.workspace()).unwrap();
+    std::fs::write(app.workspace().join("hello.txt"), "hi\n").unwrap();
+    std::fs::write(app.workspace().join("report.txt"), "all good\n").unwrap();
+    let url = app.url("/");
+    in_browser("a_fresh_page_opens_a_session_and_works_without_a_model", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        let listed = app.get_json("/api/sessions", None).await;
+        assert_eq!(listed["sessions"][0]["session_id"], session.as_str());
+        b.wait(
+            "the session in the list",
+            &format!(r#"document.querySelector('[data-testid=session-item][data-session-id="{session}"][aria-current=page]')"#),
+        )
+        .await;
+        b.wait("the no-model banner", "!document.querySelector(tid('no-model-banner')).hidden")
+            .await;
+        assert_eq!(
+            b.js("return document.activeElement.dataset.testid").await,
+            "composer-input",
+            "ready to type"
+        );
+
+        // The tools panel lists the session's tools; a deferred one can be activated.
+        let active = b
+            .wait(
+                "the active tools",
+                "texts(tid('tools-active') + ' .tool-item-name').length > 5 && texts(tid('tools-active') + ' .tool-item-name')",
+            )
+            .await;
+        for name in ["read_file", "list_dir", "shell", "update_plan"] {
+            assert!(active.as_array().unwrap().contains(&json!(name)), "{name} in {active}");
+        }
+        b.wait(
+            "web_fetch deferred",
+            "document.querySelector(tid('tools-deferred') + ' [data-tool-name=web_fetch]')",
+        )
+        .await;
+        b.click("[data-testid=tools-deferred] [data-tool-name=web_fetch] [data-testid=tool-activate]")
+            .await;
+        b.wait(
+            "web_fetch active",
+            "document.querySelector(tid('tools-active') + ' [data-tool-name=web_fetch]')",
+        )
+        .await;
+
+        // Sending a message says there is no model and keeps the text.
+        b.fill("[data-testid=composer-input]", "hello there").await;
+        b.click("[data-testid=send]").await;
+        b.wait(
+            "the refusal",
+            "texts(tid('conversation-notice')).some((t) => t.includes('No model is configured'))",
+        )
+        .await;
+        assert_eq!(
+            b.js("return document.querySelector(tid('composer-input')).value").await,
+            "hello there"
+        );
+
+        // The console runs any tool; its call shows as a card in the conversation too.
+        b.click("[data-testid=banner-console]").await;
+        b.find("[data-testid=console-tool]").await.select_by_value("list_dir").await.unwrap();
+        b.fill("[data-testid=console-args]", r#"{"path": "."}"#).await;
+        b.click("[data-testid=console-invoke]").await;
+        let output = b
+            .wait(
+                "the console's answer",
+                "document.querySelector(tid('console-result')).dataset.outcome === 'success' && document.querySelector(tid('console-output')).textContent",
+            )
+            .await;
+        assert!(output.as_str().unwrap().contains("hello.txt"), "{output}");
+        b.wait(
+            "a list_dir card",
+            "document.querySelector('[data-testid=tool-card][data-tool-name=list_dir][data-state=success] [data-testid=tool-preview]')?.textContent.includes('hello.txt')",
+        )
+        .await;
+
+        // Files a call changed or hands over are offered as downloads.
+        b.find("[data-testid=console-tool]").await.select_by_value("write_file").await.unwrap();
+        b.fill("[data-testid=console-args]", r#"{"path": "out.txt", "content": "written\n"}"#).await;
+        b.click("[data-testid=console-invoke]").await;
+        b.find("[data-testid=console-tool]").await.select_by_value("handout").await.unwrap();
+        b.fill("[data-testid=console-args]", "{}").await;
+        b.click("[data-testid=console-invoke]").await;
+        let downloads = b
+            .wait(
+                "the download links",
+                "$$(tid('file-download')).length === 2 && $$(tid('file-download')).map((a) => [a.textContent, a.getAttribute('download')])",
+            )
+            .await;
+        assert_eq!(downloads, json!([["out.txt", "out.txt"], ["report.txt", "report.txt"]]));
+        let fetched = b
+            .client
+            .execute_async(
+                "const done = arguments[0]; Promise.all([...document.querySelectorAll('[data-testid=file-download]')].map((a) => fetch(a.href).then((r) => r.text()))).then(done);",
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(fetched, json!(["written\n", "all good\n"]));
+
+        // A plan shows in its panel.
+        b.find("[data-testid=console-tool]").await.select_by_value("update_plan").await.unwrap();
+        b.fill(
+            "[data-testid=console-args]",
+            r#"{"explanation": "first things first", "plan": [{"step": "Look around", "status": "completed"}, {"step": "Write it up", "status": "in_progress"}]}"#,
+        )
+        .await;
+        b.click("[data-testid=console-invoke]").await;
+        let steps = b
+            .wait(
+                "the plan",
+                "$$(tid('plan-step')).length === 2 && $$(tid('plan-step')).map((s) => [s.dataset.status, s.querySelector(tid('plan-step-text')).textContent])",
+            )
+            .await;
+        assert_eq!(steps[0][0], "completed");
+        assert_eq!(steps[1], json!(["in_progress", "Write it up"]));
+        assert_eq!(
+            b.js("return document.querySelector(tid('plan-explanation')).textContent").await,
+            "first things first"
+        );
+
+        // A question opens the dialog; the answer reaches the waiting tool.
+        b.find("[data-testid=console-tool]").await.select_by_value("request_user_input").await.unwrap();
+        b.fill(
+            "[data-testid=console-args]",
+            r#"{"questions": [{"id": "db", "header": "Database", "question": "Which one?"}]}"#,
+        )
+        .await;
+        b.click("[data-testid=console-invoke]").await;
+        b.wait("the question", "document.querySelector(tid('questions-dialog')).open").await;
+        b.fill("[data-testid=question-answer]", "sqlite").await;
+        b.click("[data-testid=question-submit]").await;
+        let answered = b
+            .wait(
+                "the answered call",
+                "!document.querySelector(tid('questions-dialog')).open && document.querySelector(tid('console-result')).dataset.outcome === 'success' && document.querySelector(tid('console-output')).textContent",
+            )
+            .await;
+        assert!(answered.as_str().unwrap().contains("sqlite"), "{answered}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_turn_streams_text_and_tool_cards_and_comes_back_after_a_reload() {
+    let release = Arc::new(Notify::new());
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text_then_tool_calls(
+            &["Let me look around."],
+            vec![ScriptedCall::whole(
+                "call_look",
+                "list_dir",
+                &json!({"path": "."}),
+            )],
+        )
+        .with_usage(1000, 40),
+        Reply::hold(
+            &["Here is **what** I ", "found"],
+            release.clone(),
+            &[": `notes.txt`.\n\n<img src=x onerror=\"window.__pwned = 1\"> stays text."],
+        )
+        .with_usage(1500, 60),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    std::fs::create_dir_all(app.workspace()).unwrap();
+    std::fs::write(app.workspace().join("notes.txt"), "remember\n").unwrap();
+    let url = app.url("/");
+    in_browser("a_turn_streams_text_and_tool_cards_and_comes_back_after_a_reload", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        assert_eq!(
+            b.js("return document.querySelector(tid('no-model-banner')).hidden").await,
+            true
+        );
+        b.fill("[data-testid=composer-input]", "What is in here?").await;
+        b.click("[data-testid=send]").await;
+
+        b.wait(
+            "the tool card",
+            "document.querySelector('[data-testid=tool-card][data-tool-name=list_dir][data-state=success] [data-testid=tool-duration]')?.textContent.endsWith('ms')",
+        )
+        .await;
+        let card = b.js("return document.querySelector(tid('tool-card')).textContent").await;
+        assert!(card.as_str().unwrap().contains("notes.txt"), "{card}");
+        assert!(!card.as_str().unwrap().contains("null"), "{card}");
+        // The second answer is held half-way: what arrived so far is already on the page.
+        let partial = b
+            .wait(
+                "the streamed start of the answer",
+                "$$('[data-testid=assistant-message][data-streaming=true]').map((m) => m.textContent).find((t) => t.includes('Here is what I found'))",
+            )
+            .await;
+        assert!(!partial.as_str().unwrap().contains("notes.txt"), "{partial}");
+        release.notify_one();
+        let footer = b
+            .wait(
+                "the end of the turn",
+                "document.querySelector('[data-testid=turn][data-state=completed] [data-testid=turn-footer]')?.textContent",
+            )
+            .await;
+        assert!(footer.as_str().unwrap().contains("2500 in · 100 out"), "{footer}");
+
+        // Markdown is rendered, and markup from the model stays text.
+        let answer = b
+            .js("return $$(tid('assistant-message')).map((m) => m.textContent)")
+            .await;
+        assert_eq!(answer[0], "Let me look around.");
+        assert!(answer[1].as_str().unwrap().contains(r#"<img src=x onerror="window.__pwned = 1"> stays text."#), "{answer}");
+        assert_eq!(b.js("return $$(tid('messages') + ' img').length").await, 0);
+        assert_eq!(b.js("return window.__pwned === undefined").await, true);
+        assert_eq!(
+            b.js("return $$(tid('assistant-message') + ' strong').map((s) => s.textContent)").await,
+            json!(["what"])
+        );
+        assert_eq!(
+            b.js("return $$(tid('assistant-message') + ' code').map((s) => s.textContent)").await,
+            json!(["notes.txt"])
+        );
+
+        // The cost panel shows what the ledger says.
+        let cost = session_cost(&app, &session).await;
+        assert!(cost > 0.0);
+        let shown = b
+            .wait(
+                "the session's cost",
+                &format!("Math.abs(Number(document.querySelector(tid('cost-total')).dataset.usd) - {cost}) < 1e-12 && document.querySelector(tid('cost-total')).textContent"),
+            )
+            .await;
+        assert_eq!(shown, format!("${cost:.6}"));
+        assert_eq!(b.js("return $$(tid('cost-node-row')).length").await, 2);
+
+        // A reload returns to the same session with its history.
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+        b.wait(
+            "the history",
+            "texts(tid('user-message')).join() === 'What is in here?' && $$(tid('assistant-message')).length === 2 && $$(tid('tool-card')).length === 1",
+        )
+        .await;
+        let after = b
+            .js("return $$(tid('assistant-message')).map((m) => m.textContent)")
+            .await;
+        assert_eq!(after, answer);
+        b.wait(
+            "the cost after the reload",
+            &format!("Math.abs(Number(document.querySelector(tid('cost-total')).dataset.usd) - {cost}) < 1e-12"),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_background_task_fills_its_panel_and_can_be_read_and_cancelled() {
+    let scratch = tempfile::tempdir().unwrap();
+    let stop = scratch.path().join("stop");
+    let ticker = plugin(
+        scratch.path(),
+        "ticker",
+        "#!/bin/sh\ncat >/dev/null\ni=0\nwhile [ ! -e \"$1\" ]; do i=$((i+1)); echo \"line $i\" >&2; sleep 0.02; done\necho \"done after $i lines\"\n",
+        vec![stop.to_string_lossy().into_owned()],
+    );
+    let sleeper = plugin(
+        scratch.path(),
+        "sleeper",
+        "#!/bin/sh\ncat >/dev/null\necho waiting >&2\nwhile true; do sleep 1; done\n",
+        Vec::new(),
+    );
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text_then_tool_calls(
+            &["I will start the ticker in the background and look at the workspace meanwhile."],
+            vec![
+                ScriptedCall::whole("call_tick", "ticker", &json!({})),
+                ScriptedCall::whole("call_look", "list_dir", &json!({"path": "."})),
+            ],
+        )
+        .with_usage(1800, 50),
+        Reply::text(&[
+            "The ticker runs as a background task; its output streams into the ",
+            "**Background tasks** panel.\n\nMeanwhile, the workspace holds:\n\n",
+            "- `README.md`\n- `notes.txt`\n\nI will read its output once it finishes.",
+        ])
+        .with_usage(2100, 60),
+    ]))
+    .await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with(move |c| {
+        configure(c);
+        c.plugins.push(ticker);
+        c.plugins.push(sleeper);
+    })
+    .await;
+    std::fs::create_dir_all(app.workspace()).unwrap();
+    std::fs::write(app.workspace().join("README.md"), "# notes\n").unwrap();
+    std::fs::write(app.workspace().join("notes.txt"), "remember\n").unwrap();
+    let url = app.url("/");
+    in_browser("a_background_task_fills_its_panel_and_can_be_read_and_cancelled", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Run the ticker, please.").await;
+        b.click("[data-testid=send]").await;
+
+        b.wait(
+            "the task's output in its row",
+            "document.querySelector('[data-testid=task-row][data-state=running] [data-testid=task-output]')?.textContent.includes('line 5\\n')",
+        )
+        .await;
+        b.wait(
+            "the card's task link",
+            "document.querySelector('[data-testid=tool-card][data-tool-name=ticker] [data-testid=tool-task-link]')",
+        )
+        .await;
+        b.wait("the end of the turn", "document.querySelector('[data-testid=turn][data-state=completed]')").await;
+
+        // "Show more" pages through the stored output: the tail first, then a search.
+        b.click("[data-testid=task-row] [data-testid=task-show-more]").await;
+        b.wait(
+            "the reader's tail",
+            "/line \\d+\\n$/.test(document.querySelector(tid('task-viewer-output')).textContent)",
+        )
+        .await;
+        b.find("[data-testid=task-viewer-mode]").await.select_by_value("grep").await.unwrap();
+        b.fill("[data-testid=task-viewer-pattern]", "line 3").await;
+        b.click("[data-testid=task-viewer-read]").await;
+        b.wait(
+            "the search",
+            "document.querySelector(tid('task-viewer-output')).textContent.startsWith('line 3\\n')",
+        )
+        .await;
+        b.find("[data-testid=task-viewer-mode]").await.select_by_value("head").await.unwrap();
+        b.wait(
+            "the head",
+            "document.querySelector(tid('task-viewer-output')).textContent.startsWith('line 1\\nline 2\\n')",
+        )
+        .await;
+
+        if let Some(path) = std::env::var_os("AGENTD_APPUI_SCREENSHOT") {
+            b.click("[data-testid=task-row] [data-testid=task-show-more]").await;
+            b.wait(
+                "the cost rows",
+                "$$(tid('cost-node-row')).length === 2",
+            )
+            .await;
+            b.js("document.querySelector(tid('composer-input')).value = 'Summarise what the ticker printed.'").await;
+            b.screenshot(Path::new(&path)).await;
+        }
+
+        std::fs::write(&stop, "").unwrap();
+        let state = b
+            .wait(
+                "the finished task",
+                "document.querySelector('[data-testid=task-row][data-state=completed] [data-testid=task-state]')?.textContent",
+            )
+            .await;
+        assert_eq!(state, "completed (exit 0)");
+        let result = b
+            .wait(
+                "the task's result",
+                "document.querySelector(tid('task-result'))?.textContent",
+            )
+            .await;
+        assert!(result.as_str().unwrap().starts_with("done after "), "{result}");
+        b.wait("the note in the conversation", "document.querySelector(tid('spawn-complete'))").await;
+
+        // A task started from the console can be cancelled from its row.
+        b.find("[data-testid=console-tool]").await.select_by_value("sleeper").await.unwrap();
+        b.fill("[data-testid=console-args]", "{}").await;
+        b.click("[data-testid=console-invoke]").await;
+        b.wait(
+            "the second task",
+            "document.querySelector('[data-testid=task-row][data-state=running] [data-testid=task-output]')?.textContent.includes('waiting')",
+        )
+        .await;
+        b.click("[data-testid=task-row][data-state=running] [data-testid=task-cancel]").await;
+        b.wait(
+            "the cancelled task",
+            "$$('[data-testid=task-row][data-state=cancelled]').length === 1",
+        )
+        .await;
+        let tasks = app.get_json(&format!("/api/sessions/{session}/tasks"), None).await;
+        let states: Vec<&str> = tasks["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["state"].as_str().unwrap())
+            .collect();
+        assert_eq!(states, ["completed", "cancelled"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_dropped_socket_reconnects_and_resumes_without_duplicates() {
+    let app = TestApp::spawn().await;
+    let url = app.url("/");
+    in_browser("a_dropped_socket_reconnects_and_resumes_without_duplicates", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        let mut ws = app.ws().await;
+        let invoke = |name: &str, arguments: Value| {
+            json!({"session_id": session, "name": name, "arguments": arguments})
+        };
+        ws.result("tool/invoke", invoke("list_dir", json!({"path": "."}))).await;
+        b.wait("the first card", "$$(tid('tool-card')).length === 1").await;
+
+        // While the page is away, the session goes on; the page catches up once, in order.
+        b.js("window.agentd.connection.dropForTest({ hold: true })").await;
+        b.wait(
+            "the lost connection",
+            "document.querySelector(tid('connection-status')).dataset.status === 'reconnecting'",
+        )
+        .await;
+        ws.result(
+            "tool/invoke",
+            invoke("write_file", json!({"path": "away.txt", "content": "written while away\n"})),
+        )
+        .await;
+        ws.result("tool/invoke", invoke("read_file", json!({"path": "away.txt"}))).await;
+        b.js("window.agentd.connection.resumeForTest()").await;
+        b.live_session().await;
+        let cards = b
+            .wait(
+                "the missed cards",
+                "$$(tid('tool-card')).length >= 3 && $$(tid('tool-card')).map((c) => c.dataset.toolName + ':' + c.dataset.state)",
+            )
+            .await;
+        assert_eq!(cards, json!(["list_dir:success", "write_file:success", "read_file:success"]));
+        let log = b.js("return window.agentd.connection.statusLog").await;
+        let log: Vec<&str> = log.as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        let dropped = log.iter().position(|s| *s == "reconnecting").expect("went through reconnecting");
+        assert!(log[..dropped].contains(&"live") && log[dropped..].contains(&"live"), "{log:?}");
+
+        // Live events after the resume show up once too.
+        ws.result("tool/invoke", invoke("list_dir", json!({"path": "."}))).await;
+        b.wait("the fourth card", "$$(tid('tool-card')).length === 4").await;
+        let events = app
+            .get_json(&format!("/api/sessions/{session}/events?after_seq=0"), None)
+            .await;
+        let last_seq = events["events"].as_array().unwrap().last().unwrap()["seq"].clone();
+        assert_eq!(b.js("return window.agentd.state.lastSeq").await, last_seq);
+        // The resume asked only for what was missed: nothing arrived twice.
+        assert_eq!(b.js("return window.agentd.state.repeated").await, 0);
+        assert_eq!(b.js("return $$(tid('tool-card')).length").await, 4);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_token_in_the_page_url_opens_the_api_and_the_socket() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.auth_token = Some(agentd::config::Secret::new("s3cret/+"));
+    })
+    .await;
+    let (base, with_token) = (app.url("/"), app.url("/?token=s3cret%2F%2B"));
+    in_browser("a_token_in_the_page_url_opens_the_api_and_the_socket", async |b| {
+        b.goto(&base).await;
+        b.wait("the token form", "!document.querySelector(tid('token-form')).hidden").await;
+
+        b.goto(&with_token).await;
+        let session = b.live_session().await;
+        assert_eq!(
+            b.js("return new URL(location.href).searchParams.has('token')").await,
+            false,
+            "the token leaves the address bar"
+        );
+        b.wait(
+            "the session list over REST",
+            &format!(r#"document.querySelector('[data-testid=session-item][data-session-id="{session}"]')"#),
+        )
+        .await;
+        // A reload keeps the token for this tab.
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+    })
+    .await;
+}
