@@ -7,8 +7,9 @@ FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY migrations ./migrations
-# src/ holds everything the binary embeds besides openapi.yaml (index.html, the app's files).
+# Besides src/, the binary embeds openapi.yaml and the AppUI's files from ui/.
 COPY src ./src
+COPY ui ./ui
 COPY openapi.yaml ./
 # Cargo reads every target the manifest declares ([[bench]] and any [[example]] or [[test]])
 # before it builds one, so their files must be present even though only the binary is built.

@@ -18,89 +18,89 @@ const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 
 /// The page; everything else it loads is under `/app/`.
-const INDEX: &str = include_str!("app/index.html");
+const INDEX: &str = include_str!("../../ui/index.html");
 
 /// Every file under `/app/`, by name.
 const ASSETS: &[Asset] = &[
     Asset {
         name: "app.css",
         content_type: CSS,
-        body: include_str!("app/app.css"),
+        body: include_str!("../../ui/app.css"),
     },
     Asset {
         name: "main.js",
         content_type: JS,
-        body: include_str!("app/main.js"),
+        body: include_str!("../../ui/main.js"),
     },
     Asset {
         name: "auth.js",
         content_type: JS,
-        body: include_str!("app/auth.js"),
+        body: include_str!("../../ui/auth.js"),
     },
     Asset {
         name: "connection.js",
         content_type: JS,
-        body: include_str!("app/connection.js"),
+        body: include_str!("../../ui/connection.js"),
     },
     Asset {
         name: "rest.js",
         content_type: JS,
-        body: include_str!("app/rest.js"),
+        body: include_str!("../../ui/rest.js"),
     },
     Asset {
         name: "state.js",
         content_type: JS,
-        body: include_str!("app/state.js"),
+        body: include_str!("../../ui/state.js"),
     },
     Asset {
         name: "dom.js",
         content_type: JS,
-        body: include_str!("app/dom.js"),
+        body: include_str!("../../ui/dom.js"),
     },
     Asset {
         name: "markdown.js",
         content_type: JS,
-        body: include_str!("app/markdown.js"),
+        body: include_str!("../../ui/markdown.js"),
     },
     Asset {
         name: "conversation.js",
         content_type: JS,
-        body: include_str!("app/conversation.js"),
+        body: include_str!("../../ui/conversation.js"),
     },
     Asset {
         name: "tasks.js",
         content_type: JS,
-        body: include_str!("app/tasks.js"),
+        body: include_str!("../../ui/tasks.js"),
     },
     Asset {
         name: "cost.js",
         content_type: JS,
-        body: include_str!("app/cost.js"),
+        body: include_str!("../../ui/cost.js"),
     },
     Asset {
         name: "plan.js",
         content_type: JS,
-        body: include_str!("app/plan.js"),
+        body: include_str!("../../ui/plan.js"),
     },
     Asset {
         name: "questions.js",
         content_type: JS,
-        body: include_str!("app/questions.js"),
+        body: include_str!("../../ui/questions.js"),
     },
     Asset {
         name: "tools.js",
         content_type: JS,
-        body: include_str!("app/tools.js"),
+        body: include_str!("../../ui/tools.js"),
     },
     Asset {
         name: "console.js",
         content_type: JS,
-        body: include_str!("app/console.js"),
+        body: include_str!("../../ui/console.js"),
     },
     Asset {
         name: "sessions.js",
         content_type: JS,
-        body: include_str!("app/sessions.js"),
+        body: include_str!("../../ui/sessions.js"),
     },
 ];
 
