@@ -230,7 +230,13 @@ impl SessionActor {
                 };
                 let _ = reply.send(outcome);
             }
-            Command::CancelTask { task_id, reply } => self.tasks.cancel(&task_id, reply),
+            Command::CancelTask { task_id, reply } => {
+                if self.children.contains_key(&task_id) {
+                    self.cancel_child_run(&task_id, reply);
+                } else {
+                    self.tasks.cancel(&task_id, reply);
+                }
+            }
             Command::Close => {}
         }
     }

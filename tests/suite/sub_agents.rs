@@ -595,3 +595,62 @@ async fn a_child_spends_the_parents_budget_and_may_use_another_model() {
     assert_eq!(task["state"], "failed");
     assert!(task["reason"].as_str().unwrap().contains("budget"));
 }
+
+#[tokio::test]
+async fn cancelling_a_childs_task_stops_its_turn_but_keeps_it_open() {
+    let release = Arc::new(Notify::new());
+    let script = {
+        let release = Arc::clone(&release);
+        Script::route(
+            move |request: &Value| match last(request)["content"].as_str() {
+                Some("slow start") => Reply::hold(&["busy"], Arc::clone(&release), &["late"]),
+                Some(text) => Reply::text(&[&format!("read: {text}")]),
+                None => Reply::text(&["?"]),
+            },
+        )
+    };
+    let mock = MockLlm::start(script).await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let spawned = invoke(
+        &mut ws,
+        &session,
+        "spawn_agent",
+        json!({"message": "slow start"}),
+    )
+    .await;
+    let agent = spawned["structured_metadata"]["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    mock.wait_for_requests(1, crate::support::WAIT).await;
+    let (status, body) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/api/tasks/{agent}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer, json!({"task_id": agent, "state": "cancelled"}));
+    let task = app.get_json(&format!("/api/tasks/{agent}"), None).await;
+    assert_eq!(task["state"], "cancelled");
+    assert_eq!(task["reason"], "cancelled on request");
+
+    // Still open: a new message starts a new turn with its history.
+    let sent = invoke(
+        &mut ws,
+        &session,
+        "send_input",
+        json!({"target": agent, "message": "try again"}),
+    )
+    .await;
+    assert_eq!(sent["success"], true, "{sent}");
+    let waited = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agent]})).await;
+    let child = &waited["structured_metadata"]["agents"][0];
+    assert_eq!(child["status"], "completed", "{waited}");
+    assert_eq!(child["answer"], "read: try again");
+    release.notify_waiters();
+}

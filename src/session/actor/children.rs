@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -37,6 +37,8 @@ pub(super) struct ChildAgent {
     /// Stops the current run.
     cancel: CancellationToken,
     tool_call_id: String,
+    /// `task/cancel` callers waiting for the stopped run's final state.
+    cancel_waiters: Vec<oneshot::Sender<Option<String>>>,
 }
 
 impl ChildAgent {
@@ -202,6 +204,7 @@ impl SessionActor {
                 run: 0,
                 cancel: CancellationToken::new(),
                 tool_call_id,
+                cancel_waiters: Vec::new(),
             },
         );
         Ok(self.start_child_run(&agent_id, Some(message)).await)
@@ -318,6 +321,7 @@ impl SessionActor {
             return;
         }
         let tool_call_id = child.tool_call_id.clone();
+        let cancelled_on_request = !child.cancel_waiters.is_empty();
         let (status, state, reason) = match end.ending {
             Ok(answer) => (
                 AgentStatus {
@@ -336,15 +340,46 @@ impl SessionActor {
                     answer: None,
                     error: Some(error.clone()),
                 },
-                "failed",
-                Some(error),
+                if cancelled_on_request {
+                    "cancelled"
+                } else {
+                    "failed"
+                },
+                Some(if cancelled_on_request {
+                    "cancelled on request".to_string()
+                } else {
+                    error
+                }),
             ),
         };
         // The task says so before anyone waiting hears the answer.
         self.record_child_state(&end.agent_id, &tool_call_id, state, reason)
             .await;
-        if let Some(child) = self.children.get(&end.agent_id) {
+        if let Some(child) = self.children.get_mut(&end.agent_id) {
             child.status.send_replace(status);
+            for waiter in child.cancel_waiters.drain(..) {
+                let _ = waiter.send(Some(state.to_string()));
+            }
+        }
+    }
+
+    /// `task/cancel` on a child: its running turn stops (the child stays open, and is
+    /// `errored` until given more to do); `waiter` hears the task's final state, or `None` at
+    /// once when no turn of it is running.
+    pub(super) fn cancel_child_run(
+        &mut self,
+        agent_id: &str,
+        waiter: oneshot::Sender<Option<String>>,
+    ) {
+        match self.children.get_mut(agent_id) {
+            Some(child) if child.is_running() => {
+                child.host.clear_inbox();
+                child.cancel.cancel();
+                child.cancel_waiters.push(waiter);
+            }
+            _ => {
+                let _ = waiter.send(None);
+            }
         }
     }
 
@@ -366,7 +401,7 @@ impl SessionActor {
         }
     }
 
-    async fn close_child(&mut self, agent_id: &str, child: ChildAgent, reason: &str) {
+    async fn close_child(&mut self, agent_id: &str, mut child: ChildAgent, reason: &str) {
         child.cancel.cancel();
         child.host.clear_inbox();
         let was_running = child.is_running();
@@ -380,6 +415,9 @@ impl SessionActor {
                 Some(reason.to_string()),
             )
             .await;
+        }
+        for waiter in child.cancel_waiters.drain(..) {
+            let _ = waiter.send(Some("cancelled".into()));
         }
     }
 
