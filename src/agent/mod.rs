@@ -81,6 +81,8 @@ pub struct AgentSettings {
     pub turn_timeout: Duration,
     /// Most sub-agents one session may have open at once.
     pub max_sub_agents: usize,
+    /// The model's context window in tokens: prompt and completion together.
+    pub context_window: u32,
 }
 
 impl AgentSettings {
@@ -95,6 +97,7 @@ impl AgentSettings {
             max_iterations: self.max_iterations,
             turn_timeout: self.turn_timeout,
             max_sub_agents: self.max_sub_agents,
+            context_window: self.context_window,
         }
     }
 }
@@ -490,13 +493,13 @@ impl<H: TurnHost> Turn<H> {
             let Some(specs) = self.host.begin_iteration().await else {
                 return interrupted();
             };
-            let mut messages = vec![ChatMessage::System {
-                content: self.host.system_prompt().to_string(),
-            }];
-            match self.history().await {
-                Ok(history) => messages.extend(history),
+            let history = match self.history().await {
+                Ok(history) => history,
                 Err(ending) => return ending,
-            }
+            };
+            let room = u64::from(self.settings.context_window)
+                .saturating_sub(u64::from(self.settings.max_tokens));
+            let messages = fit_context(self.host.system_prompt(), history, &specs, room);
             let request = ChatRequest {
                 model: self.settings.model.clone(),
                 messages,
@@ -889,6 +892,61 @@ pub(crate) async fn record_node_costs(
     Some(rows)
 }
 
+/// The messages of the next request: the system prompt and as much of the history, newest
+/// last, as the estimate says fits in `room` prompt tokens with `tools`. The oldest messages go
+/// first, a model answer always together with the tool results that follow it, so what is
+/// sent stays a valid conversation; the system prompt then says how many were left out. The
+/// newest exchange is always sent, fitting or not (the endpoint then says the context is too
+/// long). The stored history is untouched.
+fn fit_context(
+    system: &str,
+    history: Vec<ChatMessage>,
+    tools: &[ToolSpec],
+    room: u64,
+) -> Vec<ChatMessage> {
+    let mut messages = Vec::with_capacity(history.len() + 1);
+    messages.push(ChatMessage::System {
+        content: system.to_string(),
+    });
+    messages.extend(history);
+    if Pricing::estimate_prompt_tokens(&messages, tools) <= room {
+        return messages;
+    }
+    // Where each droppable exchange starts: any message but a tool result.
+    let starts: Vec<usize> = (1..messages.len())
+        .filter(|&at| !matches!(messages[at], ChatMessage::Tool { .. }))
+        .collect();
+    let note = |dropped: usize| {
+        format!(
+            "{system}\n\n({dropped} earlier messages of this conversation were left out to fit \
+             the model's context window.)"
+        )
+    };
+    let mut keep_from = 1;
+    for &start in starts.iter().skip(1) {
+        keep_from = start;
+        let mut trial = vec![ChatMessage::System {
+            content: note(start - 1),
+        }];
+        trial.extend_from_slice(&messages[start..]);
+        if Pricing::estimate_prompt_tokens(&trial, tools) <= room {
+            break;
+        }
+    }
+    if keep_from == 1 {
+        return messages;
+    }
+    tracing::info!(
+        dropped = keep_from - 1,
+        "history trimmed to the context window"
+    );
+    let mut trimmed = vec![ChatMessage::System {
+        content: note(keep_from - 1),
+    }];
+    trimmed.extend(messages.drain(keep_from..));
+    trimmed
+}
+
 /// What a tool call whose result was never stored answers in the history.
 const UNRECORDED_RESULT: &str = "interrupted: no result was recorded for this call";
 
@@ -1010,6 +1068,45 @@ mod tests {
         );
         let whole = vec![user("x"), assistant(&["a"]), tool("a", "ok")];
         assert_eq!(repair(whole.clone()), whole, "a valid history is unchanged");
+    }
+
+    #[test]
+    fn the_oldest_exchanges_give_way_to_the_context_window() {
+        let user = |text: &str| ChatMessage::User {
+            content: text.into(),
+        };
+        let assistant = |ids: &[&str]| ChatMessage::Assistant {
+            content: Some("x".repeat(300)),
+            tool_calls: ids.iter().map(|id| call(id)).collect(),
+        };
+        let history = vec![
+            user(&"a".repeat(3000)),
+            assistant(&["1"]),
+            tool("1", &"r".repeat(3000)),
+            user("second"),
+            assistant(&[]),
+            user("third"),
+        ];
+        let whole = fit_context("sys", history.clone(), &[], u64::MAX);
+        assert_eq!(whole.len(), 7, "everything fits an unlimited window");
+
+        let fitted = fit_context("sys", history.clone(), &[], 400);
+        let ChatMessage::System { content } = &fitted[0] else {
+            panic!("the system prompt comes first");
+        };
+        assert!(
+            content.starts_with("sys\n\n(3 earlier messages"),
+            "{content}"
+        );
+        // The assistant answer went with its tool result: no unanswered or stray tool message.
+        assert_eq!(&fitted[1..], &history[3..]);
+
+        let nothing_fits = fit_context("sys", history.clone(), &[], 1);
+        assert_eq!(
+            &nothing_fits[1..],
+            &history[5..],
+            "the newest exchange is sent anyway"
+        );
     }
 
     #[test]

@@ -600,3 +600,40 @@ async fn two_sessions_tick_their_own_lru_while_sharing_the_server_tools() {
     );
     assert_eq!(idle_lru["last_used"]["update_plan"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_long_conversation_is_trimmed_to_the_context_window_not_lost() {
+    let mock = MockLlm::start(Script::always(Reply::text(&["noted"]))).await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with(|c| {
+        configure(c);
+        c.llm.max_tokens = 100;
+        c.llm.context_window = 1500;
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let long = "x".repeat(3000);
+    run_turn(&mut ws, &session, &long).await;
+    run_turn(&mut ws, &session, "and now?").await;
+
+    let requests = mock.requests();
+    let sent: Vec<&str> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        sent[0].contains("2 earlier messages of this conversation were left out"),
+        "{}",
+        sent[0]
+    );
+    assert_eq!(&sent[1..], ["and now?"]);
+    // The stored conversation keeps everything.
+    let messages = app
+        .get_json(&format!("/api/sessions/{session}/messages"), None)
+        .await;
+    assert_eq!(messages["messages"][0]["content"], long.as_str());
+    assert_eq!(messages["messages"].as_array().unwrap().len(), 4);
+}
