@@ -39,6 +39,8 @@ pub(super) struct ChildAgent {
     tool_call_id: String,
     /// `task/cancel` callers waiting for the stopped run's final state.
     cancel_waiters: Vec<oneshot::Sender<Option<String>>>,
+    /// When it was spawned, for listing children in that order.
+    spawned_at: std::time::Instant,
 }
 
 impl ChildAgent {
@@ -113,11 +115,11 @@ impl SessionActor {
             }
             SubAgentRequest::Watch { ids, reply } => {
                 let outcome = match ids {
-                    None => Ok(self
-                        .children
-                        .values()
-                        .map(|child| child.status.subscribe())
-                        .collect()),
+                    None => {
+                        let mut open: Vec<&ChildAgent> = self.children.values().collect();
+                        open.sort_by_key(|child| child.spawned_at);
+                        Ok(open.iter().map(|child| child.status.subscribe()).collect())
+                    }
                     Some(ids) => ids
                         .iter()
                         .map(|id| match self.children.get(id) {
@@ -205,6 +207,7 @@ impl SessionActor {
                 cancel: CancellationToken::new(),
                 tool_call_id,
                 cancel_waiters: Vec::new(),
+                spawned_at: std::time::Instant::now(),
             },
         );
         Ok(self.start_child_run(&agent_id, Some(message)).await)
