@@ -387,6 +387,9 @@ struct Process {
     output: Mutex<OutputRing>,
     /// Set once the process has exited and its output has been collected.
     exit: watch::Sender<Option<ExitInfo>>,
+    /// Set as soon as the leader is reaped: its pid, and so the group id, may then be reused
+    /// by an unrelated process, which a later kill must not hit.
+    reaped: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Process {
@@ -441,6 +444,7 @@ impl Process {
             input: tokio::sync::Mutex::new(Some(writer)),
             output: Mutex::new(OutputRing::default()),
             exit: watch::Sender::new(None),
+            reaped: std::sync::atomic::AtomicBool::new(false),
         });
         let (read_done_tx, read_done_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(Self::collect_output(
@@ -451,7 +455,11 @@ impl Process {
         let waiter = Arc::clone(&process);
         tokio::spawn(async move {
             let status = child.wait().await;
-            // Jobs the command left in the background would outlive it as orphans.
+            waiter
+                .reaped
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            // Jobs the command left in the background would outlive it as orphans. Right
+            // after the reap the id is still theirs (Linux hands out pids in sequence).
             kill_group(waiter.pgid);
             let _ = tokio::time::timeout(DRAIN_GRACE, read_done_rx).await;
             waiter.exit.send_replace(Some(ExitInfo::from_wait(status)));
@@ -603,7 +611,10 @@ impl ProcessTable {
         let processes = std::mem::take(&mut lock(&self.inner).processes);
         let processes: Vec<Arc<Process>> = processes.into_values().collect();
         for process in &processes {
-            kill_group(process.pgid);
+            // A reaped leader's group was killed by its waiter; its id may be someone else's now.
+            if !process.reaped.load(std::sync::atomic::Ordering::SeqCst) {
+                kill_group(process.pgid);
+            }
         }
         processes
     }
