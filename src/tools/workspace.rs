@@ -47,6 +47,10 @@ struct Journal {
     /// Each changed file's contents before the session first touched it; `None` when it did
     /// not exist.
     originals: BTreeMap<PathBuf, Option<Vec<u8>>>,
+    /// Bytes held in `originals`.
+    original_bytes: u64,
+    /// Changed files whose original was too large to keep, alone or within the total.
+    not_kept: std::collections::BTreeSet<PathBuf>,
     log: Vec<Change>,
 }
 
@@ -67,6 +71,9 @@ impl std::fmt::Debug for Workspace {
 
 /// Largest file the journal keeps an original copy of; larger files are logged but not diffed.
 const MAX_ORIGINAL_BYTES: u64 = 10 * 1024 * 1024;
+/// Most bytes of originals one session's journal holds; files first touched beyond it are
+/// logged but not diffed, so a session rewriting many large files cannot exhaust memory.
+const MAX_ORIGINALS_TOTAL: u64 = 64 * 1024 * 1024;
 
 impl Workspace {
     /// A workspace rooted at `root`, with an empty journal.
@@ -150,6 +157,12 @@ impl Workspace {
     pub fn diff(&self) -> String {
         let journal = lock(&self.journal);
         let mut out = String::new();
+        for rel in &journal.not_kept {
+            out.push_str(&format!(
+                "# {}: changed; its original was too large to keep, so no diff\n",
+                rel.display()
+            ));
+        }
         for (rel, original) in &journal.originals {
             let current = match fs_safe::read_no_follow(&self.root, rel, MAX_ORIGINAL_BYTES) {
                 Ok(bytes) => Some(bytes),
@@ -194,20 +207,30 @@ impl Workspace {
     /// Keeps the file's contents the first time the session touches it; returns whether the
     /// file exists now.
     fn remember_original(&self, journal: &mut Journal, rel: &Path) -> Result<bool, FsError> {
-        let current = match fs_safe::read_no_follow(&self.root, rel, MAX_ORIGINAL_BYTES) {
+        if journal.originals.contains_key(rel) || journal.not_kept.contains(rel) {
+            // Kept already: only whether it exists now matters (a zero limit reads nothing).
+            return match fs_safe::read_no_follow(&self.root, rel, 0) {
+                Ok(_) | Err(FsError::TooLarge { .. }) => Ok(true),
+                Err(FsError::NotFound(_)) => Ok(false),
+                Err(err) => Err(err),
+            };
+        }
+        let room = MAX_ORIGINALS_TOTAL
+            .saturating_sub(journal.original_bytes)
+            .min(MAX_ORIGINAL_BYTES);
+        let current = match fs_safe::read_no_follow(&self.root, rel, room) {
             Ok(bytes) => Some(bytes),
             Err(FsError::NotFound(_)) => None,
-            // Too large to keep: the change is still logged, the diff says nothing about it.
+            // Too large to keep: the change is still logged, and the diff names the file.
             Err(FsError::TooLarge { .. }) => {
+                journal.not_kept.insert(rel.to_path_buf());
                 return Ok(true);
             }
             Err(err) => return Err(err),
         };
         let exists = current.is_some();
-        journal
-            .originals
-            .entry(rel.to_path_buf())
-            .or_insert(current);
+        journal.original_bytes += current.as_ref().map_or(0, |b| b.len() as u64);
+        journal.originals.insert(rel.to_path_buf(), current);
         Ok(exists)
     }
 }
@@ -328,6 +351,42 @@ mod tests {
         assert!(
             diff.contains("--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"),
             "{diff}"
+        );
+    }
+
+    #[test]
+    fn originals_beyond_the_journal_cap_are_logged_and_named_but_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![b'a'; MAX_ORIGINAL_BYTES as usize];
+        let files = MAX_ORIGINALS_TOTAL / MAX_ORIGINAL_BYTES + 1;
+        for n in 0..files {
+            std::fs::write(dir.path().join(format!("f{n}")), &big).unwrap();
+        }
+        let ws = Workspace::new(dir.path());
+        for n in 0..files {
+            let kind = ws
+                .write("write_file", Path::new(&format!("f{n}")), b"small\n")
+                .unwrap();
+            assert_eq!(kind, ChangeKind::Modified);
+        }
+        // Put back the ones whose originals were kept, so the diff shows only the last.
+        for n in 0..files - 1 {
+            ws.write("write_file", Path::new(&format!("f{n}")), &big)
+                .unwrap();
+        }
+        let journal = lock(&ws.journal);
+        assert!(journal.original_bytes <= MAX_ORIGINALS_TOTAL);
+        assert_eq!(journal.originals.len() as u64, files - 1);
+        drop(journal);
+        let last = format!("f{}", files - 1);
+        assert_eq!(
+            ws.diff(),
+            format!("# {last}: changed; its original was too large to keep, so no diff\n")
+        );
+        assert_eq!(
+            ws.changes().len() as u64,
+            2 * files - 1,
+            "every change is logged"
         );
     }
 
