@@ -35,16 +35,30 @@ the user's behalf. Use the tools to read, search, change and run things in the w
 are relative to it. Prefer small, verifiable steps, keep the plan up to date with update_plan \
 for longer work, and answer plainly once the task is done.";
 
-/// Budget handed to tools still running (pipelines), by call or task id: spent as far as the
-/// cap is concerned until they end, so two of them cannot each spend what is left.
+/// Budget set aside for work in flight — a model call between its reservation and its cost
+/// row, a pipeline until its rows are in — by a key unique in the session: spent as far as
+/// the cap is concerned, so agents running at once cannot each spend what is left.
+///
+/// Checking the cap and holding, and writing rows and releasing, happen under one ledger
+/// lock ([`BudgetHolds::ledger`]), so no reservation sees a spend that is in neither the
+/// rows nor the holds.
 #[derive(Debug, Clone, Default)]
-pub struct BudgetHolds(Arc<std::sync::Mutex<std::collections::HashMap<String, f64>>>);
+pub struct BudgetHolds {
+    held: Arc<std::sync::Mutex<std::collections::HashMap<String, f64>>>,
+    ledger: Arc<tokio::sync::Mutex<()>>,
+}
 
 impl BudgetHolds {
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, f64>> {
-        self.0
+        self.held
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Serialises budget checks with the writes that settle them; hold it from reading the
+    /// spend to holding, and from writing cost rows to releasing.
+    pub async fn ledger(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.ledger.lock().await
     }
 
     /// Sets aside `usd` for the work `id`.
@@ -506,13 +520,15 @@ impl<H: TurnHost> Turn<H> {
                 tools: specs,
                 max_tokens: self.settings.max_tokens,
             };
-            let reserved = match self.reserve(&request, spend).await {
+            let reserved = match self.reserve(&request).await {
                 Ok(reserved) => reserved,
                 Err(ending) => return ending,
             };
             let response = match self.call_model(request).await {
                 Ok(response) => response,
                 Err(err) => {
+                    // No row: what a failed call cost is unknown (see the protocol's deviations).
+                    self.holds.release(&self.model_hold());
                     return Ending::Failed {
                         code: err.kind(),
                         message: err.to_string(),
@@ -577,7 +593,7 @@ impl<H: TurnHost> Turn<H> {
 
     /// Reserves the call's worst-case price against the budget; refuses it when the session
     /// would pass the cap. Returns the reserved USD.
-    async fn reserve(&self, request: &ChatRequest, spend: &Spend) -> Result<f64, Ending> {
+    async fn reserve(&self, request: &ChatRequest) -> Result<f64, Ending> {
         let estimate = Pricing::estimate_prompt_tokens(&request.messages, &request.tools);
         let reserved = self
             .settings
@@ -587,11 +603,12 @@ impl<H: TurnHost> Turn<H> {
         let Some(cap) = self.settings.budget_usd else {
             return Ok(reserved);
         };
+        let _ledger = self.holds.ledger().await;
         let spent = self.budget_spent().await.unwrap_or(f64::INFINITY);
         if spent + reserved <= cap {
+            self.holds.hold(&self.model_hold(), reserved);
             return Ok(reserved);
         }
-        let _ = spend;
         let row = CostRow {
             session_id: self.session_id.to_string(),
             node_id: self.labels.node_id.clone(),
@@ -644,9 +661,22 @@ impl<H: TurnHost> Turn<H> {
             task_id: self.labels.task_id.clone(),
             created_at: timestamp_now(),
         };
+        let _ledger = self.holds.ledger().await;
         if let Err(err) = self.store.insert_cost_row(&row).await {
             tracing::error!(%err, "cost row not persisted");
         }
+        self.holds.release(&self.model_hold());
+    }
+
+    /// The hold of this turn's model call in flight (a turn makes one at a time).
+    fn model_hold(&self) -> String {
+        format!("{}#model", self.turn_id)
+    }
+
+    /// The hold of a tool call of this turn; call ids are the model's and may repeat across
+    /// agents, turn ids do not.
+    fn call_hold(&self, call_id: &str) -> String {
+        format!("{}#{call_id}", self.turn_id)
     }
 
     /// Streams one model call, turning text deltas into `message/delta` events as they come.
@@ -758,9 +788,10 @@ impl<H: TurnHost> Turn<H> {
         .await;
         let (events, mut events_rx) = mpsc::channel(64);
         let budget_left_usd = if ready.tool().uses_models() {
+            let _ledger = self.holds.ledger().await;
             let left = self.budget_left().await;
             if let Some(left) = left {
-                self.holds.hold(&call.id, left);
+                self.holds.hold(&self.call_hold(&call.id), left);
             }
             left
         } else {
@@ -788,7 +819,9 @@ impl<H: TurnHost> Turn<H> {
         // its tool/completed.
         let outcome = {
             let run = async {
-                if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {
+                if ready.tool().coordinates_only() {
+                    ready.run(&ctx, &arguments).await
+                } else if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {
                     let _alone = self.exclusivity.write().await;
                     ready.run(&ctx, &arguments).await
                 } else {
@@ -825,7 +858,8 @@ impl<H: TurnHost> Turn<H> {
             &call.name,
             if result.success { "success" } else { "failure" },
         );
-        if let Some(rows) = record_node_costs(
+        let ledger = self.holds.ledger().await;
+        let rows = record_node_costs(
             &self.store,
             &self.metrics,
             &self.session_id,
@@ -833,13 +867,14 @@ impl<H: TurnHost> Turn<H> {
             self.labels.turn_id.as_deref(),
             self.labels.task_id.as_deref(),
         )
-        .await
-        {
+        .await;
+        // Held until its rows are in the ledger, so the cap never sees a gap.
+        self.holds.release(&self.call_hold(&call.id));
+        drop(ledger);
+        if let Some(rows) = rows {
             let mut costs = self.node_costs.lock().await;
             costs.extend(rows.as_array().cloned().unwrap_or_default());
         }
-        // Held until its rows are in the ledger, so the cap never sees a gap.
-        self.holds.release(&call.id);
         let mut params =
             crate::session::completed_params(&call.id, &call.name, &result, started.elapsed());
         params["turn_id"] = Value::String(self.turn_id.clone());

@@ -392,6 +392,7 @@ impl SessionActor {
 
     /// The remaining budget for one piece of work, held for it until it ends.
     async fn hold_budget(&self, id: &str) -> Option<f64> {
+        let _ledger = self.holds.ledger().await;
         let left = self.budget_left().await?;
         self.holds.hold(id, left);
         Some(left)
@@ -482,6 +483,7 @@ impl SessionActor {
             updated["reason"] = json!(reason);
         }
         self.emit("task/updated", updated).await;
+        let ledger = self.holds.ledger().await;
         let node_costs = record_node_costs(
             &self.store,
             &self.metrics,
@@ -492,6 +494,7 @@ impl SessionActor {
         )
         .await;
         self.holds.release(&task_id);
+        drop(ledger);
         let content = cap_text(&result.output, SPAWN_CONTENT_BYTES);
         let mut complete = json!({
             "task_id": task_id,
@@ -753,12 +756,15 @@ impl SessionActor {
             ctx.budget_left_usd = self.hold_budget(&tool_call_id).await;
         }
         let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
+        let unlocked = call.tool().coordinates_only();
         let exclusivity = Arc::clone(&self.exclusivity);
         let finished = self.finished.sender();
         self.running += 1;
         self.tracker.spawn(async move {
             let started = Instant::now();
-            let outcome = if exclusive {
+            let outcome = if unlocked {
+                call.run(&ctx, &arguments).await
+            } else if exclusive {
                 let _alone = exclusivity.write().await;
                 call.run(&ctx, &arguments).await
             } else {
@@ -803,6 +809,7 @@ impl SessionActor {
             &tool_name,
             if result.success { "success" } else { "failure" },
         );
+        let ledger = self.holds.ledger().await;
         record_node_costs(
             &self.store,
             &self.metrics,
@@ -814,6 +821,7 @@ impl SessionActor {
         .await;
         // Held until its rows are in the ledger, so the cap never sees a gap.
         self.holds.release(&tool_call_id);
+        drop(ledger);
         let params = completed_params(&tool_call_id, &tool_name, &result, duration);
         self.emit("tool/completed", params).await;
         // Activations a tool asked for show up in the next listing.

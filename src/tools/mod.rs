@@ -311,6 +311,14 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether the tool only asks its session to act and waits for the answer, touching no
+    /// workspace state itself: it then stays out of the Safe/Exclusive lock, so a long wait
+    /// (`wait_agent`) never holds off the session's other calls. Batch order still follows
+    /// [`Tool::concurrency_class`].
+    fn coordinates_only(&self) -> bool {
+        false
+    }
+
     /// Lets the host reach a concrete tool type in the rare cases it must wire one up.
     fn as_any(&self) -> &dyn Any {
         &()

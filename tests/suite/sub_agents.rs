@@ -654,3 +654,147 @@ async fn cancelling_a_childs_task_stops_its_turn_but_keeps_it_open() {
     assert_eq!(child["answer"], "read: try again");
     release.notify_waiters();
 }
+
+#[tokio::test]
+async fn children_calling_at_once_cannot_spend_past_the_cap_together() {
+    let release = Arc::new(Notify::new());
+    let script = {
+        let release = Arc::clone(&release);
+        Script::route(move |_: &Value| {
+            Reply::hold(&["half"], Arc::clone(&release), &[" done"]).with_usage(100, 100)
+        })
+    };
+    let mock = MockLlm::start(script).await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with(|c| {
+        configure(c);
+        c.llm.max_tokens = 100;
+        // One call reserves just over 1 USD: two cannot both fit in 1.5.
+        c.llm.pricing.insert(
+            super::agent::MODEL.into(),
+            agentd::config::ModelPrice {
+                input_per_mtok: 1.0,
+                output_per_mtok: 10_000.0,
+            },
+        );
+        c.budget.session_usd = Some(1.5);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let mut ids = Vec::new();
+    for task in ["one", "two"] {
+        let spawned = invoke(&mut ws, &session, "spawn_agent", json!({"message": task})).await;
+        ids.push(spawned["structured_metadata"]["agent_id"].clone());
+    }
+    // One child holds its reservation while its call is held open; the other is refused.
+    let first = invoke(&mut ws, &session, "wait_agent", json!({"ids": ids})).await;
+    let agents = first["structured_metadata"]["agents"].as_array().unwrap();
+    let refused: Vec<&Value> = agents.iter().filter(|a| a["status"] == "errored").collect();
+    assert_eq!(refused.len(), 1, "{first}");
+    assert!(refused[0]["error"].as_str().unwrap().contains("budget"));
+    assert_eq!(
+        mock.request_count(),
+        1,
+        "the refused child never called the model"
+    );
+
+    // One call is held: a stored permit wakes it even if it has not reached its wait yet.
+    release.notify_one();
+    let second = invoke(&mut ws, &session, "wait_agent", json!({})).await;
+    let completed: Vec<&Value> = second["structured_metadata"]["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] == "completed")
+        .collect();
+    assert_eq!(completed.len(), 1, "{second}");
+    let cost = app
+        .get_json(&format!("/api/sessions/{session}/cost"), None)
+        .await;
+    assert!(cost["session_cost_usd"].as_f64().unwrap() <= 1.5, "{cost}");
+
+    // A model the cap cannot price is refused while there is a cap.
+    let unpriced = invoke(
+        &mut ws,
+        &session,
+        "spawn_agent",
+        json!({"message": "free", "model": "unpriced-model"}),
+    )
+    .await;
+    assert_eq!(unpriced["success"], false);
+    assert!(
+        unpriced["output"].as_str().unwrap().contains("no price"),
+        "{unpriced}"
+    );
+}
+
+#[tokio::test]
+async fn waiting_holds_off_nothing_and_without_ids_ignores_children_already_done() {
+    let release = Arc::new(Notify::new());
+    let script = {
+        let release = Arc::clone(&release);
+        Script::route(move |request: &Value| match opener(request).as_str() {
+            "quick" => Reply::text(&["quick answer"]),
+            _ => Reply::hold(&["slow"], Arc::clone(&release), &[" answer"]),
+        })
+    };
+    let mock = MockLlm::start(script).await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    invoke(
+        &mut ws,
+        &session,
+        "spawn_agent",
+        json!({"message": "quick"}),
+    )
+    .await;
+    let quick = invoke(&mut ws, &session, "wait_agent", json!({})).await;
+    assert_eq!(
+        quick["structured_metadata"]["agents"][0]["status"],
+        "completed"
+    );
+    invoke(&mut ws, &session, "spawn_agent", json!({"message": "slow"})).await;
+    mock.wait_for_requests(2, crate::support::WAIT).await;
+
+    // Without ids the finished child does not end the wait: it runs out of time instead.
+    let short = invoke(&mut ws, &session, "wait_agent", json!({"timeout_ms": 50})).await;
+    assert_eq!(short["structured_metadata"]["timed_out"], true, "{short}");
+    let statuses: Vec<&str> = short["structured_metadata"]["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["completed", "running"], "in the order spawned");
+
+    // A long wait leaves the session free: an exclusive call goes through meanwhile.
+    let waiting = ws
+        .send(
+            "tool/invoke",
+            json!({"session_id": session, "name": "wait_agent", "arguments": {}}),
+        )
+        .await;
+    let (seen, written) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "write_file",
+                   "arguments": {"path": "during.txt", "content": "x"}}),
+        )
+        .await;
+    assert_eq!(written["result"]["success"], true, "{written}");
+    assert!(
+        !seen.iter().any(|m| m["id"] == json!(waiting)),
+        "the wait answered before the write"
+    );
+    release.notify_waiters();
+    loop {
+        let message = ws.next_json().await;
+        if message["id"] == json!(waiting) {
+            let agents = &message["result"]["structured_metadata"]["agents"];
+            assert_eq!(agents[1]["answer"], "slow answer", "{message}");
+            break;
+        }
+    }
+}

@@ -75,9 +75,15 @@ impl SessionActor {
                 message,
                 model,
                 tool_call_id,
+                cancel,
                 reply,
             } => {
-                let outcome = self.spawn_child(message, model, tool_call_id).await;
+                // Queued before an interruption: nobody would learn the child's id.
+                let outcome = if cancel.is_cancelled() {
+                    Err(ToolError::model("cancelled", "the turn was interrupted"))
+                } else {
+                    self.spawn_child(message, model, tool_call_id).await
+                };
                 let _ = reply.send(outcome);
             }
             SubAgentRequest::SendInput {
@@ -160,7 +166,19 @@ impl SessionActor {
             ));
         }
         let settings = match model {
-            Some(model) if model != settings.model => Arc::new(settings.with_model(&model)),
+            Some(model) if model != settings.model => {
+                // An unpriced model costs 0 as far as the cap knows: with a cap, never.
+                if settings.budget_usd.is_some() && settings.pricing.price(&model).is_none() {
+                    return Err(ToolError::model(
+                        "unpriced_model",
+                        format!(
+                            "model {model} has no price in [llm.pricing], and this session \
+                             has a budget; use a priced model or leave model out"
+                        ),
+                    ));
+                }
+                Arc::new(settings.with_model(&model))
+            }
             _ => settings,
         };
         let agent_id = uuid::Uuid::new_v4().to_string();
@@ -319,12 +337,13 @@ impl SessionActor {
         if child.run != end.run {
             return;
         }
-        if child.host.has_mail() && !self.cancel.is_cancelled() {
+        let cancelled_on_request = !child.cancel_waiters.is_empty();
+        // A cancel is answered first, even when mail sent after it starts the next run.
+        if child.host.has_mail() && !self.cancel.is_cancelled() && !cancelled_on_request {
             self.start_child_run(&end.agent_id, None).await;
             return;
         }
         let tool_call_id = child.tool_call_id.clone();
-        let cancelled_on_request = !child.cancel_waiters.is_empty();
         let (status, state, reason) = match end.ending {
             Ok(answer) => (
                 AgentStatus {
@@ -362,6 +381,9 @@ impl SessionActor {
             child.status.send_replace(status);
             for waiter in child.cancel_waiters.drain(..) {
                 let _ = waiter.send(Some(state.to_string()));
+            }
+            if child.host.has_mail() && !self.cancel.is_cancelled() {
+                self.start_child_run(&end.agent_id, None).await;
             }
         }
     }

@@ -77,6 +77,8 @@ pub enum SubAgentRequest {
         model: Option<String>,
         /// The call that spawned it, recorded on its task.
         tool_call_id: String,
+        /// The spawning call's cancellation: a call already stopped starts no child.
+        cancel: tokio_util::sync::CancellationToken,
         /// The answer: the child's id and status.
         reply: AgentReply,
     },
@@ -213,6 +215,10 @@ impl Tool for SpawnAgent {
         &["sessions"]
     }
 
+    fn coordinates_only(&self) -> bool {
+        true
+    }
+
     fn concurrency_class(&self) -> ConcurrencyClass {
         ConcurrencyClass::Exclusive
     }
@@ -233,6 +239,7 @@ impl Tool for SpawnAgent {
             message: args.message,
             model: args.model,
             tool_call_id: ctx.tool_call_id.clone(),
+            cancel: ctx.cancel.clone(),
             reply,
         };
         ask(ctx, request, answer).await.map(|s| status_result(&s))
@@ -279,6 +286,10 @@ impl Tool for SendInput {
 
     fn tags(&self) -> &[&str] {
         &["sessions"]
+    }
+
+    fn coordinates_only(&self) -> bool {
+        true
     }
 
     fn concurrency_class(&self) -> ConcurrencyClass {
@@ -341,6 +352,10 @@ impl Tool for ResumeAgent {
         &["sessions"]
     }
 
+    fn coordinates_only(&self) -> bool {
+        true
+    }
+
     fn concurrency_class(&self) -> ConcurrencyClass {
         ConcurrencyClass::Exclusive
     }
@@ -382,9 +397,9 @@ impl Tool for WaitAgent {
     }
 
     fn description(&self) -> &str {
-        "Wait until one of the named sub-agents (all of them when ids is omitted) has finished \
-         its current turn, or the timeout passes; returns every named agent's status and, for \
-         those that completed, its answer."
+        "Wait until one of the named sub-agents has finished its current turn (without ids: \
+         one of those running now), or the timeout passes; returns every named (or open) \
+         agent's status and, for those that completed, its answer."
     }
 
     fn input_schema(&self) -> Value {
@@ -402,6 +417,10 @@ impl Tool for WaitAgent {
         &["sessions"]
     }
 
+    fn coordinates_only(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
         self.execute_with_context(&ToolContext::detached("."), args)
             .await
@@ -417,6 +436,7 @@ impl Tool for WaitAgent {
             .timeout_ms
             .map_or(DEFAULT_WAIT, Duration::from_millis)
             .min(MAX_WAIT);
+        let named = args.ids.is_some();
         let (reply, answer) = oneshot::channel();
         let request = SubAgentRequest::Watch {
             ids: args.ids,
@@ -429,17 +449,34 @@ impl Tool for WaitAgent {
                 "there are no sub-agents to wait for; start one with spawn_agent",
             ));
         }
+        // Named agents are waited for whatever they are doing; without names, the ones running
+        // now, so an agent that finished long ago does not end every later wait at once.
+        let waited: Vec<bool> = if named {
+            vec![true; watched.len()]
+        } else {
+            watched
+                .iter()
+                .map(|w| w.borrow().status == AgentState::Running)
+                .collect()
+        };
         let deadline = tokio::time::Instant::now() + timeout;
         let mut timed_out = false;
-        // Done when any watched agent is not running, or its sender is gone (it was freed).
+        // Done when a waited-for agent is not running, or its sender is gone (it was freed).
         loop {
-            if watched
+            let finished = watched
                 .iter()
-                .any(|w| w.borrow().status != AgentState::Running)
-            {
+                .zip(&waited)
+                .any(|(w, &waited)| waited && w.borrow().status != AgentState::Running);
+            if finished || !waited.contains(&true) {
                 break;
             }
-            let changes = select_all(watched.iter_mut().map(|w| Box::pin(w.changed())));
+            let changes = select_all(
+                watched
+                    .iter_mut()
+                    .zip(&waited)
+                    .filter(|(_, waited)| **waited)
+                    .map(|(w, _)| Box::pin(w.changed())),
+            );
             tokio::select! {
                 biased;
                 () = ctx.cancel.cancelled() => {
@@ -494,6 +531,10 @@ impl Tool for CloseAgent {
 
     fn tags(&self) -> &[&str] {
         &["sessions"]
+    }
+
+    fn coordinates_only(&self) -> bool {
+        true
     }
 
     fn concurrency_class(&self) -> ConcurrencyClass {
