@@ -132,7 +132,12 @@ async function boot() {
     let opened;
     if (sessionId) {
       try {
-        opened = await connection.request('session/open', { session_id: sessionId, after_seq: state.lastSeq });
+        state.beginOpen();
+        try {
+          opened = await connection.request('session/open', { session_id: sessionId, after_seq: state.lastSeq });
+        } finally {
+          if (state.sessionId === sessionId) state.endOpen();
+        }
       } catch (err) {
         if (err.kind !== 'unknown_session') throw err;
         state.reset(null);

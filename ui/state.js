@@ -15,6 +15,24 @@ export class SessionState {
     /** Whether the server has a model (null until known). */
     this.llmConfigured = null;
     this.listeners = new Map();
+    /**
+     * While a `session/open` is in flight, the session's notifications wait here: frames
+     * of an earlier watch of the same session may arrive among the replay, out of order.
+     */
+    this.held = null;
+  }
+
+  /** A `session/open` of the shown session is on its way: hold its notifications. */
+  beginOpen() {
+    this.held = [];
+  }
+
+  /** The open answered (or failed): apply what was held in seq order, repeats dropped. */
+  endOpen() {
+    const held = this.held ?? [];
+    this.held = null;
+    held.sort((a, b) => (a.params?.seq ?? 0) - (b.params?.seq ?? 0));
+    for (const message of held) this.accept(message);
   }
 
   /** Calls `fn(params, method)` for each accepted notification `method` ('*' for all). */
@@ -32,6 +50,7 @@ export class SessionState {
   reset(sessionId) {
     this.sessionId = sessionId;
     this.lastSeq = 0;
+    this.held = null;
     this.emit('state/reset', { session_id: sessionId });
   }
 
@@ -45,6 +64,10 @@ export class SessionState {
   accept(message) {
     const params = message.params ?? {};
     if (params.session_id !== this.sessionId) return false;
+    if (this.held !== null) {
+      this.held.push(message);
+      return false;
+    }
     if (typeof params.seq === 'number') {
       if (params.seq <= this.lastSeq) {
         this.repeated += 1;

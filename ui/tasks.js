@@ -49,8 +49,13 @@ export class Tasks {
   /** Merges a task list (`task/list`), which also knows output sizes. */
   load(tasks) {
     for (const task of tasks) {
+      const known = this.rows.has(task.task_id);
       const row = this.row(task.task_id, task.tool_name);
-      this.setState(row, task.state, task.exit_code, task.reason);
+      // The list may be older than a live task/updated: an ended task never runs again here
+      // (a sub-agent given more work says so with a new task/updated).
+      if (!(known && row.state !== 'running' && task.state === 'running')) {
+        this.setState(row, task.state, task.exit_code, task.reason);
+      }
       row.totalBytes = Math.max(row.totalBytes, task.total_bytes ?? 0);
       row.size.textContent = bytes(row.totalBytes);
     }

@@ -529,7 +529,7 @@ async fn a_turn_streams_text_and_tool_cards_and_comes_back_after_a_reload() {
         Reply::hold(
             &["Here is **what** I ", "found"],
             release.clone(),
-            &[": `notes.txt`.\n\n<img src=x onerror=\"window.__pwned = 1\"> stays text."],
+            &[": `notes.txt`.\n\n<img src=x onerror=\"window.__pwned = 1\"> stays text. [a link](javascript:document.title=1) and [docs](https://example.com/docs)"],
         )
         .with_usage(1500, 60),
     ]))
@@ -581,6 +581,11 @@ async fn a_turn_streams_text_and_tool_cards_and_comes_back_after_a_reload() {
         assert!(answer[1].as_str().unwrap().contains(r#"<img src=x onerror="window.__pwned = 1"> stays text."#), "{answer}");
         assert_eq!(b.js("return $$(tid('messages') + ' img').length").await, 0);
         assert_eq!(b.js("return window.__pwned === undefined").await, true);
+        // Only safe link targets become links.
+        assert_eq!(
+            b.js("return $$(tid('assistant-message') + ' a').map((a) => a.getAttribute('href'))").await,
+            json!(["https://example.com/docs"])
+        );
         assert_eq!(
             b.js("return $$(tid('assistant-message') + ' strong').map((s) => s.textContent)").await,
             json!(["what"])
@@ -600,7 +605,8 @@ async fn a_turn_streams_text_and_tool_cards_and_comes_back_after_a_reload() {
             )
             .await;
         assert_eq!(shown, format!("${cost:.6}"));
-        assert_eq!(b.js("return $$(tid('cost-node-row')).length").await, 2);
+        // The rows come from the ledger over REST, after the total the turn's end carried.
+        b.wait("a row per model call", "$$(tid('cost-node-row')).length === 2").await;
 
         // A reload returns to the same session with its history.
         b.client.refresh().await.unwrap();
@@ -844,6 +850,58 @@ async fn a_token_in_the_page_url_opens_the_api_and_the_socket() {
         // A reload keeps the token for this tab.
         b.client.refresh().await.unwrap();
         assert_eq!(b.live_session().await, session);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn switching_sessions_and_back_shows_each_whole_history_once() {
+    let app = TestApp::spawn().await;
+    let url = app.url("/");
+    in_browser("switching_sessions_and_back_shows_each_whole_history_once", async |b| {
+        b.goto(&url).await;
+        let first = b.live_session().await;
+        let mut ws = app.ws().await;
+        let invoke = |session: &str, name: &str, arguments: Value| {
+            json!({"session_id": session, "name": name, "arguments": arguments})
+        };
+        ws.result("tool/invoke", invoke(&first, "list_dir", json!({"path": "."}))).await;
+        b.wait("the first card", "$$(tid('tool-card')).length === 1").await;
+
+        b.click("[data-testid='new-session']").await;
+        let second = b
+            .wait(
+                "another session",
+                &format!(
+                    "(() => {{ const id = new URL(location.href).searchParams.get('session');
+                       return id && id !== '{first}' && $$(tid('tool-card')).length === 0 && id; }})()"
+                ),
+            )
+            .await;
+        let second = second.as_str().unwrap().to_string();
+        // The first session goes on while the page shows the second; its events stay out.
+        for n in 0..3 {
+            let path = format!("n{n}.txt");
+            ws.result("tool/invoke", invoke(&first, "write_file", json!({"path": path, "content": "x"}))).await;
+        }
+        ws.result("tool/invoke", invoke(&second, "list_dir", json!({"path": "."}))).await;
+        b.wait("the second session's card", "$$(tid('tool-card')).length === 1").await;
+
+        // Back to the first: every card of it, in order, each once.
+        b.wait("the first session listed", &format!("document.querySelector(`[data-session-id='{first}']`)")).await;
+        b.click(&format!("[data-session-id='{first}']")).await;
+        let cards = b
+            .wait(
+                "the first session's cards",
+                "$$(tid('tool-card')).length >= 4 && $$(tid('tool-card')).map((c) => c.dataset.toolName)",
+            )
+            .await;
+        assert_eq!(cards, json!(["list_dir", "write_file", "write_file", "write_file"]));
+        let events = app
+            .get_json(&format!("/api/sessions/{first}/events?after_seq=0"), None)
+            .await;
+        let last_seq = events["events"].as_array().unwrap().last().unwrap()["seq"].clone();
+        assert_eq!(b.js("return window.agentd.state.lastSeq").await, last_seq);
     })
     .await;
 }
