@@ -2,6 +2,7 @@
 //! hosted over a registry the child owns, with its history in memory and a readable transcript
 //! in its task's output file.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -40,6 +41,8 @@ pub(crate) struct ChildHost {
     registry: Mutex<ToolRegistry>,
     catalog: CatalogCell,
     history: Mutex<Vec<ChatMessage>>,
+    /// The history's copy on disk, so the child can go on after a restart.
+    journal: Mutex<HistoryJournal>,
     /// Messages from `send_input` not yet read by the child's model.
     inbox: Mutex<Vec<String>>,
     transcript: tokio::sync::Mutex<OutputSpool>,
@@ -62,13 +65,15 @@ impl ChildHost {
         agent_id: String,
         registry: ToolRegistry,
         transcript: OutputSpool,
+        journal: HistoryJournal,
         reports: mpsc::Sender<TaskReport>,
     ) -> Self {
         Self {
             agent_id,
             catalog: registry.catalog_cell(),
             registry: Mutex::new(registry),
-            history: Mutex::new(Vec::new()),
+            history: Mutex::new(journal.messages.clone()),
+            journal: Mutex::new(journal),
             inbox: Mutex::new(Vec::new()),
             transcript: tokio::sync::Mutex::new(transcript),
             reports,
@@ -260,11 +265,15 @@ impl TurnHost for ChildHost {
         for text in &mail {
             self.write_user(text).await;
         }
+        let mail: Vec<ChatMessage> = mail
+            .into_iter()
+            .map(|content| ChatMessage::User { content })
+            .collect();
+        for message in &mail {
+            lock(&self.journal).append(message);
+        }
         let mut history = lock(&self.history);
-        history.extend(
-            mail.into_iter()
-                .map(|content| ChatMessage::User { content }),
-        );
+        history.extend(mail);
         Ok(repair(history.clone()))
     }
 
@@ -272,11 +281,79 @@ impl TurnHost for ChildHost {
         if let ChatMessage::User { content } = message {
             self.write_user(content).await;
         }
+        lock(&self.journal).append(message);
         lock(&self.history).push(message.clone());
         Ok(())
     }
 
     async fn finished(&self, _turn_id: &str) {}
+}
+
+/// A child's history as JSON lines in `<tasks_dir>/<agent_id>.history.jsonl`, appended as it
+/// grows; what a later start reads to bring the child back.
+#[derive(Debug)]
+pub(crate) struct HistoryJournal {
+    file: Option<std::fs::File>,
+    /// What the file held when it was opened.
+    messages: Vec<ChatMessage>,
+}
+
+impl HistoryJournal {
+    /// Opens (creating when missing) the journal of `agent_id` under `dir` and reads what it
+    /// holds; a line cut by a crash is skipped. A symlink at the path is refused.
+    pub(crate) fn open(dir: &Path, agent_id: &str) -> std::io::Result<Self> {
+        use std::io::BufRead;
+        use std::os::unix::fs::OpenOptionsExt;
+        crate::tasks::spool::validate_task_id(agent_id)?;
+        let path = dir.join(format!("{agent_id}.history.jsonl"));
+        std::fs::create_dir_all(dir)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)?;
+        let messages = std::io::BufReader::new(&file)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|line| serde_json::from_str(&line).ok())
+            .collect();
+        Ok(Self {
+            file: Some(file),
+            messages,
+        })
+    }
+
+    /// Whether the file held no message when it was opened.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The model's answer the history ends with, if it ends with one.
+    pub(crate) fn last_answer(&self) -> Option<String> {
+        match self.messages.last() {
+            Some(ChatMessage::Assistant {
+                content,
+                tool_calls,
+            }) if tool_calls.is_empty() => content.clone(),
+            _ => None,
+        }
+    }
+
+    fn append(&mut self, message: &ChatMessage) {
+        use std::io::Write;
+        let Some(file) = &mut self.file else {
+            return;
+        };
+        let written = serde_json::to_string(message)
+            .map_err(std::io::Error::other)
+            .and_then(|line| file.write_all(format!("{line}\n").as_bytes()));
+        if let Err(err) = written {
+            // The child goes on from memory; only a later revival would miss this.
+            tracing::error!(%err, "sub-agent history not written");
+            self.file = None;
+        }
+    }
 }
 
 /// What the session hears when one run of a child ends.

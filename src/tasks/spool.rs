@@ -69,6 +69,23 @@ impl OutputSpool {
         })
     }
 
+    /// Opens the existing `<dir>/<task_id>.log` to append to it (a sub-agent's transcript goes
+    /// on after a restart); a symlink at the path is refused.
+    pub async fn reopen(dir: &Path, task_id: &str) -> io::Result<Self> {
+        let path = log_path(dir, task_id)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .await?;
+        let total_bytes = file.metadata().await?.len();
+        Ok(Self {
+            file,
+            path,
+            total_bytes,
+        })
+    }
+
     /// Appends `bytes` and hands them to the operating system before returning, so a crash of
     /// this process loses at most an append still in progress.
     pub async fn append(&mut self, bytes: &[u8]) -> io::Result<()> {

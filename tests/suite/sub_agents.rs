@@ -798,3 +798,99 @@ async fn waiting_holds_off_nothing_and_without_ids_ignores_children_already_done
         }
     }
 }
+
+#[tokio::test]
+async fn a_child_goes_on_after_a_restart_from_its_history_unless_it_was_closed() {
+    let script = Script::route(|request: &Value| {
+        let said: Vec<&str> = messages(request)
+            .iter()
+            .skip(1)
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        Reply::text(&[&format!("heard {}", said.join(" / "))])
+    });
+    let mock = MockLlm::start(script).await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with(|c| configure(c)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let mut agents = Vec::new();
+    for task in ["remember the code 41", "forget me"] {
+        let spawned = invoke(&mut ws, &session, "spawn_agent", json!({"message": task})).await;
+        agents.push(
+            spawned["structured_metadata"]["agent_id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+        invoke(
+            &mut ws,
+            &session,
+            "wait_agent",
+            json!({"ids": [agents.last()]}),
+        )
+        .await;
+    }
+    invoke(
+        &mut ws,
+        &session,
+        "close_agent",
+        json!({"target": agents[1]}),
+    )
+    .await;
+    drop(ws);
+    let dir = app.stop().await;
+
+    let mut config = crate::support::config_in(dir.path());
+    with_model(&mock)(&mut config);
+    let app = TestApp::start_in(dir, config).await;
+    let mut ws = app.ws().await;
+    ws.result("session/open", json!({"session_id": session}))
+        .await;
+    // Named again, the first child is back, finished as it was, and takes more work.
+    let waited = invoke(
+        &mut ws,
+        &session,
+        "wait_agent",
+        json!({"ids": [agents[0]], "timeout_ms": 0}),
+    )
+    .await;
+    let child = &waited["structured_metadata"]["agents"][0];
+    assert_eq!(child["status"], "completed", "{waited}");
+    assert_eq!(child["answer"], "heard remember the code 41");
+    let sent = invoke(
+        &mut ws,
+        &session,
+        "send_input",
+        json!({"target": agents[0], "message": "what was the code?"}),
+    )
+    .await;
+    assert_eq!(sent["success"], true, "{sent}");
+    let waited = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agents[0]]})).await;
+    assert_eq!(
+        waited["structured_metadata"]["agents"][0]["answer"],
+        "heard remember the code 41 / heard remember the code 41 / what was the code?"
+    );
+    let transcript = app
+        .get_json(&format!("/api/tasks/{}/output?lines=100", agents[0]), None)
+        .await;
+    let text = transcript["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("user: remember the code 41\n")
+            && text.contains("user: what was the code?"),
+        "one transcript across both starts:\n{text}"
+    );
+    // The closed one stays closed.
+    let closed = invoke(
+        &mut ws,
+        &session,
+        "send_input",
+        json!({"target": agents[1], "message": "hello?"}),
+    )
+    .await;
+    assert_eq!(closed["success"], false);
+    assert!(
+        closed["output"].as_str().unwrap().contains("was closed"),
+        "{closed}"
+    );
+}

@@ -16,13 +16,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::SessionActor;
-use crate::agent::child::{ChildHost, ChildRunEnd};
+use crate::agent::child::{ChildHost, ChildRunEnd, HistoryJournal};
 use crate::agent::{AgentSettings, CostLabels, Turn};
 use crate::store::{TaskRow, timestamp_now};
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::TaskReport;
 use crate::tools::ToolError;
 use crate::tools::builtin::agents::{AgentState, AgentStatus, SubAgentRequest};
+
+/// The task reason of a child closed with `close_agent`; such a child never comes back.
+const CLOSED_REASON: &str = "closed by close_agent";
 
 /// Groups a child may never see or call.
 const CHILD_EXCLUDED: &[&str] = &["group:delegated", "group:sessions"];
@@ -70,6 +73,19 @@ impl SessionActor {
     }
 
     pub(super) async fn on_sub_agent_request(&mut self, request: SubAgentRequest) {
+        // A child of an earlier start of the session comes back when a request names it.
+        let named: Vec<String> = match &request {
+            SubAgentRequest::SendInput { target, .. } => vec![target.clone()],
+            SubAgentRequest::Resume { id, .. } => vec![id.clone()],
+            SubAgentRequest::Watch { ids: Some(ids), .. } => ids.clone(),
+            _ => Vec::new(),
+        };
+        for id in named {
+            if let Err(err) = self.revive_child(&id).await {
+                request.refuse(err);
+                return;
+            }
+        }
         match request {
             SubAgentRequest::Spawn {
                 message,
@@ -110,11 +126,17 @@ impl SessionActor {
             SubAgentRequest::Close { target, reply } => {
                 let outcome = match self.children.remove(&target) {
                     Some(child) => {
-                        self.close_child(&target, child, "closed by close_agent")
-                            .await;
+                        self.close_child(&target, child, CLOSED_REASON).await;
+                        self.mark_closed(&target).await;
                         Ok(closed_status(&target))
                     }
                     None if self.closed_children.contains(&target) => Err(closed_agent(&target)),
+                    // One of an earlier start, not brought back: closing it needs no revival.
+                    None if self.stored_child(&target).await.is_some() => {
+                        self.closed_children.insert(target.clone());
+                        self.mark_closed(&target).await;
+                        Ok(closed_status(&target))
+                    }
                     None => Err(unknown_agent(&target)),
                 };
                 let _ = reply.send(outcome);
@@ -209,10 +231,17 @@ impl SessionActor {
                 "the sub-agent could not be recorded".into(),
             ));
         }
+        let journal = HistoryJournal::open(self.tasks.dir(), &agent_id).map_err(|err| {
+            tracing::error!(%err, "sub-agent history not created");
+            ToolError::Fatal(format!(
+                "the sub-agent's history could not be created: {err}"
+            ))
+        })?;
         let host = Arc::new(ChildHost::new(
             agent_id.clone(),
             self.child_registry(),
             spool,
+            journal,
             self.reports.sender(),
         ));
         self.children.insert(
@@ -229,6 +258,116 @@ impl SessionActor {
             },
         );
         Ok(self.start_child_run(&agent_id, Some(message)).await)
+    }
+
+    /// The task row of a child of this session that is neither open nor closed for good.
+    async fn stored_child(&mut self, agent_id: &str) -> Option<TaskRow> {
+        if self.children.contains_key(agent_id) || self.closed_children.contains(agent_id) {
+            return None;
+        }
+        let row = self.store.get_task(agent_id).await.ok()??;
+        if row.session_id != *self.session_id || row.tool_name != "spawn_agent" {
+            return None;
+        }
+        if row.reason.as_deref() == Some(CLOSED_REASON) {
+            // Closed before this start: say so, as the start that closed it would.
+            self.closed_children.insert(agent_id.to_string());
+            return None;
+        }
+        Some(row)
+    }
+
+    /// Brings back a child of an earlier start of the session (the server restarted, or the
+    /// session was unloaded) from its history file, finished or failed as it was left; does
+    /// nothing for an id that is open, closed or unknown.
+    async fn revive_child(&mut self, agent_id: &str) -> Result<(), ToolError> {
+        let Some(row) = self.stored_child(agent_id).await else {
+            return Ok(());
+        };
+        let Some(settings) = self.agent.clone() else {
+            return Ok(());
+        };
+        if self.children.len() >= settings.max_sub_agents {
+            return Err(ToolError::model(
+                "agent_limit",
+                format!(
+                    "sub-agent {agent_id} would have to be reopened, but this session has {} open \
+                     sub-agents, the most it may have; close one with close_agent first",
+                    self.children.len()
+                ),
+            ));
+        }
+        let dir = self.tasks.dir().to_path_buf();
+        let journal = match HistoryJournal::open(&dir, agent_id) {
+            Ok(journal) if !journal.is_empty() => journal,
+            Ok(_) => return Ok(()),
+            Err(err) => {
+                tracing::error!(%err, agent_id, "sub-agent history unreadable");
+                return Ok(());
+            }
+        };
+        let spool = match OutputSpool::reopen(&dir, agent_id).await {
+            Ok(spool) => spool,
+            Err(err) => {
+                tracing::error!(%err, agent_id, "sub-agent transcript unreadable");
+                return Ok(());
+            }
+        };
+        let status = if row.state == "completed" {
+            AgentStatus {
+                agent_id: agent_id.to_string(),
+                status: AgentState::Completed,
+                answer: journal.last_answer(),
+                error: None,
+            }
+        } else {
+            AgentStatus {
+                agent_id: agent_id.to_string(),
+                status: AgentState::Errored,
+                answer: None,
+                error: Some(
+                    row.reason
+                        .clone()
+                        .unwrap_or_else(|| "it stopped when the session did".into()),
+                ),
+            }
+        };
+        let host = Arc::new(ChildHost::new(
+            agent_id.to_string(),
+            self.child_registry(),
+            spool,
+            journal,
+            self.reports.sender(),
+        ));
+        tracing::info!(agent_id, "sub-agent reopened from its history");
+        self.children.insert(
+            agent_id.to_string(),
+            ChildAgent {
+                host,
+                settings,
+                status: watch::Sender::new(status),
+                run: 0,
+                cancel: CancellationToken::new(),
+                tool_call_id: row.tool_call_id,
+                cancel_waiters: Vec::new(),
+                spawned_at: std::time::Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Records in the child's task that it was closed for good.
+    async fn mark_closed(&self, agent_id: &str) {
+        match self.store.get_task(agent_id).await {
+            Ok(Some(mut row)) if row.reason.as_deref() != Some(CLOSED_REASON) => {
+                row.reason = Some(CLOSED_REASON.into());
+                if let Err(err) = self.store.upsert_task(&row).await {
+                    tracing::error!(%err, "sub-agent close not recorded");
+                }
+            }
+            Ok(_) => {}
+            Err(err) => tracing::error!(%err, "sub-agent task unreadable"),
+        }
     }
 
     /// The registry a child works with: the session's tools without the delegated and
