@@ -302,7 +302,6 @@ impl HistoryJournal {
     /// Opens (creating when missing) the journal of `agent_id` under `dir` and reads what it
     /// holds; a line cut by a crash is skipped. A symlink at the path is refused.
     pub(crate) fn open(dir: &Path, agent_id: &str) -> std::io::Result<Self> {
-        use std::io::BufRead;
         use std::os::unix::fs::OpenOptionsExt;
         crate::tasks::spool::validate_task_id(agent_id)?;
         let path = dir.join(format!("{agent_id}.history.jsonl"));
@@ -313,11 +312,17 @@ impl HistoryJournal {
             .read(true)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&path)?;
-        let messages = std::io::BufReader::new(&file)
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut &file, &mut text)?;
+        let messages = text
             .lines()
-            .map_while(Result::ok)
-            .filter_map(|line| serde_json::from_str(&line).ok())
+            .filter_map(|line| serde_json::from_str(line).ok())
             .collect();
+        let mut file = file;
+        if !text.is_empty() && !text.ends_with('\n') {
+            // A line cut by a crash must not swallow the next one.
+            std::io::Write::write_all(&mut file, b"\n")?;
+        }
         Ok(Self {
             file: Some(file),
             messages,
@@ -364,4 +369,60 @@ pub(crate) struct ChildRunEnd {
     pub run: u64,
     /// The answer, or why it failed.
     pub ending: Result<Option<String>, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(text: &str) -> ChatMessage {
+        ChatMessage::User {
+            content: text.into(),
+        }
+    }
+
+    fn answer(text: &str) -> ChatMessage {
+        ChatMessage::Assistant {
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_history_journal_reopens_what_was_written_and_skips_a_cut_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = HistoryJournal::open(dir.path(), "agent-1").unwrap();
+        assert!(journal.is_empty());
+        assert_eq!(journal.last_answer(), None);
+        journal.append(&user("task"));
+        journal.append(&answer("done"));
+        drop(journal);
+        // A crash in the middle of a line leaves half of it.
+        let path = dir.path().join("agent-1.history.jsonl");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"role\":\"user\",\"cont");
+        std::fs::write(&path, text).unwrap();
+
+        let mut reopened = HistoryJournal::open(dir.path(), "agent-1").unwrap();
+        assert_eq!(reopened.messages, vec![user("task"), answer("done")]);
+        assert_eq!(reopened.last_answer().as_deref(), Some("done"));
+        reopened.append(&user("more"));
+        drop(reopened);
+        let again = HistoryJournal::open(dir.path(), "agent-1").unwrap();
+        assert_eq!(
+            again.messages,
+            vec![user("task"), answer("done"), user("more")],
+            "what follows a cut line is kept"
+        );
+    }
+
+    #[test]
+    fn the_history_journal_refuses_a_symlink_and_a_bad_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, "").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.path().join("agent-2.history.jsonl")).unwrap();
+        assert!(HistoryJournal::open(dir.path(), "agent-2").is_err());
+        assert!(HistoryJournal::open(dir.path(), "../agent-3").is_err());
+    }
 }
