@@ -78,7 +78,13 @@ export class Tasks {
       h(
         'header',
         {},
-        h('span', { class: 'task-name', testid: 'task-name', text: toolName ?? 'task' }),
+        // A sub-agent is a task whose output is its transcript.
+        h('span', {
+          class: 'task-name',
+          testid: 'task-name',
+          text: toolName === 'spawn_agent' ? 'sub-agent' : toolName ?? 'task',
+          title: toolName ?? '',
+        }),
         stateBadge,
         size,
       ),
