@@ -175,6 +175,17 @@ impl Server {
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
         crate::tools::builtin::exec::forbid_env_var(&config.llm.api_key_env);
+        if !config.server.bind.ip().is_loopback()
+            && config.server.auth_token.is_none()
+            && config.server.users.is_empty()
+        {
+            // Allowed (a proxy may guard it), but whoever reaches the port can run shell.
+            tracing::warn!(
+                bind = %config.server.bind,
+                "listening beyond loopback without auth_token or [[server.users]]: anyone who \
+                 can reach this address can use every tool, shell included"
+            );
+        }
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
         create_dir("workspace", &config.server.workspace)?;
