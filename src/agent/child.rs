@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::{RwLock, mpsc};
 
-use super::{TurnHost, repair};
+use super::{TurnHost, cap_text, repair};
 use crate::llm::ChatMessage;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::TaskReport;
@@ -147,15 +147,7 @@ impl ChildHost {
 
 /// The first line of `text`, cut to a transcript's preview size.
 fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    if line.len() <= TRANSCRIPT_PREVIEW {
-        return line.to_string();
-    }
-    let mut cut = TRANSCRIPT_PREVIEW;
-    while !line.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &line[..cut])
+    cap_text(text.lines().next().unwrap_or_default(), TRANSCRIPT_PREVIEW)
 }
 
 impl TurnHost for ChildHost {

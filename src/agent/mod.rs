@@ -818,17 +818,7 @@ impl<H: TurnHost> Turn<H> {
         // The call's events go to the session through the turn's channel, in order, before
         // its tool/completed.
         let outcome = {
-            let run = async {
-                if ready.tool().coordinates_only() {
-                    ready.run(&ctx, &arguments).await
-                } else if ready.tool().concurrency_class() == ConcurrencyClass::Exclusive {
-                    let _alone = self.exclusivity.write().await;
-                    ready.run(&ctx, &arguments).await
-                } else {
-                    let _shared = self.exclusivity.read().await;
-                    ready.run(&ctx, &arguments).await
-                }
-            };
+            let run = ready.run_guarded(&ctx, &arguments, &self.exclusivity);
             tokio::pin!(run);
             loop {
                 tokio::select! {
@@ -1028,6 +1018,19 @@ fn interrupted() -> Ending {
         code: "interrupted",
         message: "the turn was interrupted".into(),
     }
+}
+
+/// `text` cut to at most `limit` bytes at a character boundary, with an ellipsis when cut.
+pub(crate) fn cap_text(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    // The ellipsis is three bytes, and the whole must stay within the limit.
+    let mut cut = limit.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
 }
 
 /// Keeps a tool's output within [`MAX_TOOL_OUTPUT_IN_HISTORY`]: the head and the tail, with

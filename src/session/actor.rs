@@ -19,7 +19,7 @@ use super::{
 };
 use crate::agent::{
     ActorLink, AgentSettings, BudgetHolds, CostLabels, SpawnRequest, Turn, TurnRequest,
-    append_history, budget_spent, record_node_costs,
+    append_history, budget_spent, cap_text, record_node_costs,
 };
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
@@ -28,8 +28,7 @@ use crate::store::{TaskRow, timestamp_now};
 use crate::tasks::supervisor::{TaskEnd, TaskReport, TaskSupervisor};
 use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::{
-    ConcurrencyClass, DispatchError, PreparedCall, ToolContext, ToolEvent, ToolRegistry,
-    ToolResult, ToolState,
+    DispatchError, PreparedCall, ToolContext, ToolEvent, ToolRegistry, ToolResult, ToolState,
 };
 
 /// How much of a tool's output `tool/completed` carries.
@@ -299,19 +298,7 @@ impl SessionActor {
                 ));
             }
         };
-        let row = TaskRow {
-            task_id: task_id.clone(),
-            session_id: self.session_id.to_string(),
-            tool_call_id: tool_call_id.clone(),
-            tool_name: tool_name.clone(),
-            state: "running".into(),
-            exit_code: None,
-            reason: None,
-            total_bytes: 0,
-            output_path: path.to_string_lossy().into_owned(),
-            created_at: timestamp_now(),
-            finished_at: None,
-        };
+        let row = TaskRow::running(&task_id, &self.session_id, &tool_call_id, &tool_name, &path);
         if let Err(err) = self.store.upsert_task(&row).await {
             // A task nobody can look up must not run: stop it and say so.
             tracing::error!(%err, "task not recorded");
@@ -357,17 +344,14 @@ impl SessionActor {
         self.tasks.cancel_all();
         for (task_id, task) in self.tasks.drain() {
             self.holds.release(&task_id);
-            if let Ok(Some(mut row)) = self.store.get_task(&task_id).await {
-                row.state = "cancelled".into();
-                row.reason = Some("the session stopped".into());
-                row.finished_at = Some(timestamp_now());
-                if let Ok(meta) = std::fs::metadata(&row.output_path) {
-                    row.total_bytes = meta.len() as i64;
-                }
-                if let Err(err) = self.store.upsert_task(&row).await {
-                    tracing::error!(%err, "task end not recorded");
-                }
-            }
+            self.store_task_state(
+                &task_id,
+                "cancelled",
+                Some("the session stopped"),
+                None,
+                None,
+            )
+            .await;
             self.metrics.record_task_state("cancelled");
             self.emit(
                 "task/updated",
@@ -455,20 +439,14 @@ impl SessionActor {
             "failed" => Some(first_line(&result.output)),
             _ => None,
         };
-        match self.store.get_task(&task_id).await {
-            Ok(Some(mut row)) => {
-                row.state = state.into();
-                row.exit_code = exit_code;
-                row.reason = reason.clone();
-                row.total_bytes = total_bytes as i64;
-                row.finished_at = Some(timestamp_now());
-                if let Err(err) = self.store.upsert_task(&row).await {
-                    tracing::error!(%err, "task end not recorded");
-                }
-            }
-            Ok(None) => {}
-            Err(err) => tracing::error!(%err, "task unreadable"),
-        }
+        self.store_task_state(
+            &task_id,
+            state,
+            reason.as_deref(),
+            exit_code,
+            Some(total_bytes),
+        )
+        .await;
         self.metrics.record_task_state(state);
         let mut updated = json!({
             "task_id": task_id,
@@ -521,6 +499,37 @@ impl SessionActor {
             self.pending_notes.push(note);
         } else {
             self.remember(&note).await;
+        }
+    }
+
+    /// Records a task's new state: its reason and exit code, the size of its output (`total`,
+    /// else its output file's length) and `finished_at`, unless it runs (again).
+    async fn store_task_state(
+        &self,
+        task_id: &str,
+        state: &str,
+        reason: Option<&str>,
+        exit_code: Option<i32>,
+        total: Option<u64>,
+    ) {
+        match self.store.get_task(task_id).await {
+            Ok(Some(mut row)) => {
+                row.state = state.into();
+                row.reason = reason.map(str::to_string);
+                row.exit_code = exit_code;
+                // A running writer may hold its spool; the file's length is the truth.
+                row.total_bytes = match total {
+                    Some(total) => total as i64,
+                    None => std::fs::metadata(&row.output_path)
+                        .map_or(row.total_bytes, |meta| meta.len() as i64),
+                };
+                row.finished_at = (state != "running").then(timestamp_now);
+                if let Err(err) = self.store.upsert_task(&row).await {
+                    tracing::error!(%err, task_id, "task state not recorded");
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::error!(%err, task_id, "task unreadable"),
         }
     }
 
@@ -755,22 +764,12 @@ impl SessionActor {
         if call.tool().uses_models() {
             ctx.budget_left_usd = self.hold_budget(&tool_call_id).await;
         }
-        let exclusive = call.tool().concurrency_class() == ConcurrencyClass::Exclusive;
-        let unlocked = call.tool().coordinates_only();
         let exclusivity = Arc::clone(&self.exclusivity);
         let finished = self.finished.sender();
         self.running += 1;
         self.tracker.spawn(async move {
             let started = Instant::now();
-            let outcome = if unlocked {
-                call.run(&ctx, &arguments).await
-            } else if exclusive {
-                let _alone = exclusivity.write().await;
-                call.run(&ctx, &arguments).await
-            } else {
-                let _shared = exclusivity.read().await;
-                call.run(&ctx, &arguments).await
-            };
+            let outcome = call.run_guarded(&ctx, &arguments, &exclusivity).await;
             let _ = finished
                 .send(Box::new(Finished {
                     tool_call_id,
@@ -982,19 +981,6 @@ fn first_line(text: &str) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("failed");
     cap_text(line, 200)
-}
-
-/// `text` cut to at most `limit` bytes at a character boundary, with an ellipsis when cut.
-fn cap_text(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    // The ellipsis is three bytes, and the whole must stay within the limit.
-    let mut cut = limit.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &text[..cut])
 }
 
 /// The first bytes of a tool's output, cut at a character boundary.

@@ -164,6 +164,31 @@ pub struct TaskRow {
     pub finished_at: Option<OffsetDateTime>,
 }
 
+impl TaskRow {
+    /// A task starting now, `running`, with its output spooled at `output_path`.
+    pub fn running(
+        task_id: &str,
+        session_id: &str,
+        tool_call_id: &str,
+        tool_name: &str,
+        output_path: &std::path::Path,
+    ) -> Self {
+        Self {
+            task_id: task_id.to_string(),
+            session_id: session_id.to_string(),
+            tool_call_id: tool_call_id.to_string(),
+            tool_name: tool_name.to_string(),
+            state: "running".into(),
+            exit_code: None,
+            reason: None,
+            total_bytes: 0,
+            output_path: output_path.to_string_lossy().into_owned(),
+            created_at: timestamp_now(),
+            finished_at: None,
+        }
+    }
+}
+
 /// One priced model call; serialises as CONTRACT's `CostRow` (plus `session_id`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostRow {

@@ -167,6 +167,26 @@ impl PreparedCall {
         self.spawn_only
     }
 
+    /// [`PreparedCall::run`] under a session's concurrency rule: an Exclusive tool holds
+    /// `exclusivity` alone, a Safe one shares it, and a tool that only coordinates
+    /// ([`Tool::coordinates_only`]) stays out of it.
+    pub async fn run_guarded(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+        exclusivity: &tokio::sync::RwLock<()>,
+    ) -> Result<ToolResult, DispatchError> {
+        if self.tool.coordinates_only() {
+            self.run(ctx, args).await
+        } else if self.tool.concurrency_class() == super::ConcurrencyClass::Exclusive {
+            let _alone = exclusivity.write().await;
+            self.run(ctx, args).await
+        } else {
+            let _shared = exclusivity.read().await;
+            self.run(ctx, args).await
+        }
+    }
+
     /// Runs the tool; a model-facing tool error becomes an unsuccessful result, and the call
     /// stops when `ctx.cancel` fires: at once if the tool answers, after [`CANCEL_GRACE`] if not.
     pub async fn run(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, DispatchError> {

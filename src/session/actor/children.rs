@@ -18,7 +18,7 @@ use tracing::Instrument;
 use super::SessionActor;
 use crate::agent::child::{ChildHost, ChildRunEnd, HistoryJournal};
 use crate::agent::{AgentSettings, CostLabels, Turn};
-use crate::store::{TaskRow, timestamp_now};
+use crate::store::TaskRow;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::TaskReport;
 use crate::tools::ToolError;
@@ -212,19 +212,13 @@ impl SessionActor {
                     "the sub-agent's transcript could not be created: {err}"
                 ))
             })?;
-        let row = TaskRow {
-            task_id: agent_id.clone(),
-            session_id: self.session_id.to_string(),
-            tool_call_id: tool_call_id.clone(),
-            tool_name: "spawn_agent".into(),
-            state: "running".into(),
-            exit_code: None,
-            reason: None,
-            total_bytes: 0,
-            output_path: spool.path().to_string_lossy().into_owned(),
-            created_at: timestamp_now(),
-            finished_at: None,
-        };
+        let row = TaskRow::running(
+            &agent_id,
+            &self.session_id,
+            &tool_call_id,
+            "spawn_agent",
+            spool.path(),
+        );
         if let Err(err) = self.store.upsert_task(&row).await {
             tracing::error!(%err, "sub-agent task not recorded");
             return Err(ToolError::Fatal(
@@ -593,22 +587,8 @@ impl SessionActor {
         state: &str,
         reason: Option<String>,
     ) {
-        match self.store.get_task(agent_id).await {
-            Ok(Some(mut row)) => {
-                row.state = state.into();
-                row.reason = reason.clone();
-                // The file, not the child's spool: a writing child may hold that.
-                if let Ok(meta) = std::fs::metadata(&row.output_path) {
-                    row.total_bytes = meta.len() as i64;
-                }
-                row.finished_at = (state != "running").then(timestamp_now);
-                if let Err(err) = self.store.upsert_task(&row).await {
-                    tracing::error!(%err, "sub-agent state not recorded");
-                }
-            }
-            Ok(None) => {}
-            Err(err) => tracing::error!(%err, "sub-agent task unreadable"),
-        }
+        self.store_task_state(agent_id, state, reason.as_deref(), None, None)
+            .await;
         self.metrics.record_task_state(state);
         let mut params = json!({
             "task_id": agent_id,

@@ -166,9 +166,15 @@ async fn ask<T>(
     }
 }
 
-fn status_result(status: &AgentStatus) -> ToolResult {
+/// Sends the request `make` builds around its reply and answers with the child's status.
+async fn ask_status(
+    ctx: &ToolContext,
+    make: impl FnOnce(AgentReply) -> SubAgentRequest,
+) -> Result<ToolResult, ToolError> {
+    let (reply, answer) = oneshot::channel();
+    let status = ask(ctx, make(reply), answer).await?;
     let value = json!(status);
-    ToolResult::ok(value.to_string()).with_metadata(value)
+    Ok(ToolResult::ok(value.to_string()).with_metadata(value))
 }
 
 const MESSAGE_SCHEMA: &str = "The message, written as a task for the agent: it sees nothing of \
@@ -234,15 +240,14 @@ impl Tool for SpawnAgent {
         args: &Value,
     ) -> Result<ToolResult, ToolError> {
         let args: SpawnArgs = parse_args(self.name(), args)?;
-        let (reply, answer) = oneshot::channel();
-        let request = SubAgentRequest::Spawn {
+        ask_status(ctx, |reply| SubAgentRequest::Spawn {
             message: args.message,
             model: args.model,
             tool_call_id: ctx.tool_call_id.clone(),
             cancel: ctx.cancel.clone(),
             reply,
-        };
-        ask(ctx, request, answer).await.map(|s| status_result(&s))
+        })
+        .await
     }
 }
 
@@ -307,14 +312,13 @@ impl Tool for SendInput {
         args: &Value,
     ) -> Result<ToolResult, ToolError> {
         let args: SendInputArgs = parse_args(self.name(), args)?;
-        let (reply, answer) = oneshot::channel();
-        let request = SubAgentRequest::SendInput {
+        ask_status(ctx, |reply| SubAgentRequest::SendInput {
             target: args.target,
             message: args.message,
             interrupt: args.interrupt,
             reply,
-        };
-        ask(ctx, request, answer).await.map(|s| status_result(&s))
+        })
+        .await
     }
 }
 
@@ -371,9 +375,7 @@ impl Tool for ResumeAgent {
         args: &Value,
     ) -> Result<ToolResult, ToolError> {
         let args: ResumeArgs = parse_args(self.name(), args)?;
-        let (reply, answer) = oneshot::channel();
-        let request = SubAgentRequest::Resume { id: args.id, reply };
-        ask(ctx, request, answer).await.map(|s| status_result(&s))
+        ask_status(ctx, |reply| SubAgentRequest::Resume { id: args.id, reply }).await
     }
 }
 
@@ -552,11 +554,10 @@ impl Tool for CloseAgent {
         args: &Value,
     ) -> Result<ToolResult, ToolError> {
         let args: CloseArgs = parse_args(self.name(), args)?;
-        let (reply, answer) = oneshot::channel();
-        let request = SubAgentRequest::Close {
+        ask_status(ctx, |reply| SubAgentRequest::Close {
             target: args.target,
             reply,
-        };
-        ask(ctx, request, answer).await.map(|s| status_result(&s))
+        })
+        .await
     }
 }
