@@ -513,14 +513,15 @@ impl<H: TurnHost> Turn<H> {
             };
             let room = u64::from(self.settings.context_window)
                 .saturating_sub(u64::from(self.settings.max_tokens));
-            let messages = fit_context(self.host.system_prompt(), history, &specs, room);
+            let (messages, estimate) =
+                fit_context(self.host.system_prompt(), history, &specs, room);
             let request = ChatRequest {
                 model: self.settings.model.clone(),
                 messages,
                 tools: specs,
                 max_tokens: self.settings.max_tokens,
             };
-            let reserved = match self.reserve(&request).await {
+            let reserved = match self.reserve(&request, estimate).await {
                 Ok(reserved) => reserved,
                 Err(ending) => return ending,
             };
@@ -591,10 +592,10 @@ impl<H: TurnHost> Turn<H> {
         }
     }
 
-    /// Reserves the call's worst-case price against the budget; refuses it when the session
-    /// would pass the cap. Returns the reserved USD.
-    async fn reserve(&self, request: &ChatRequest) -> Result<f64, Ending> {
-        let estimate = Pricing::estimate_prompt_tokens(&request.messages, &request.tools);
+    /// Reserves the call's worst-case price (its prompt `estimate` plus the completion cap)
+    /// against the budget; refuses it when the session would pass the cap. Returns the
+    /// reserved USD.
+    async fn reserve(&self, request: &ChatRequest, estimate: u64) -> Result<f64, Ending> {
         let reserved = self
             .settings
             .pricing
@@ -928,48 +929,62 @@ fn fit_context(
     history: Vec<ChatMessage>,
     tools: &[ToolSpec],
     room: u64,
-) -> Vec<ChatMessage> {
-    let mut messages = Vec::with_capacity(history.len() + 1);
-    messages.push(ChatMessage::System {
-        content: system.to_string(),
-    });
-    messages.extend(history);
-    if Pricing::estimate_prompt_tokens(&messages, tools) <= room {
-        return messages;
-    }
-    // Where each droppable exchange starts: any message but a tool result.
-    let starts: Vec<usize> = (1..messages.len())
-        .filter(|&at| !matches!(messages[at], ChatMessage::Tool { .. }))
-        .collect();
-    let note = |dropped: usize| {
-        format!(
-            "{system}\n\n({dropped} earlier messages of this conversation were left out to fit \
-             the model's context window.)"
+) -> (Vec<ChatMessage>, u64) {
+    // Each message is measured once; the trials below only add up sizes.
+    let tool_bytes: u64 = tools.iter().map(Pricing::json_bytes).sum();
+    let estimate = |system: &ChatMessage, history_bytes: u64, history_len: usize| {
+        Pricing::tokens_from_parts(
+            Pricing::json_bytes(system) + history_bytes,
+            history_len + 1,
+            tool_bytes,
+            tools.len(),
         )
     };
-    let mut keep_from = 1;
+    let sizes: Vec<u64> = history.iter().map(Pricing::json_bytes).collect();
+    // after[i]: the bytes of history[i..].
+    let mut after = vec![0u64; sizes.len() + 1];
+    for at in (0..sizes.len()).rev() {
+        after[at] = after[at + 1] + sizes[at];
+    }
+    let whole = ChatMessage::System {
+        content: system.to_string(),
+    };
+    let whole_estimate = estimate(&whole, after[0], history.len());
+    let untrimmed = |history: Vec<ChatMessage>| {
+        let mut messages = Vec::with_capacity(history.len() + 1);
+        messages.push(whole.clone());
+        messages.extend(history);
+        (messages, whole_estimate)
+    };
+    if whole_estimate <= room {
+        return untrimmed(history);
+    }
+    // Where each droppable exchange starts: any message but a tool result.
+    let starts: Vec<usize> = (0..history.len())
+        .filter(|&at| !matches!(history[at], ChatMessage::Tool { .. }))
+        .collect();
+    let note = |dropped: usize| ChatMessage::System {
+        content: format!(
+            "{system}\n\n({dropped} earlier messages of this conversation were left out to fit \
+             the model's context window.)"
+        ),
+    };
+    let mut keep_from = 0;
+    let mut kept_estimate = whole_estimate;
     for &start in starts.iter().skip(1) {
         keep_from = start;
-        let mut trial = vec![ChatMessage::System {
-            content: note(start - 1),
-        }];
-        trial.extend_from_slice(&messages[start..]);
-        if Pricing::estimate_prompt_tokens(&trial, tools) <= room {
+        kept_estimate = estimate(&note(start), after[start], history.len() - start);
+        if kept_estimate <= room {
             break;
         }
     }
-    if keep_from == 1 {
-        return messages;
+    if keep_from == 0 {
+        return untrimmed(history);
     }
-    tracing::info!(
-        dropped = keep_from - 1,
-        "history trimmed to the context window"
-    );
-    let mut trimmed = vec![ChatMessage::System {
-        content: note(keep_from - 1),
-    }];
-    trimmed.extend(messages.drain(keep_from..));
-    trimmed
+    tracing::info!(dropped = keep_from, "history trimmed to the context window");
+    let mut trimmed = vec![note(keep_from)];
+    trimmed.extend(history.into_iter().skip(keep_from));
+    (trimmed, kept_estimate)
 }
 
 /// What a tool call whose result was never stored answers in the history.
@@ -1125,10 +1140,12 @@ mod tests {
             assistant(&[]),
             user("third"),
         ];
-        let whole = fit_context("sys", history.clone(), &[], u64::MAX);
+        let (whole, estimate) = fit_context("sys", history.clone(), &[], u64::MAX);
         assert_eq!(whole.len(), 7, "everything fits an unlimited window");
+        assert_eq!(estimate, Pricing::estimate_prompt_tokens(&whole, &[]));
 
-        let fitted = fit_context("sys", history.clone(), &[], 400);
+        let (fitted, estimate) = fit_context("sys", history.clone(), &[], 400);
+        assert_eq!(estimate, Pricing::estimate_prompt_tokens(&fitted, &[]));
         let ChatMessage::System { content } = &fitted[0] else {
             panic!("the system prompt comes first");
         };
@@ -1139,7 +1156,11 @@ mod tests {
         // The assistant answer went with its tool result: no unanswered or stray tool message.
         assert_eq!(&fitted[1..], &history[3..]);
 
-        let nothing_fits = fit_context("sys", history.clone(), &[], 1);
+        let (nothing_fits, estimate) = fit_context("sys", history.clone(), &[], 1);
+        assert_eq!(
+            estimate,
+            Pricing::estimate_prompt_tokens(&nothing_fits, &[])
+        );
         assert_eq!(
             &nothing_fits[1..],
             &history[5..],

@@ -72,20 +72,27 @@ impl Pricing {
     /// [`TOKENS_PER_REQUEST`] once. UTF-8 bytes rather than characters, so non-Latin text
     /// (about one token per character, three bytes each) is not under-counted either.
     pub fn estimate_prompt_tokens(messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
-        let json_len = |value: Result<String, serde_json::Error>| {
-            value.map(|text| text.len() as u64).unwrap_or(0)
-        };
-        let message_bytes: u64 = messages
-            .iter()
-            .map(|message| json_len(serde_json::to_string(message)))
-            .sum();
-        let tool_bytes: u64 = tools
-            .iter()
-            .map(|tool| json_len(serde_json::to_string(tool)))
-            .sum();
+        let message_bytes: u64 = messages.iter().map(Self::json_bytes).sum();
+        let tool_bytes: u64 = tools.iter().map(Self::json_bytes).sum();
+        Self::tokens_from_parts(message_bytes, messages.len(), tool_bytes, tools.len())
+    }
+
+    /// The serialised size of one message or tool spec, as the estimate counts it.
+    pub fn json_bytes(value: &impl serde::Serialize) -> u64 {
+        serde_json::to_string(value).map_or(0, |text| text.len() as u64)
+    }
+
+    /// [`Pricing::estimate_prompt_tokens`] from sizes already measured with
+    /// [`Pricing::json_bytes`], for callers that weigh many subsets of one conversation.
+    pub fn tokens_from_parts(
+        message_bytes: u64,
+        messages: usize,
+        tool_bytes: u64,
+        tools: usize,
+    ) -> u64 {
         (message_bytes + tool_bytes).div_ceil(BYTES_PER_TOKEN)
-            + TOKENS_PER_MESSAGE * messages.len() as u64
-            + TOKENS_PER_TOOL * tools.len() as u64
+            + TOKENS_PER_MESSAGE * messages as u64
+            + TOKENS_PER_TOOL * tools as u64
             + TOKENS_PER_REQUEST
     }
 }
