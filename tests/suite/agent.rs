@@ -30,6 +30,31 @@ pub(crate) fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
     }
 }
 
+/// The scripted model (and the models in `also`) priced so that one call, capped at 100
+/// completion tokens at 10,000 USD per million, reserves just over 1 USD, under a 1.5 USD cap:
+/// room for one call, not two.
+pub(crate) fn with_tight_budget(mock: &MockLlm, also: &[&str]) -> impl FnOnce(&mut Config) + use<> {
+    let configure = with_model(mock);
+    let models: Vec<String> = std::iter::once(MODEL)
+        .chain(also.iter().copied())
+        .map(str::to_string)
+        .collect();
+    move |c: &mut Config| {
+        configure(c);
+        c.llm.max_tokens = 100;
+        for model in models {
+            c.llm.pricing.insert(
+                model,
+                ModelPrice {
+                    input_per_mtok: 1.0,
+                    output_per_mtok: 10_000.0,
+                },
+            );
+        }
+        c.budget.session_usd = Some(1.5);
+    }
+}
+
 /// Starts a turn and collects every notification until it ends; returns them and the end.
 pub(crate) async fn run_turn(ws: &mut WsClient, session: &str, text: &str) -> (Vec<Value>, Value) {
     let (before, answer) = ws
@@ -522,21 +547,7 @@ async fn a_budget_stops_the_call_that_would_pass_it() {
         Reply::text(&["unreachable"]),
     ]))
     .await;
-    let configure = with_model(&mock);
-    let app = TestApp::spawn_with(|c| {
-        configure(c);
-        c.llm.max_tokens = 100;
-        // 100 completion tokens at 10,000 USD per million: one call reserves just over 1 USD.
-        c.llm.pricing.insert(
-            MODEL.into(),
-            ModelPrice {
-                input_per_mtok: 1.0,
-                output_per_mtok: 10_000.0,
-            },
-        );
-        c.budget.session_usd = Some(1.5);
-    })
-    .await;
+    let app = TestApp::spawn_with(with_tight_budget(&mock, &[])).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
     let (_, end) = run_turn(&mut ws, &session, "spend").await;

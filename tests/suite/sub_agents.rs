@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::agent::{of, run_turn, tool_names, with_model};
+use super::agent::{of, run_turn, tool_names, with_model, with_tight_budget};
+use crate::support::TestApp;
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
-use crate::support::{TestApp, WsClient};
 
 /// What a sub-agent may never be offered.
 const DELEGATED: &[&str] = &[
@@ -51,14 +51,6 @@ fn tool_answer(request: &Value, call_id: &str) -> Option<Value> {
 
 fn cost_of(rows: &[Value]) -> f64 {
     rows.iter().map(|r| r["actual_usd"].as_f64().unwrap()).sum()
-}
-
-async fn invoke(ws: &mut WsClient, session: &str, name: &str, arguments: Value) -> Value {
-    ws.result(
-        "tool/invoke",
-        json!({"session_id": session, "name": name, "arguments": arguments}),
-    )
-    .await
 }
 
 #[tokio::test]
@@ -228,13 +220,13 @@ async fn the_fifth_child_is_refused_until_one_is_closed() {
     let session = ws.open().await;
     let mut agents = Vec::new();
     for n in 0..4 {
-        let spawned = invoke(
-            &mut ws,
-            &session,
-            "spawn_agent",
-            json!({"message": format!("task {n}")}),
-        )
-        .await;
+        let spawned = ws
+            .invoke(
+                &session,
+                "spawn_agent",
+                json!({"message": format!("task {n}")}),
+            )
+            .await;
         assert_eq!(spawned["success"], true, "{spawned}");
         agents.push(
             spawned["structured_metadata"]["agent_id"]
@@ -243,13 +235,9 @@ async fn the_fifth_child_is_refused_until_one_is_closed() {
                 .to_string(),
         );
     }
-    let refused = invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "one more"}),
-    )
-    .await;
+    let refused = ws
+        .invoke(&session, "spawn_agent", json!({"message": "one more"}))
+        .await;
     assert_eq!(refused["success"], false);
     assert!(
         refused["output"]
@@ -259,41 +247,33 @@ async fn the_fifth_child_is_refused_until_one_is_closed() {
         "{refused}"
     );
 
-    let closed = invoke(
-        &mut ws,
-        &session,
-        "close_agent",
-        json!({"target": agents[0]}),
-    )
-    .await;
+    let closed = ws
+        .invoke(&session, "close_agent", json!({"target": agents[0]}))
+        .await;
     assert_eq!(closed["success"], true, "{closed}");
     assert_eq!(closed["structured_metadata"]["status"], "closed");
-    let again = invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "one more"}),
-    )
-    .await;
+    let again = ws
+        .invoke(&session, "spawn_agent", json!({"message": "one more"}))
+        .await;
     assert_eq!(again["success"], true, "{again}");
 
     // A closed or unknown child is an unsuccessful result that says which it is.
-    let to_closed = invoke(
-        &mut ws,
-        &session,
-        "send_input",
-        json!({"target": agents[0], "message": "hello?"}),
-    )
-    .await;
+    let to_closed = ws
+        .invoke(
+            &session,
+            "send_input",
+            json!({"target": agents[0], "message": "hello?"}),
+        )
+        .await;
     assert_eq!(to_closed["success"], false);
     assert!(to_closed["output"].as_str().unwrap().contains("was closed"));
-    let to_unknown = invoke(
-        &mut ws,
-        &session,
-        "send_input",
-        json!({"target": "nobody", "message": "hello?"}),
-    )
-    .await;
+    let to_unknown = ws
+        .invoke(
+            &session,
+            "send_input",
+            json!({"target": "nobody", "message": "hello?"}),
+        )
+        .await;
     assert_eq!(to_unknown["success"], false);
     assert!(
         to_unknown["output"]
@@ -301,13 +281,13 @@ async fn the_fifth_child_is_refused_until_one_is_closed() {
             .unwrap()
             .contains("no sub-agent nobody")
     );
-    let waited = invoke(
-        &mut ws,
-        &session,
-        "wait_agent",
-        json!({"ids": [agents[0], agents[1]]}),
-    )
-    .await;
+    let waited = ws
+        .invoke(
+            &session,
+            "wait_agent",
+            json!({"ids": [agents[0], agents[1]]}),
+        )
+        .await;
     let statuses = &waited["structured_metadata"]["agents"];
     assert_eq!(statuses[0]["status"], "closed");
     assert_eq!(statuses[1]["agent_id"], agents[1].as_str());
@@ -377,25 +357,29 @@ async fn interrupting_the_turn_stops_its_children_and_resume_continues_them() {
             .contains("interrupted"),
         "{stopped}"
     );
-    let status = invoke(
-        &mut ws,
-        &session,
-        "wait_agent",
-        json!({"ids": [agent], "timeout_ms": 0}),
-    )
-    .await;
+    let status = ws
+        .invoke(
+            &session,
+            "wait_agent",
+            json!({"ids": [agent], "timeout_ms": 0}),
+        )
+        .await;
     assert_eq!(
         status["structured_metadata"]["agents"][0]["status"],
         "errored"
     );
 
     // Resumed from its history, it answers.
-    let resumed = invoke(&mut ws, &session, "resume_agent", json!({"id": agent})).await;
+    let resumed = ws
+        .invoke(&session, "resume_agent", json!({"id": agent}))
+        .await;
     assert_eq!(
         resumed["structured_metadata"]["status"], "running",
         "{resumed}"
     );
-    let waited = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agent]})).await;
+    let waited = ws
+        .invoke(&session, "wait_agent", json!({"ids": [agent]}))
+        .await;
     let child = &waited["structured_metadata"]["agents"][0];
     assert_eq!(child["status"], "completed", "{waited}");
     assert_eq!(child["answer"], "resumed and done");
@@ -413,13 +397,9 @@ async fn deleting_the_session_stops_its_running_children() {
     let app = TestApp::spawn_with(with_model(&mock)).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-    let spawned = invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "forever"}),
-    )
-    .await;
+    let spawned = ws
+        .invoke(&session, "spawn_agent", json!({"message": "forever"}))
+        .await;
     let agent = spawned["structured_metadata"]["agent_id"]
         .as_str()
         .unwrap()
@@ -468,7 +448,9 @@ async fn input_to_a_running_child_is_read_at_its_next_step_or_at_once_with_inter
     let session = ws.open().await;
     let mut agents = Vec::new();
     for opener in ["patient", "hasty"] {
-        let spawned = invoke(&mut ws, &session, "spawn_agent", json!({"message": opener})).await;
+        let spawned = ws
+            .invoke(&session, "spawn_agent", json!({"message": opener}))
+            .await;
         agents.push(
             spawned["structured_metadata"]["agent_id"]
                 .as_str()
@@ -479,33 +461,34 @@ async fn input_to_a_running_child_is_read_at_its_next_step_or_at_once_with_inter
     mock.wait_for_requests(2, crate::support::WAIT).await;
 
     // Without interrupt the message waits for the held step to finish.
-    let queued = invoke(
-        &mut ws,
-        &session,
-        "send_input",
-        json!({"target": agents[0], "message": "also this"}),
-    )
-    .await;
+    let queued = ws
+        .invoke(
+            &session,
+            "send_input",
+            json!({"target": agents[0], "message": "also this"}),
+        )
+        .await;
     assert_eq!(queued["structured_metadata"]["status"], "running");
     // With interrupt the held step is dropped and the message read at once.
-    invoke(
-        &mut ws,
+    ws.invoke(
         &session,
         "send_input",
         json!({"target": agents[1], "message": "stop, do this", "interrupt": true}),
     )
     .await;
-    let hasty = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agents[1]]})).await;
+    let hasty = ws
+        .invoke(&session, "wait_agent", json!({"ids": [agents[1]]}))
+        .await;
     let hasty = &hasty["structured_metadata"]["agents"][0];
     assert_eq!(hasty["status"], "completed", "{hasty}");
     assert_eq!(hasty["answer"], "read: stop, do this");
-    let patient = invoke(
-        &mut ws,
-        &session,
-        "wait_agent",
-        json!({"ids": [agents[0]], "timeout_ms": 0}),
-    )
-    .await;
+    let patient = ws
+        .invoke(
+            &session,
+            "wait_agent",
+            json!({"ids": [agents[0]], "timeout_ms": 0}),
+        )
+        .await;
     assert_eq!(
         patient["structured_metadata"]["agents"][0]["status"], "running",
         "still held"
@@ -513,7 +496,9 @@ async fn input_to_a_running_child_is_read_at_its_next_step_or_at_once_with_inter
     assert_eq!(patient["structured_metadata"]["timed_out"], true);
 
     release.notify_waiters();
-    let patient = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agents[0]]})).await;
+    let patient = ws
+        .invoke(&session, "wait_agent", json!({"ids": [agents[0]]}))
+        .await;
     let patient = &patient["structured_metadata"]["agents"][0];
     assert_eq!(patient["status"], "completed", "{patient}");
     assert_eq!(patient["answer"], "read: also this");
@@ -540,37 +525,21 @@ async fn a_child_spends_the_parents_budget_and_may_use_another_model() {
         Reply::text(&["unreachable"]),
     ]))
     .await;
-    let configure = with_model(&mock);
-    let app = TestApp::spawn_with(|c| {
-        configure(c);
-        c.llm.max_tokens = 100;
-        // 100 completion tokens at 10,000 USD per million: one call reserves just over 1 USD.
-        for model in [super::agent::MODEL, "other-model"] {
-            c.llm.pricing.insert(
-                model.into(),
-                agentd::config::ModelPrice {
-                    input_per_mtok: 1.0,
-                    output_per_mtok: 10_000.0,
-                },
-            );
-        }
-        c.budget.session_usd = Some(1.5);
-    })
-    .await;
+    let app = TestApp::spawn_with(with_tight_budget(&mock, &["other-model"])).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-    let spawned = invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "spend", "model": "other-model"}),
-    )
-    .await;
+    let spawned = ws
+        .invoke(
+            &session,
+            "spawn_agent",
+            json!({"message": "spend", "model": "other-model"}),
+        )
+        .await;
     let agent = spawned["structured_metadata"]["agent_id"]
         .as_str()
         .unwrap()
         .to_string();
-    let waited = invoke(&mut ws, &session, "wait_agent", json!({})).await;
+    let waited = ws.invoke(&session, "wait_agent", json!({})).await;
     let child = &waited["structured_metadata"]["agents"][0];
     assert_eq!(child["status"], "errored", "{child}");
     assert!(
@@ -613,13 +582,9 @@ async fn cancelling_a_childs_task_stops_its_turn_but_keeps_it_open() {
     let app = TestApp::spawn_with(with_model(&mock)).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-    let spawned = invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "slow start"}),
-    )
-    .await;
+    let spawned = ws
+        .invoke(&session, "spawn_agent", json!({"message": "slow start"}))
+        .await;
     let agent = spawned["structured_metadata"]["agent_id"]
         .as_str()
         .unwrap()
@@ -640,15 +605,17 @@ async fn cancelling_a_childs_task_stops_its_turn_but_keeps_it_open() {
     assert_eq!(task["reason"], "cancelled on request");
 
     // Still open: a new message starts a new turn with its history.
-    let sent = invoke(
-        &mut ws,
-        &session,
-        "send_input",
-        json!({"target": agent, "message": "try again"}),
-    )
-    .await;
+    let sent = ws
+        .invoke(
+            &session,
+            "send_input",
+            json!({"target": agent, "message": "try again"}),
+        )
+        .await;
     assert_eq!(sent["success"], true, "{sent}");
-    let waited = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agent]})).await;
+    let waited = ws
+        .invoke(&session, "wait_agent", json!({"ids": [agent]}))
+        .await;
     let child = &waited["structured_metadata"]["agents"][0];
     assert_eq!(child["status"], "completed", "{waited}");
     assert_eq!(child["answer"], "read: try again");
@@ -665,30 +632,19 @@ async fn children_calling_at_once_cannot_spend_past_the_cap_together() {
         })
     };
     let mock = MockLlm::start(script).await;
-    let configure = with_model(&mock);
-    let app = TestApp::spawn_with(|c| {
-        configure(c);
-        c.llm.max_tokens = 100;
-        // One call reserves just over 1 USD: two cannot both fit in 1.5.
-        c.llm.pricing.insert(
-            super::agent::MODEL.into(),
-            agentd::config::ModelPrice {
-                input_per_mtok: 1.0,
-                output_per_mtok: 10_000.0,
-            },
-        );
-        c.budget.session_usd = Some(1.5);
-    })
-    .await;
+    // One call reserves just over 1 USD: two cannot both fit in the cap.
+    let app = TestApp::spawn_with(with_tight_budget(&mock, &[])).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
     let mut ids = Vec::new();
     for task in ["one", "two"] {
-        let spawned = invoke(&mut ws, &session, "spawn_agent", json!({"message": task})).await;
+        let spawned = ws
+            .invoke(&session, "spawn_agent", json!({"message": task}))
+            .await;
         ids.push(spawned["structured_metadata"]["agent_id"].clone());
     }
     // One child holds its reservation while its call is held open; the other is refused.
-    let first = invoke(&mut ws, &session, "wait_agent", json!({"ids": ids})).await;
+    let first = ws.invoke(&session, "wait_agent", json!({"ids": ids})).await;
     let agents = first["structured_metadata"]["agents"].as_array().unwrap();
     let refused: Vec<&Value> = agents.iter().filter(|a| a["status"] == "errored").collect();
     assert_eq!(refused.len(), 1, "{first}");
@@ -701,7 +657,7 @@ async fn children_calling_at_once_cannot_spend_past_the_cap_together() {
 
     // One call is held: a stored permit wakes it even if it has not reached its wait yet.
     release.notify_one();
-    let second = invoke(&mut ws, &session, "wait_agent", json!({})).await;
+    let second = ws.invoke(&session, "wait_agent", json!({})).await;
     let completed: Vec<&Value> = second["structured_metadata"]["agents"]
         .as_array()
         .unwrap()
@@ -715,13 +671,13 @@ async fn children_calling_at_once_cannot_spend_past_the_cap_together() {
     assert!(cost["session_cost_usd"].as_f64().unwrap() <= 1.5, "{cost}");
 
     // A model the cap cannot price is refused while there is a cap.
-    let unpriced = invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "free", "model": "unpriced-model"}),
-    )
-    .await;
+    let unpriced = ws
+        .invoke(
+            &session,
+            "spawn_agent",
+            json!({"message": "free", "model": "unpriced-model"}),
+        )
+        .await;
     assert_eq!(unpriced["success"], false);
     assert!(
         unpriced["output"].as_str().unwrap().contains("no price"),
@@ -743,23 +699,21 @@ async fn waiting_holds_off_nothing_and_without_ids_ignores_children_already_done
     let app = TestApp::spawn_with(with_model(&mock)).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-    invoke(
-        &mut ws,
-        &session,
-        "spawn_agent",
-        json!({"message": "quick"}),
-    )
-    .await;
-    let quick = invoke(&mut ws, &session, "wait_agent", json!({})).await;
+    ws.invoke(&session, "spawn_agent", json!({"message": "quick"}))
+        .await;
+    let quick = ws.invoke(&session, "wait_agent", json!({})).await;
     assert_eq!(
         quick["structured_metadata"]["agents"][0]["status"],
         "completed"
     );
-    invoke(&mut ws, &session, "spawn_agent", json!({"message": "slow"})).await;
+    ws.invoke(&session, "spawn_agent", json!({"message": "slow"}))
+        .await;
     mock.wait_for_requests(2, crate::support::WAIT).await;
 
     // Without ids the finished child does not end the wait: it runs out of time instead.
-    let short = invoke(&mut ws, &session, "wait_agent", json!({"timeout_ms": 50})).await;
+    let short = ws
+        .invoke(&session, "wait_agent", json!({"timeout_ms": 50}))
+        .await;
     assert_eq!(short["structured_metadata"]["timed_out"], true, "{short}");
     let statuses: Vec<&str> = short["structured_metadata"]["agents"]
         .as_array()
@@ -816,28 +770,20 @@ async fn a_child_goes_on_after_a_restart_from_its_history_unless_it_was_closed()
     let session = ws.open().await;
     let mut agents = Vec::new();
     for task in ["remember the code 41", "forget me"] {
-        let spawned = invoke(&mut ws, &session, "spawn_agent", json!({"message": task})).await;
+        let spawned = ws
+            .invoke(&session, "spawn_agent", json!({"message": task}))
+            .await;
         agents.push(
             spawned["structured_metadata"]["agent_id"]
                 .as_str()
                 .unwrap()
                 .to_string(),
         );
-        invoke(
-            &mut ws,
-            &session,
-            "wait_agent",
-            json!({"ids": [agents.last()]}),
-        )
-        .await;
+        ws.invoke(&session, "wait_agent", json!({"ids": [agents.last()]}))
+            .await;
     }
-    invoke(
-        &mut ws,
-        &session,
-        "close_agent",
-        json!({"target": agents[1]}),
-    )
-    .await;
+    ws.invoke(&session, "close_agent", json!({"target": agents[1]}))
+        .await;
     drop(ws);
     let dir = app.stop().await;
 
@@ -848,25 +794,27 @@ async fn a_child_goes_on_after_a_restart_from_its_history_unless_it_was_closed()
     ws.result("session/open", json!({"session_id": session}))
         .await;
     // Named again, the first child is back, finished as it was, and takes more work.
-    let waited = invoke(
-        &mut ws,
-        &session,
-        "wait_agent",
-        json!({"ids": [agents[0]], "timeout_ms": 0}),
-    )
-    .await;
+    let waited = ws
+        .invoke(
+            &session,
+            "wait_agent",
+            json!({"ids": [agents[0]], "timeout_ms": 0}),
+        )
+        .await;
     let child = &waited["structured_metadata"]["agents"][0];
     assert_eq!(child["status"], "completed", "{waited}");
     assert_eq!(child["answer"], "heard remember the code 41");
-    let sent = invoke(
-        &mut ws,
-        &session,
-        "send_input",
-        json!({"target": agents[0], "message": "what was the code?"}),
-    )
-    .await;
+    let sent = ws
+        .invoke(
+            &session,
+            "send_input",
+            json!({"target": agents[0], "message": "what was the code?"}),
+        )
+        .await;
     assert_eq!(sent["success"], true, "{sent}");
-    let waited = invoke(&mut ws, &session, "wait_agent", json!({"ids": [agents[0]]})).await;
+    let waited = ws
+        .invoke(&session, "wait_agent", json!({"ids": [agents[0]]}))
+        .await;
     assert_eq!(
         waited["structured_metadata"]["agents"][0]["answer"],
         "heard remember the code 41 / heard remember the code 41 / what was the code?"
@@ -881,13 +829,13 @@ async fn a_child_goes_on_after_a_restart_from_its_history_unless_it_was_closed()
         "one transcript across both starts:\n{text}"
     );
     // The closed one stays closed.
-    let closed = invoke(
-        &mut ws,
-        &session,
-        "send_input",
-        json!({"target": agents[1], "message": "hello?"}),
-    )
-    .await;
+    let closed = ws
+        .invoke(
+            &session,
+            "send_input",
+            json!({"target": agents[1], "message": "hello?"}),
+        )
+        .await;
     assert_eq!(closed["success"], false);
     assert!(
         closed["output"].as_str().unwrap().contains("was closed"),

@@ -271,6 +271,15 @@ impl WsClient {
         answer["result"].clone()
     }
 
+    /// `tool/invoke`'s result, failing on an error answer.
+    pub async fn invoke(&mut self, session: &str, name: &str, arguments: Value) -> Value {
+        self.result(
+            "tool/invoke",
+            json!({"session_id": session, "name": name, "arguments": arguments}),
+        )
+        .await
+    }
+
     /// Waits for the next notification with `method`, skipping others.
     pub async fn notification(&mut self, method: &str) -> Value {
         loop {
