@@ -86,6 +86,15 @@ pub struct ServerConfig {
     pub ws_queue_frames: usize,
     /// Named users, each with a token; sessions then belong to a user.
     pub users: Vec<UserConfig>,
+    /// Open connections accepted at once; 0 derives it from the file-descriptor limit,
+    /// leaving a reserve for the database, task logs and commands.
+    pub max_connections: usize,
+    /// Seconds a client may take to send its request headers, and that a connection may stay
+    /// open without upgrading to a WebSocket or completing a request.
+    pub header_timeout_secs: u64,
+    /// `tool/invoke` calls one session may have running or queued; beyond it the call is
+    /// answered -32001 with `data.kind = "overloaded"`.
+    pub max_inflight_per_session: usize,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +110,9 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 10,
             ws_queue_frames: 256,
             users: Vec::new(),
+            max_connections: 0,
+            header_timeout_secs: 10,
+            max_inflight_per_session: 32,
         }
     }
 }
@@ -282,6 +294,57 @@ pub struct PluginConfig {
     pub input_schema: Value,
 }
 
+/// How much of the machine a sandboxed command may see and change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// The system read-only, the user's workspace root read-write, a private `/tmp`.
+    WorkspaceWrite,
+    /// As `workspace-write`, but the workspace is read-only too.
+    ReadOnly,
+    /// No confinement: commands run as the server does.
+    Off,
+}
+
+impl SandboxMode {
+    /// The name used in the config file and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WorkspaceWrite => "workspace-write",
+            Self::ReadOnly => "read-only",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// `[sandbox]`: the confinement of every process a session starts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// What a command may see and change.
+    pub mode: SandboxMode,
+    /// Whether commands may open network sockets at all.
+    pub network: bool,
+    /// Absolute paths commands may also read.
+    pub extra_read: Vec<PathBuf>,
+    /// Absolute paths commands may also write.
+    pub extra_write: Vec<PathBuf>,
+    /// Processes one session's commands may have alive at once, all commands together.
+    pub max_processes: u32,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: SandboxMode::WorkspaceWrite,
+            network: false,
+            extra_read: Vec::new(),
+            extra_write: Vec::new(),
+            max_processes: 256,
+        }
+    }
+}
+
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -308,6 +371,8 @@ pub struct Config {
     pub plugins: Vec<PluginConfig>,
     /// `[budget]`.
     pub budget: BudgetConfig,
+    /// `[sandbox]`.
+    pub sandbox: SandboxConfig,
 }
 
 /// Command line of the `agentd` binary.
@@ -472,6 +537,23 @@ impl Config {
         if self.server.ws_queue_frames == 0 {
             return invalid("server.ws_queue_frames must be at least 1".into());
         }
+        if self.server.header_timeout_secs == 0 {
+            return invalid("server.header_timeout_secs must be at least 1".into());
+        }
+        if self.server.max_inflight_per_session == 0 {
+            return invalid("server.max_inflight_per_session must be at least 1".into());
+        }
+        if self.sandbox.max_processes == 0 {
+            return invalid("sandbox.max_processes must be at least 1".into());
+        }
+        for path in self.sandbox.extra_read.iter().chain(&self.sandbox.extra_write) {
+            if !path.is_absolute() {
+                return invalid(format!(
+                    "sandbox.extra_read and extra_write take absolute paths, not {}",
+                    path.display()
+                ));
+            }
+        }
         if self.tools.max_args_bytes < 2 {
             return invalid("tools.max_args_bytes must be at least 2".into());
         }
@@ -582,6 +664,12 @@ mod tests {
         assert_eq!(config.tools.spawn_only, ["run_pipeline"]);
         assert!(!config.llm.is_configured());
         assert_eq!(config.llm.max_sub_agents, 4);
+        assert_eq!(config.server.max_connections, 0);
+        assert_eq!(config.server.header_timeout_secs, 10);
+        assert_eq!(config.server.max_inflight_per_session, 32);
+        assert_eq!(config.sandbox.mode, SandboxMode::WorkspaceWrite);
+        assert!(!config.sandbox.network);
+        assert_eq!(config.sandbox.max_processes, 256);
     }
 
     #[test]
