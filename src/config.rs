@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::sandbox::{SandboxConfig, SandboxMode};
 use crate::tools::ToolPolicy;
 use crate::tools::builtin::{DEFAULT_BASE_TOOLS, ToolPermissions};
 use crate::tools::lifecycle::{DEFAULT_IDLE_THRESHOLD, DEFAULT_MAX_ACTIVE};
@@ -294,57 +295,6 @@ pub struct PluginConfig {
     pub input_schema: Value,
 }
 
-/// How much of the machine a sandboxed command may see and change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    /// The system read-only, the user's workspace root read-write, a private `/tmp`.
-    WorkspaceWrite,
-    /// As `workspace-write`, but the workspace is read-only too.
-    ReadOnly,
-    /// No confinement: commands run as the server does.
-    Off,
-}
-
-impl SandboxMode {
-    /// The name used in the config file and on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::WorkspaceWrite => "workspace-write",
-            Self::ReadOnly => "read-only",
-            Self::Off => "off",
-        }
-    }
-}
-
-/// `[sandbox]`: the confinement of every process a session starts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SandboxConfig {
-    /// What a command may see and change.
-    pub mode: SandboxMode,
-    /// Whether commands may open network sockets at all.
-    pub network: bool,
-    /// Absolute paths commands may also read.
-    pub extra_read: Vec<PathBuf>,
-    /// Absolute paths commands may also write.
-    pub extra_write: Vec<PathBuf>,
-    /// Processes one session's commands may have alive at once, all commands together.
-    pub max_processes: u32,
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        Self {
-            mode: SandboxMode::WorkspaceWrite,
-            network: false,
-            extra_read: Vec::new(),
-            extra_write: Vec::new(),
-            max_processes: 256,
-        }
-    }
-}
-
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -373,6 +323,9 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
+    /// The file this configuration was read from, which sandboxed commands must not read.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 /// Command line of the `agentd` binary.
@@ -459,6 +412,7 @@ impl Config {
             Some(path) => Self::from_file(path)?,
             None => Self::default(),
         };
+        config.file = args.config.clone();
         if let Some(bind) = args.bind {
             config.server.bind = bind;
         }
@@ -546,7 +500,12 @@ impl Config {
         if self.sandbox.max_processes == 0 {
             return invalid("sandbox.max_processes must be at least 1".into());
         }
-        for path in self.sandbox.extra_read.iter().chain(&self.sandbox.extra_write) {
+        for path in self
+            .sandbox
+            .extra_read
+            .iter()
+            .chain(&self.sandbox.extra_write)
+        {
             if !path.is_absolute() {
                 return invalid(format!(
                     "sandbox.extra_read and extra_write take absolute paths, not {}",

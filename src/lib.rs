@@ -10,6 +10,7 @@
 //! - [`http`]: the router — WebSocket JSON-RPC, REST, health, metrics, auth.
 //! - [`llm`]: the model provider (OpenAI-compatible chat completions) and pricing.
 //! - [`metrics`]: the Prometheus metrics of one server.
+//! - [`sandbox`]: the confinement of every process a session starts, and its launcher.
 //! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
 //!   migrations.
 
@@ -18,6 +19,7 @@ pub mod config;
 pub mod http;
 pub mod llm;
 pub mod metrics;
+pub mod sandbox;
 pub mod server;
 pub mod session;
 pub mod store;

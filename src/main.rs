@@ -8,6 +8,14 @@ use clap::Parser;
 use tokio::net::TcpListener;
 
 fn main() -> ExitCode {
+    // The sandbox launcher runs in front of every command: no configuration, no logging.
+    let mut argv = std::env::args_os().skip(1);
+    if argv
+        .next()
+        .is_some_and(|a| a == agentd::sandbox::launcher::SUBCOMMAND)
+    {
+        agentd::sandbox::launcher::main(argv.collect());
+    }
     // Tools run processes as this same user; a non-dumpable process keeps them from reading
     // its memory or /proc/<pid>/environ, where the secrets are.
     #[cfg(target_os = "linux")]

@@ -16,6 +16,7 @@ use crate::llm::LlmError;
 use crate::llm::openai::OpenAiProvider;
 use crate::llm::pricing::Pricing;
 use crate::metrics::Metrics;
+use crate::sandbox::Sandbox;
 use crate::session::Sessions;
 use crate::session::hub::SessionsConfig;
 use crate::store::{self, Store};
@@ -49,6 +50,9 @@ pub enum StartupError {
     /// The model client could not be built from the `[llm]` settings.
     #[error("llm: {0}")]
     Llm(#[from] LlmError),
+    /// The sandbox cannot confine commands as configured.
+    #[error("{0}")]
+    Sandbox(#[from] crate::sandbox::SandboxError),
     /// A `[[plugins]]` entry is unusable.
     #[error("plugin {0}: {1}")]
     Plugin(String, String),
@@ -189,6 +193,23 @@ impl Server {
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
         create_dir("workspace", &config.server.workspace)?;
+        let sandbox = Sandbox::start(
+            &config.sandbox,
+            &config.server.data_dir,
+            config.file.as_deref(),
+        )
+        .await?;
+        if sandbox.is_none() {
+            let level_note =
+                "[sandbox] mode = \"off\": commands run unconfined, as the server's user";
+            if config.server.users.is_empty() {
+                tracing::info!("{level_note}");
+            } else {
+                tracing::warn!(
+                    "{level_note}; every user's commands can read and change the others' files"
+                );
+            }
+        }
         let store = store::connect(&config.server.database_url()).await?;
         let failed = store
             .fail_running_tasks("agentd stopped while the task was running")
@@ -221,6 +242,7 @@ impl Server {
                 llm_configured: config.llm.is_configured(),
                 agent,
                 tasks_dir: config.server.data_dir.join("tasks"),
+                sandbox,
             },
             Arc::clone(&metrics),
             cancel.clone(),

@@ -17,10 +17,15 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: the process is up and the database answers.
+/// `GET /readyz`: the process is up and the database answers; also says how commands are
+/// confined.
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     match app.sessions().store().ping().await {
-        Ok(()) => Ok(Json(json!({"status": "ready", "database": "ok"}))),
+        Ok(()) => Ok(Json(json!({
+            "status": "ready",
+            "database": "ok",
+            "sandbox": app.sessions().sandbox_report(),
+        }))),
         Err(err) => {
             tracing::warn!(%err, "readiness check failed");
             Err(ApiError::Unavailable("database not reachable".into()))

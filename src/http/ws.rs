@@ -611,6 +611,7 @@ impl Connection {
         let mut result = json!(opened);
         // Extension: a client can offer the tool console before a turn/start is refused.
         result["llm_configured"] = json!(self.app.config().llm.is_configured());
+        result["sandbox"] = json!(sessions.sandbox_report());
         if let Some(frame) = answer(&id, Ok(result)) {
             let _ = self.out.send(frame).await;
         }

@@ -15,9 +15,10 @@ use tokio_util::task::TaskTracker;
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::{Caller, SessionError, SessionHandle};
 use crate::metrics::Metrics;
+use crate::sandbox::{Sandbox, SandboxReport};
 use crate::store::{NewSession, SessionRow, Store};
 use crate::tools::fs_safe;
-use crate::tools::{ToolCatalog, ToolRegistry, ToolState};
+use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
 
 /// The coding-tool contract this server implements.
 pub const CODING_TOOL_CONTRACT: &str = "codex-compatible-coding-v1";
@@ -72,6 +73,8 @@ pub struct SessionsConfig {
     pub agent: Option<Arc<crate::agent::AgentSettings>>,
     /// Where background task output is spooled.
     pub tasks_dir: PathBuf,
+    /// The sandbox every session's commands run in; `None` with `[sandbox] mode = "off"`.
+    pub sandbox: Option<Arc<Sandbox>>,
 }
 
 struct Live {
@@ -202,12 +205,24 @@ impl Sessions {
             live.handle.close().await;
         }
         self.inner.store.delete_session(session_id).await?;
+        if let Some(sandbox) = &self.inner.config.sandbox {
+            sandbox.remove_session(session_id);
+        }
         Ok(())
     }
 
     /// Number of loaded actors.
     pub async fn live_count(&self) -> usize {
         self.inner.live.lock().await.len()
+    }
+
+    /// How commands are confined, for `session/open` and `/readyz`.
+    pub fn sandbox_report(&self) -> SandboxReport {
+        self.inner
+            .config
+            .sandbox
+            .as_ref()
+            .map_or_else(SandboxReport::off, |sandbox| sandbox.report())
     }
 
     /// `session/open`'s `capabilities`: the contract id and each contract tool's status in
@@ -245,7 +260,14 @@ impl Sessions {
         let cwd = self.user_root(&caller).join(&row.cwd);
         let mut registry = self.inner.base.snapshot_excluding(&[]);
         // Every session gets its own workspace: its own change journal and processes.
-        registry.rebind_cwd(&cwd);
+        let user_root = self.user_root(&caller);
+        let sandbox = self
+            .inner
+            .config
+            .sandbox
+            .as_ref()
+            .map(|sandbox| sandbox.for_session(&row.session_id, &user_root));
+        registry.rebind_workspace(Workspace::with_sandbox(&cwd, sandbox));
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let handle = SessionHandle::new(Arc::clone(&session_id), tx);

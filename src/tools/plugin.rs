@@ -22,7 +22,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::PluginConfig;
 use crate::tools::args::ArgsValidator;
-use crate::tools::builtin::exec::{child_env, kill_group, signal_name};
+use crate::tools::builtin::exec::{kill_group, sandboxed_command, signal_name};
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
 
 /// Longest tool name a plugin may have.
@@ -226,21 +226,25 @@ impl PluginTool {
         }
     }
 
-    fn command(&self) -> tokio::process::Command {
+    fn command(&self) -> std::io::Result<tokio::process::Command> {
         let root = self.workspace.root();
-        let mut command = tokio::process::Command::new(self.program());
+        let program = self.program();
+        let args: Vec<&std::ffi::OsStr> = self.def.args.iter().map(std::ffi::OsStr::new).collect();
+        // A program named by path (beside the config file, say) is outside the workspace;
+        // the sandbox lets it read and run that one file.
+        let own_file: Vec<PathBuf> = program
+            .is_absolute()
+            .then(|| program.clone())
+            .into_iter()
+            .collect();
+        let mut command =
+            sandboxed_command(&self.workspace, program.as_os_str(), &args, root, &own_file)?;
         command
-            .args(&self.def.args)
-            .current_dir(root)
-            .env_clear()
-            .envs(child_env())
-            .env("PWD", root)
             .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        command
+            .stderr(Stdio::piped());
+        Ok(command)
     }
 
     /// Spawns the program, retrying while the executable is busy: a file just written is
@@ -248,7 +252,7 @@ impl PluginTool {
     async fn spawn(&self) -> Result<tokio::process::Child, ToolError> {
         let mut attempt = 1;
         loop {
-            match self.command().spawn() {
+            match self.command().and_then(|mut command| command.spawn()) {
                 Ok(child) => return Ok(child),
                 Err(err)
                     if attempt < SPAWN_ATTEMPTS

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 
 use super::fs_safe::{self, FsError};
+use crate::sandbox::SessionSandbox;
 
 /// What one tool call did to one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -57,6 +58,9 @@ struct Journal {
 /// A workspace bound to one root directory; shared by the tools of one registry binding.
 pub struct Workspace {
     root: PathBuf,
+    /// The session's sandbox, which every process its tools start runs in; `None` runs them
+    /// unconfined (`[sandbox] mode = "off"`, and tools used outside a session).
+    sandbox: Option<Arc<SessionSandbox>>,
     journal: Mutex<Journal>,
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
@@ -78,8 +82,17 @@ const MAX_ORIGINALS_TOTAL: u64 = 64 * 1024 * 1024;
 impl Workspace {
     /// A workspace rooted at `root`, with an empty journal.
     pub fn new(root: impl Into<PathBuf>) -> Arc<Self> {
+        Self::with_sandbox(root, None)
+    }
+
+    /// A workspace whose tools start their processes in `sandbox`.
+    pub fn with_sandbox(
+        root: impl Into<PathBuf>,
+        sandbox: Option<Arc<SessionSandbox>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             root: root.into(),
+            sandbox,
             journal: Mutex::new(Journal::default()),
             shared: Mutex::new(HashMap::new()),
         })
@@ -88,6 +101,11 @@ impl Workspace {
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The sandbox processes of this workspace run in, if any.
+    pub fn sandbox(&self) -> Option<&Arc<SessionSandbox>> {
+        self.sandbox.as_ref()
     }
 
     /// The one value of type `T` this workspace's tools share, created on first use; it lives

@@ -6,7 +6,7 @@
 //! head-and-tail output cap.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -144,18 +144,53 @@ pub(crate) fn resolve_workdir(
     }
 }
 
-/// A `sh -c` command in `dir` with the child environment; the caller picks its stdio.
-pub(crate) fn shell_command(cmd: &str, dir: &Path) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new("sh");
-    command
-        .arg("-c")
-        .arg(cmd)
-        .current_dir(dir)
-        .env_clear()
-        .envs(child_env())
-        .env("PWD", dir)
-        .kill_on_drop(true);
-    command
+/// A `sh -c` command in `dir` with the child environment, confined by the workspace's
+/// sandbox when it has one; the caller picks its stdio.
+pub(crate) fn shell_command(
+    workspace: &Workspace,
+    cmd: &str,
+    dir: &Path,
+) -> io::Result<tokio::process::Command> {
+    sandboxed_command(
+        workspace,
+        OsStr::new("sh"),
+        &[OsStr::new("-c"), OsStr::new(cmd)],
+        dir,
+        &[],
+    )
+}
+
+/// `program args` in `dir` with the child environment, through the workspace's sandbox when
+/// it has one (`extra_read`: files outside the workspace the program needs, such as itself).
+pub(crate) fn sandboxed_command(
+    workspace: &Workspace,
+    program: &OsStr,
+    args: &[&OsStr],
+    dir: &Path,
+    extra_read: &[PathBuf],
+) -> io::Result<tokio::process::Command> {
+    let mut command = match workspace.sandbox() {
+        Some(sandbox) => {
+            let mut command = sandbox.command(program, args, dir, extra_read)?;
+            // The launcher changes into `dir` itself once confined; it starts in the root.
+            command.current_dir(workspace.root());
+            command.env_clear().envs(child_env());
+            // The sandbox's TMPDIR and HOME were set before the environment was cleared.
+            sandbox.apply_env(&mut command);
+            command
+        }
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            command
+                .args(args)
+                .current_dir(dir)
+                .env_clear()
+                .envs(child_env());
+            command
+        }
+    };
+    command.env("PWD", dir).kill_on_drop(true);
+    Ok(command)
 }
 
 /// Points the command's stdout and stderr at one pipe, so output keeps the order the process
@@ -404,14 +439,20 @@ impl std::fmt::Debug for Process {
 
 impl Process {
     /// Spawns `cmd` and the tasks that collect its output and reap it.
-    fn spawn(id: u64, cmd: &str, dir: &Path, tty: bool) -> Result<Arc<Self>, ToolError> {
+    fn spawn(
+        workspace: &Workspace,
+        id: u64,
+        cmd: &str,
+        dir: &Path,
+        tty: bool,
+    ) -> Result<Arc<Self>, ToolError> {
         let spawn_failed = |err: &dyn std::fmt::Display| {
             ToolError::model(
                 "spawn_failed",
                 format!("{EXEC_NAME}: could not start `sh -c`: {err}"),
             )
         };
-        let mut command = shell_command(cmd, dir);
+        let mut command = shell_command(workspace, cmd, dir).map_err(|e| spawn_failed(&e))?;
         let (mut child, reader, writer): (tokio::process::Child, Output, Input) = if tty {
             let (pty, pts) = pty_process::open().map_err(|e| spawn_failed(&e))?;
             // A zero-sized terminal confuses programs that lay out their output.
@@ -620,7 +661,13 @@ impl ProcessTable {
     }
 
     /// Starts a process if the limit allows; the check and the insertion are one step.
-    fn start(&self, cmd: &str, dir: &Path, tty: bool) -> Result<Arc<Process>, ToolError> {
+    fn start(
+        &self,
+        workspace: &Workspace,
+        cmd: &str,
+        dir: &Path,
+        tty: bool,
+    ) -> Result<Arc<Process>, ToolError> {
         let mut inner = lock(&self.inner);
         if inner.processes.len() >= inner.max {
             let held: Vec<String> = inner.processes.values().map(|p| p.label()).collect();
@@ -638,7 +685,7 @@ impl ProcessTable {
             ));
         }
         let id = inner.next_id;
-        let process = Process::spawn(id, cmd, dir, tty)?;
+        let process = Process::spawn(workspace, id, cmd, dir, tty)?;
         inner.next_id += 1;
         inner.processes.insert(id, Arc::clone(&process));
         Ok(process)
@@ -783,7 +830,7 @@ impl ExecCommand {
         let max_bytes = output_budget(args.max_output_tokens);
         let table = self.workspace.shared::<ProcessTable>();
         let started = Instant::now();
-        let process = table.start(&args.cmd, &dir, args.tty)?;
+        let process = table.start(&self.workspace, &args.cmd, &dir, args.tty)?;
         tracing::debug!(
             session_id = process.id,
             pgid = process.pgid,

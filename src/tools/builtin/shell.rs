@@ -142,7 +142,8 @@ impl Shell {
         };
 
         let started = Instant::now();
-        let mut command = shell_command(&args.command, &dir);
+        let mut command =
+            shell_command(&self.workspace, &args.command, &dir).map_err(spawn_failed)?;
         command.process_group(0).stdin(Stdio::null());
         let mut reader = merged_output(&mut command).map_err(spawn_failed)?;
         let mut child = command.spawn().map_err(spawn_failed)?;

@@ -1,0 +1,512 @@
+//! The sandbox of every process a session starts (`shell`, `exec_command`, background tasks,
+//! plugins): probed once at start-up, applied by a small launcher (`agentd sandbox-exec`) in
+//! front of each command.
+//!
+//! Layers, each applied where the kernel allows it (reported by [`Sandbox::report`]):
+//! - `landlock`: the filesystem — the system read-only, the user's workspace root (and the
+//!   session's own `/tmp`) writable, nothing else of the server's visible; `landlock_net`:
+//!   no TCP bind or connect without network; `landlock_scope`: no signals to, and no abstract
+//!   Unix sockets of, processes outside the sandbox.
+//! - `user_ns`, `mount_ns`, `pid_ns`, `net_ns`: a private `/tmp`, a `/proc` that shows only
+//!   the command's processes, a process tree that dies as one, no network interface at all.
+//! - `seccomp`: no ptrace, mount, bpf, kexec, module loading, new namespaces or io_uring, and
+//!   without network no socket but a Unix one; `no_new_privs` and an empty capability set.
+//! - `pids_cgroup` (or `rlimit_nproc`): `max_processes` per session.
+
+pub mod cgroup;
+pub mod launcher;
+pub mod seccomp;
+pub mod spec;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+
+use cgroup::PidsCgroup;
+use spec::{LaunchSpec, ProbeReport};
+
+/// How much of the machine a sandboxed command may see and change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// The system read-only, the user's workspace root read-write, a private `/tmp`.
+    WorkspaceWrite,
+    /// As `workspace-write`, but the workspace is read-only too.
+    ReadOnly,
+    /// No confinement: commands run as the server does.
+    Off,
+}
+
+impl SandboxMode {
+    /// The name used in the config file and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WorkspaceWrite => "workspace-write",
+            Self::ReadOnly => "read-only",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// `[sandbox]`: the confinement of every process a session starts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// What a command may see and change.
+    pub mode: SandboxMode,
+    /// Whether commands may open network sockets at all.
+    pub network: bool,
+    /// Absolute paths commands may also read.
+    pub extra_read: Vec<PathBuf>,
+    /// Absolute paths commands may also write.
+    pub extra_write: Vec<PathBuf>,
+    /// Processes one session's commands may have alive at once, all commands together.
+    pub max_processes: u32,
+    /// The agentd binary that launches sandboxed commands; the running executable unless an
+    /// embedder (such as the test harness) names another.
+    #[serde(skip)]
+    pub launcher: Option<PathBuf>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: SandboxMode::WorkspaceWrite,
+            network: false,
+            extra_read: Vec::new(),
+            extra_write: Vec::new(),
+            max_processes: 256,
+            launcher: None,
+        }
+    }
+}
+
+/// Directories of the system every sandboxed command may read and execute.
+const SYSTEM_READ: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+/// Device files every sandboxed command may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// Why the sandbox cannot run as configured; start-up prints it on one line.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The kernel cannot confine the filesystem.
+    #[error(
+        "sandbox: the kernel does not enforce Landlock, so commands cannot be confined to the \
+         workspace; enable Landlock (lsm=landlock,…) or set [sandbox] mode = \"off\" to run \
+         commands unconfined knowingly"
+    )]
+    NoLandlock,
+    /// The launcher could not be run or failed its start-up check.
+    #[error("sandbox: {0}; set [sandbox] mode = \"off\" to run commands unconfined knowingly")]
+    Launcher(String),
+}
+
+/// How the sandbox runs on this machine, for `/readyz` and `session/open`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SandboxReport {
+    /// The configured mode.
+    pub mode: &'static str,
+    /// Whether commands have network.
+    pub network: bool,
+    /// The layers enforced on every command.
+    pub layers: Vec<&'static str>,
+}
+
+impl SandboxReport {
+    /// The report of a server whose commands run unconfined.
+    pub fn off() -> Self {
+        Self {
+            mode: SandboxMode::Off.as_str(),
+            network: true,
+            layers: Vec::new(),
+        }
+    }
+}
+
+/// The server-wide sandbox: the probed layers and the paths every command may use.
+#[derive(Debug)]
+pub struct Sandbox {
+    mode: SandboxMode,
+    network: bool,
+    launcher: PathBuf,
+    probe: ProbeReport,
+    /// Whether commands enter namespaces (probed, then checked end to end).
+    namespaces: bool,
+    /// Read-only grants: the system and `extra_read`, with hidden paths carved out.
+    read: Vec<PathBuf>,
+    /// Writable grants from `extra_write`, with hidden paths carved out.
+    extra_write: Vec<PathBuf>,
+    /// Paths no command may see: the data dir, the config file, the workspace's other users.
+    hidden: Vec<PathBuf>,
+    /// Where each session's private `/tmp` lives.
+    tmp_root: PathBuf,
+    cgroup: Option<PidsCgroup>,
+    max_processes: u32,
+    /// Whether `RLIMIT_NPROC` stands in for the cgroup (it cannot bind root).
+    nproc: bool,
+}
+
+impl Sandbox {
+    /// Probes the kernel and checks a confined command end to end; `None` with mode `off`.
+    pub async fn start(
+        settings: &SandboxConfig,
+        data_dir: &Path,
+        config_file: Option<&Path>,
+    ) -> Result<Option<Arc<Self>>, SandboxError> {
+        if settings.mode == SandboxMode::Off {
+            return Ok(None);
+        }
+        let launcher = match &settings.launcher {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()
+                .map_err(|err| SandboxError::Launcher(format!("cannot find agentd: {err}")))?,
+        };
+        let probe = run_probe(&launcher).await?;
+        if probe.landlock_abi < 1 {
+            return Err(SandboxError::NoLandlock);
+        }
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut hidden = vec![absolute(data_dir)];
+        if let Some(file) = config_file {
+            hidden.push(absolute(file));
+        }
+        let read_wanted: Vec<PathBuf> = SYSTEM_READ
+            .iter()
+            .map(PathBuf::from)
+            .chain(settings.extra_read.iter().cloned())
+            .collect();
+        let read = carve(&read_wanted, &hidden);
+        let extra_write = carve(&settings.extra_write, &hidden);
+        let is_root = rustix::process::getuid().is_root();
+        let cgroup = PidsCgroup::setup();
+        let mut sandbox = Self {
+            mode: settings.mode,
+            network: settings.network,
+            launcher,
+            probe,
+            namespaces: probe.namespaces,
+            read,
+            extra_write,
+            hidden,
+            tmp_root: absolute(data_dir).join("sandbox"),
+            nproc: cgroup.is_none() && !is_root,
+            cgroup,
+            max_processes: settings.max_processes,
+        };
+        std::fs::create_dir_all(&sandbox.tmp_root).map_err(|err| {
+            SandboxError::Launcher(format!(
+                "cannot create {}: {err}",
+                sandbox.tmp_root.display()
+            ))
+        })?;
+        if let Err(first) = sandbox.self_test().await {
+            if !sandbox.namespaces {
+                return Err(SandboxError::Launcher(first));
+            }
+            tracing::warn!(error = %first, "sandboxed commands fail inside namespaces; using the other layers");
+            sandbox.namespaces = false;
+            sandbox.self_test().await.map_err(SandboxError::Launcher)?;
+        }
+        let report = sandbox.report();
+        tracing::info!(mode = report.mode, network = report.network, layers = ?report.layers, "sandbox enforced");
+        if sandbox.cgroup.is_none() && is_root {
+            tracing::warn!(
+                "sandbox: no writable pids cgroup and the server runs as root, so \
+                 sandbox.max_processes is not enforced"
+            );
+        }
+        Ok(Some(Arc::new(sandbox)))
+    }
+
+    /// What is enforced.
+    pub fn report(&self) -> SandboxReport {
+        let mut layers = vec!["landlock"];
+        if self.probe.landlock_abi >= 4 && !self.network {
+            layers.push("landlock_net");
+        }
+        if self.probe.landlock_abi >= 6 {
+            layers.push("landlock_scope");
+        }
+        if self.namespaces {
+            layers.extend(["user_ns", "mount_ns", "pid_ns"]);
+            if self.probe.net_namespace && !self.network {
+                layers.push("net_ns");
+            }
+            if self.probe.mount_proc {
+                layers.push("private_proc");
+            }
+        }
+        if self.probe.seccomp {
+            layers.push("seccomp");
+        }
+        layers.push("no_new_privs");
+        if self.cgroup.is_some() {
+            layers.push("pids_cgroup");
+        } else if self.nproc {
+            layers.push("rlimit_nproc");
+        }
+        SandboxReport {
+            mode: self.mode.as_str(),
+            network: self.network,
+            layers,
+        }
+    }
+
+    /// The sandbox of one session, whose user's files live under `user_root`.
+    pub fn for_session(
+        self: &Arc<Self>,
+        session_id: &str,
+        user_root: &Path,
+    ) -> Arc<SessionSandbox> {
+        Arc::new(SessionSandbox {
+            sandbox: Arc::clone(self),
+            session_id: session_id.to_string(),
+            user_root: std::path::absolute(user_root).unwrap_or_else(|_| user_root.to_path_buf()),
+            procs: OnceLock::new(),
+        })
+    }
+
+    /// Removes what a deleted session left: its `/tmp`.
+    pub fn remove_session(&self, session_id: &str) {
+        let _ = std::fs::remove_dir_all(self.tmp_root.join(session_id));
+    }
+
+    /// Runs `sh -c true` confined as a session's command would be, so that a layer the
+    /// probe believed in but that fails for real is found now, not at the first command.
+    async fn self_test(&self) -> Result<(), String> {
+        let dir = self.tmp_root.join("self-test");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let spec = self.spec(&dir, Path::new("/"), Some(dir.clone()), &[], None);
+        let output = self
+            .command(
+                &spec,
+                OsStr::new("sh"),
+                &[OsStr::new("-c"), OsStr::new("true")],
+            )
+            .map_err(|e| e.to_string())?
+            .output()
+            .await
+            .map_err(|err| format!("cannot run {}: {err}", self.launcher.display()))?;
+        let _ = std::fs::remove_dir_all(&dir);
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "a confined command failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
+    fn spec(
+        &self,
+        user_root: &Path,
+        cwd: &Path,
+        tmp: Option<PathBuf>,
+        extra_read: &[PathBuf],
+        cgroup_procs: Option<PathBuf>,
+    ) -> LaunchSpec {
+        let mut read = self.read.clone();
+        read.extend(carve(extra_read, &self.hidden));
+        let mut write = self.extra_write.clone();
+        let root = carve(&[user_root.to_path_buf()], &self.hidden);
+        match self.mode {
+            SandboxMode::ReadOnly => read.extend(root),
+            _ => write.extend(root),
+        }
+        LaunchSpec {
+            read,
+            write,
+            devices: DEVICES.iter().map(PathBuf::from).collect(),
+            tmp,
+            cwd: cwd.to_path_buf(),
+            network: self.network,
+            namespaces: self.namespaces,
+            net_namespace: self.probe.net_namespace,
+            mount_proc: self.probe.mount_proc,
+            landlock: true,
+            seccomp: self.probe.seccomp,
+            nproc: self.nproc.then_some(u64::from(self.max_processes)),
+            cgroup_procs,
+        }
+    }
+
+    fn command(
+        &self,
+        spec: &LaunchSpec,
+        program: &OsStr,
+        args: &[&OsStr],
+    ) -> std::io::Result<tokio::process::Command> {
+        let spec = serde_json::to_string(spec).map_err(std::io::Error::other)?;
+        let mut command = tokio::process::Command::new(&self.launcher);
+        command
+            .arg(launcher::SUBCOMMAND)
+            .arg(spec)
+            .arg(program)
+            .args(args);
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and only marks the child: the
+        // launcher dies with the thread that started it, and the whole sandbox with it, even
+        // when the server is killed with SIGKILL.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        Ok(command)
+    }
+}
+
+/// One session's sandbox: where its user's files and its `/tmp` are, and its process cgroup.
+#[derive(Debug)]
+pub struct SessionSandbox {
+    sandbox: Arc<Sandbox>,
+    session_id: String,
+    user_root: PathBuf,
+    /// The session cgroup's `cgroup.procs`, made at the first command.
+    procs: OnceLock<Option<PathBuf>>,
+}
+
+impl SessionSandbox {
+    /// A command that runs `program args` confined, starting in `cwd`; `extra_read` are
+    /// files it may also read (such as a plugin's program). The caller adds stdio and env.
+    pub fn command(
+        &self,
+        program: &OsStr,
+        args: &[&OsStr],
+        cwd: &Path,
+        extra_read: &[PathBuf],
+    ) -> std::io::Result<tokio::process::Command> {
+        let tmp = self.sandbox.tmp_root.join(&self.session_id).join("tmp");
+        std::fs::create_dir_all(&tmp)?;
+        let procs = self
+            .procs
+            .get_or_init(|| {
+                let cgroup = self.sandbox.cgroup.as_ref()?;
+                match cgroup.session(&self.session_id, self.sandbox.max_processes) {
+                    Ok(procs) => Some(procs),
+                    Err(err) => {
+                        tracing::warn!(session_id = %self.session_id, error = %err, "cannot make the session's pids cgroup");
+                        None
+                    }
+                }
+            })
+            .clone();
+        let spec = self
+            .sandbox
+            .spec(&self.user_root, cwd, Some(tmp.clone()), extra_read, procs);
+        self.sandbox.command(&spec, program, args)
+    }
+
+    /// Sets the environment the sandbox needs on a command made by [`Self::command`]: `TMPDIR`
+    /// and `HOME` point at the session's private `/tmp`, the one writable place besides the
+    /// workspace. Call it after the caller has set (or cleared) the rest of the environment.
+    pub fn apply_env(&self, command: &mut tokio::process::Command) {
+        let tmp = if self.sandbox.namespaces {
+            PathBuf::from("/tmp")
+        } else {
+            self.sandbox.tmp_root.join(&self.session_id).join("tmp")
+        };
+        command.env("TMPDIR", &tmp).env("HOME", &tmp);
+    }
+
+    /// Processes the session has alive now, where a cgroup counts them.
+    pub fn process_count(&self) -> Option<usize> {
+        let cgroup = self.sandbox.cgroup.as_ref()?;
+        Some(cgroup.count(&self.session_id))
+    }
+}
+
+impl Drop for SessionSandbox {
+    /// A session that ends (unloaded, deleted, the server stopping) leaves no process behind.
+    fn drop(&mut self) {
+        if let Some(cgroup) = &self.sandbox.cgroup
+            && self.procs.get().is_some_and(Option::is_some)
+        {
+            cgroup.end_session(&self.session_id);
+        }
+    }
+}
+
+/// Runs the launcher's probe.
+async fn run_probe(launcher: &Path) -> Result<ProbeReport, SandboxError> {
+    let output = tokio::process::Command::new(launcher)
+        .arg(launcher::SUBCOMMAND)
+        .arg("--probe")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|err| {
+            SandboxError::Launcher(format!("cannot run {}: {err}", launcher.display()))
+        })?;
+    serde_json::from_slice(&output.stdout).map_err(|err| {
+        SandboxError::Launcher(format!(
+            "{} sandbox-exec --probe answered no report ({err}): {}",
+            launcher.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    })
+}
+
+/// `wanted` with every hidden path cut out: a wanted directory that holds a hidden path is
+/// replaced by its entries, except the one on the way to the hidden path, recursively; a
+/// wanted path that is hidden or lies inside a hidden one is dropped.
+fn carve(wanted: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for path in wanted {
+        carve_one(path, hidden, &mut out, 0);
+    }
+    out
+}
+
+fn carve_one(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, depth: usize) {
+    if hidden.iter().any(|h| path.starts_with(h)) {
+        return;
+    }
+    if depth > 16 || !hidden.iter().any(|h| h.starts_with(path)) {
+        out.push(path.to_path_buf());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        carve_one(&entry.path(), hidden, out, depth + 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carving_keeps_siblings_and_drops_the_hidden_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["a", "b/secret", "b/open"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let mut got = carve(&[root.to_path_buf()], &[root.join("b/secret")]);
+        got.sort();
+        assert_eq!(got, vec![root.join("a"), root.join("b/open")]);
+        assert!(carve(&[root.join("b/secret/x")], &[root.join("b/secret")]).is_empty());
+        assert_eq!(
+            carve(&[root.join("a")], &[root.join("b")]),
+            vec![root.join("a")]
+        );
+    }
+}

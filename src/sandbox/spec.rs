@@ -1,0 +1,53 @@
+//! What the server hands the launcher for one command: the paths it may use, the layers to
+//! apply and where to account its processes. Serialised as one JSON argument.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// One sandboxed command's confinement, as the launcher applies it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// Paths the command may read and execute (directories with everything beneath).
+    pub read: Vec<PathBuf>,
+    /// Paths the command may read, write and execute.
+    pub write: Vec<PathBuf>,
+    /// Device files the command may read and write (`/dev/null`, the terminal, …).
+    pub devices: Vec<PathBuf>,
+    /// The session's own temporary directory: mounted at `/tmp` with a mount namespace,
+    /// otherwise granted as it is (and named by `TMPDIR`).
+    pub tmp: Option<PathBuf>,
+    /// Where the command starts.
+    pub cwd: PathBuf,
+    /// Whether the command may open network sockets.
+    pub network: bool,
+    /// Whether to enter new user, mount and PID namespaces (and a network one without network).
+    pub namespaces: bool,
+    /// Whether the network namespace is available (only read with `namespaces`).
+    pub net_namespace: bool,
+    /// Whether to mount a fresh `/proc` that shows only the command's own processes.
+    pub mount_proc: bool,
+    /// Whether to confine the filesystem (and TCP, where the ABI has it) with Landlock.
+    pub landlock: bool,
+    /// Whether to install the seccomp filter.
+    pub seccomp: bool,
+    /// The `cgroup.procs` file of the session's pids cgroup, which the launcher joins.
+    pub cgroup_procs: Option<PathBuf>,
+    /// `RLIMIT_NPROC` for the command, where no cgroup counts its processes.
+    pub nproc: Option<u64>,
+}
+
+/// What the launcher's `--probe` found the kernel allows, printed as one JSON line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// The Landlock ABI version, 0 when Landlock is not available.
+    pub landlock_abi: i32,
+    /// Whether an unprivileged user namespace (with mount and PID namespaces) can be made.
+    pub namespaces: bool,
+    /// Whether a network namespace can be made beside them.
+    pub net_namespace: bool,
+    /// Whether a fresh `/proc` can be mounted in the new PID namespace.
+    pub mount_proc: bool,
+    /// Whether seccomp filters can be installed.
+    pub seccomp: bool,
+}
