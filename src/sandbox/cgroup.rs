@@ -8,9 +8,10 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-/// The server's own cgroup directory for sessions, `…/agentd-<pid>`.
+/// The server's own cgroup directory for sessions, `…/agentd-<pid>-<serial>`.
 #[derive(Debug)]
 pub struct PidsCgroup {
     base: PathBuf,
@@ -35,7 +36,10 @@ impl PidsCgroup {
             let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+pids");
         }
         remove_stale(&parent);
-        let base = parent.join(format!("{PREFIX}{}", std::process::id()));
+        // A process may run several servers (tests do): each gets a directory of its own.
+        static SERVERS: AtomicU32 = AtomicU32::new(0);
+        let serial = SERVERS.fetch_add(1, Ordering::Relaxed);
+        let base = parent.join(format!("{PREFIX}{}-{serial}", std::process::id()));
         std::fs::create_dir_all(&base).ok()?;
         let probe = base.join("probe");
         let usable = std::fs::create_dir(&probe).is_ok() && probe.join("pids.max").exists();
@@ -137,6 +141,7 @@ fn remove_stale(parent: &Path) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;

@@ -299,6 +299,12 @@ fn mount_tmp(grants: &[Grant], tmp: Option<&Grant>) -> Result<(), StepError> {
         }
         .map_err(step(format!("mount point {}", grant.path.display())))?;
         bind_fd(&grant.fd, &grant.path).map_err(step(format!("bind {}", grant.path.display())))?;
+        // Landlock unites the rights of every directory on the way up, and the way up from
+        // here passes the writable /tmp: a read-only grant must be a read-only mount too.
+        if !grant.access.contains(AccessFs::WriteFile) {
+            remount_read_only(&grant.path)
+                .map_err(step(format!("read-only {}", grant.path.display())))?;
+        }
     }
     Ok(())
 }
@@ -316,6 +322,38 @@ fn bind_fd(fd: &PathFd, target: &Path) -> io::Result<()> {
             target.as_ptr(),
             std::ptr::null(),
             libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        )
+    })
+    .map(drop)
+}
+
+/// Makes a bind mount read-only, keeping the flags a user namespace may not clear.
+fn remount_read_only(target: &Path) -> io::Result<()> {
+    let target = cstring(target)?;
+    // SAFETY: statvfs fills the struct for a NUL-terminated path.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(target.as_ptr(), &mut stat) })?;
+    let mut flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+    for (st, ms) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if stat.f_flag & st != 0 {
+            flags |= ms;
+        }
+    }
+    // SAFETY: mount(2) with a NUL-terminated target; remounts an existing bind.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
             std::ptr::null(),
         )
     })

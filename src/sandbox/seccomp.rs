@@ -88,7 +88,7 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, FilterError> {
     let arch = arch()?;
     let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED
         .iter()
-        .map(|&call| (call as i64, Vec::new()))
+        .map(|&call| (call, Vec::new()))
         .collect();
     let clone_rules = NAMESPACE_FLAGS
         .iter()
@@ -104,7 +104,7 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, FilterError> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
-    denied.insert(libc::SYS_clone as i64, clone_rules);
+    denied.insert(libc::SYS_clone, clone_rules);
     if !network {
         let not_unix = SeccompCondition::new(
             0,
@@ -114,8 +114,8 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, FilterError> {
         )
         .and_then(|condition| SeccompRule::new(vec![condition]))
         .map_err(err)?;
-        denied.insert(libc::SYS_socket as i64, vec![not_unix.clone()]);
-        denied.insert(libc::SYS_socketpair as i64, vec![not_unix]);
+        denied.insert(libc::SYS_socket, vec![not_unix.clone()]);
+        denied.insert(libc::SYS_socketpair, vec![not_unix]);
     }
     let eperm = SeccompFilter::new(
         denied,
@@ -125,7 +125,7 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, FilterError> {
     )
     .map_err(err)?;
     let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3 as i64, Vec::new())]),
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,

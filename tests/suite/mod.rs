@@ -4,6 +4,7 @@ mod agent;
 mod browser;
 mod cli;
 mod llm;
+mod sandbox;
 mod server;
 mod sub_agents;
 mod tasks;

@@ -38,7 +38,13 @@ fn ticker(dir: &Path) -> (PluginConfig, PathBuf) {
 
 fn with_ticker(dir: &Path) -> (impl FnOnce(&mut Config) + use<>, PathBuf) {
     let (plugin, stop) = ticker(dir);
-    (move |c: &mut Config| c.plugins.push(plugin), stop)
+    let scratch = dir.to_path_buf();
+    // The stop file lies outside the workspace, where only `extra_read` lets a command look.
+    let configure = move |c: &mut Config| {
+        c.plugins.push(plugin);
+        c.sandbox.extra_read.push(scratch);
+    };
+    (configure, stop)
 }
 
 /// Waits until a task/output/delta says `needle`, skipping other messages.

@@ -209,6 +209,11 @@ pub struct WsClient {
 }
 
 impl WsClient {
+    /// A client over a WebSocket opened elsewhere (to a server in another process, say).
+    pub fn from_stream(stream: WebSocketStream<MaybeTlsStream<TcpStream>>) -> Self {
+        Self { stream, next_id: 1 }
+    }
+
     /// Sends raw text.
     pub async fn send_text(&mut self, text: &str) {
         self.stream

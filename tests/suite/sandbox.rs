@@ -1,0 +1,449 @@
+//! Hostile tests of the sandbox: two users on one server, each trying to reach the other's
+//! files, the server's secrets, its network and its process table, and to outlive their
+//! sessions. A test whose layer the kernel lacks prints why and returns; the CI machine has
+//! them all (Landlock ABI 7, user namespaces, a writable pids cgroup).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentd::config::{Config, Secret, UserConfig};
+use serde_json::json;
+
+use crate::support::{TestApp, WAIT, WsClient};
+
+fn two_users(c: &mut Config) {
+    c.server.users = vec![
+        UserConfig {
+            name: "alice".into(),
+            token: Secret::new("alice-token"),
+        },
+        UserConfig {
+            name: "bob".into(),
+            token: Secret::new("bob-token"),
+        },
+    ];
+}
+
+/// The layers `/readyz` says are enforced.
+async fn layers(app: &TestApp) -> Vec<String> {
+    let ready = app.get_json("/readyz", None).await;
+    ready["sandbox"]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Whether every layer in `needed` is enforced; prints what is missing otherwise.
+async fn has_layers(app: &TestApp, test: &str, needed: &[&str]) -> bool {
+    let layers = layers(app).await;
+    let missing: Vec<&&str> = needed
+        .iter()
+        .filter(|n| !layers.iter().any(|l| l == **n))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    eprintln!("skipping {test}: this kernel lacks the sandbox layers {missing:?}");
+    false
+}
+
+async fn shell(ws: &mut WsClient, session: &str, command: &str) -> String {
+    let result = ws
+        .invoke(session, "shell", json!({"command": command}))
+        .await;
+    result["output"].as_str().unwrap().to_string()
+}
+
+/// How many live `sleep` processes have `marker` in their arguments (the launcher in front
+/// of a command carries the whole command line too, and is not counted).
+fn processes_with(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // A zombie has given up everything but its table entry.
+            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            let mut argv = cmdline.split('\0');
+            state != Some('Z') && argv.next() == Some("sleep") && argv.any(|a| a.contains(marker))
+        })
+        .count()
+}
+
+/// Polls the process table until `count(marker)` satisfies `done`, failing after [`WAIT`].
+/// Nothing signals a process's death to an unrelated observer, so this is a bounded poll.
+async fn until_processes(marker: &str, what: &str, done: impl Fn(usize) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let count = processes_with(marker);
+        if done(count) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {count} processes with {marker:?} remain"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_users_commands_reach_only_her_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("agentd.toml");
+    std::fs::write(&config_file, "# users: alice-token bob-token\n").unwrap();
+    let mut config = crate::support::config_in(dir.path());
+    two_users(&mut config);
+    config.file = Some(config_file.clone());
+    let app = TestApp::start_in(dir, config).await;
+    if !has_layers(
+        &app,
+        "a_users_commands_reach_only_her_own_files",
+        &["landlock"],
+    )
+    .await
+    {
+        return;
+    }
+    let bob_dir = app.workspace().join("bob/proj");
+    std::fs::create_dir_all(&bob_dir).unwrap();
+    std::fs::write(bob_dir.join("secret.txt"), "bob-secret").unwrap();
+    let alice_root = app.workspace().join("alice");
+    std::fs::create_dir_all(&alice_root).unwrap();
+    std::fs::write(alice_root.join("own.txt"), "alice-own").unwrap();
+    let data = app.dir.path().join("data");
+
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let session = alice.open().await;
+    // The control: her own file reads, so a refusal below is the sandbox's doing.
+    assert!(
+        shell(&mut alice, &session, "cat own.txt")
+            .await
+            .contains("alice-own")
+    );
+
+    let secret = bob_dir.join("secret.txt");
+    for attempt in [
+        "cat ../bob/proj/secret.txt".to_string(),
+        format!("cat {}", secret.display()),
+        format!("cd /; cat {}", secret.display()),
+        format!("cat {}", config_file.display()),
+        format!("grep -r token {}", app.dir.path().display()),
+        format!("head -c 64 {}/agentd.db | od -c | head -3", data.display()),
+        format!("cat /proc/{}/environ | tr '\\0' '\\n'", std::process::id()),
+        format!("ls /proc/{}/fd", std::process::id()),
+    ] {
+        let output = shell(&mut alice, &session, &attempt).await;
+        for leaked in [
+            "bob-secret",
+            "alice-token",
+            "bob-token",
+            "S   Q   L",
+            "PATH=",
+        ] {
+            assert!(
+                !output.contains(leaked),
+                "`{attempt}` leaked {leaked:?}:\n{output}"
+            );
+        }
+    }
+
+    let listed = shell(&mut alice, &session, &format!("ls -a {}", data.display())).await;
+    assert!(
+        !listed.contains("agentd.db"),
+        "the data dir is listed:\n{listed}"
+    );
+
+    for target in [
+        bob_dir.join("pwned"),
+        app.workspace().join("pwned"),
+        data.join("pwned"),
+        app.dir.path().join("pwned"),
+    ] {
+        shell(
+            &mut alice,
+            &session,
+            &format!("echo x > {}", target.display()),
+        )
+        .await;
+        assert!(!target.exists(), "alice wrote {}", target.display());
+    }
+    shell(&mut alice, &session, "echo mine > made.txt").await;
+    assert_eq!(
+        std::fs::read_to_string(alice_root.join("made.txt")).unwrap(),
+        "mine\n"
+    );
+}
+
+#[tokio::test]
+async fn a_commands_tmp_is_its_sessions_own() {
+    let app = TestApp::spawn().await;
+    if !has_layers(&app, "a_commands_tmp_is_its_sessions_own", &["mount_ns"]).await {
+        return;
+    }
+    let marker = format!("host-only-{}", std::process::id());
+    let host_file = PathBuf::from("/tmp").join(&marker);
+    std::fs::write(&host_file, "host").unwrap();
+    let mut ws = app.ws().await;
+    let one = ws.open().await;
+    let two = ws.open().await;
+    let listed = shell(&mut ws, &one, "ls -a /tmp; echo kept > /tmp/note").await;
+    std::fs::remove_file(&host_file).unwrap();
+    assert!(
+        !listed.contains(&marker),
+        "the host's /tmp shows:\n{listed}"
+    );
+    assert!(shell(&mut ws, &one, "cat /tmp/note").await.contains("kept"));
+    assert!(!shell(&mut ws, &two, "cat /tmp/note").await.contains("kept"));
+}
+
+#[tokio::test]
+async fn without_network_no_socket_reaches_the_server_or_the_database() {
+    let app = TestApp::spawn().await;
+    if !has_layers(&app, "without_network_no_socket_reaches_…", &["seccomp"]).await {
+        return;
+    }
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let port = app.addr.port();
+    for target in [format!("127.0.0.1/{port}"), "127.0.0.1/5432".to_string()] {
+        let output = shell(
+            &mut ws,
+            &session,
+            &format!("bash -c 'exec 3<>/dev/tcp/{target} && echo CONNECTED'"),
+        )
+        .await;
+        assert!(!output.contains("CONNECTED"), "{target}: {output}");
+    }
+    let output = shell(&mut ws, &session, "ls /run/postgresql /var/run/postgresql").await;
+    assert!(!output.contains(".s.PGSQL"), "{output}");
+
+    // The control: with network on, the same command reaches the server.
+    let open = TestApp::spawn_with(|c| c.sandbox.network = true).await;
+    let mut ws = open.ws().await;
+    let session = ws.open().await;
+    let port = open.addr.port();
+    let output = shell(
+        &mut ws,
+        &session,
+        &format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED'"),
+    )
+    .await;
+    assert!(output.contains("CONNECTED"), "{output}");
+    assert_eq!(
+        open.get_json("/readyz", None).await["sandbox"]["network"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn processes_die_with_their_session_even_after_setsid() {
+    let app = TestApp::spawn().await;
+    if !has_layers(&app, "processes_die_with_their_session…", &["pid_ns"]).await {
+        return;
+    }
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let marker = "987601";
+    let result = ws
+        .invoke(
+            &session,
+            "exec_command",
+            json!({"cmd": format!("setsid sleep {marker}1 & (setsid sleep {marker}2 &); exec sleep {marker}3"), "yield_time_ms": 250}),
+        )
+        .await;
+    assert_eq!(result["success"], true, "{result}");
+    until_processes(marker, "started", |n| n == 3).await;
+
+    // A `shell` command's stragglers end with the command, setsid or not.
+    shell(&mut ws, &session, "setsid sleep 9876051 & echo left").await;
+    until_processes("9876051", "shell's straggler", |n| n == 0).await;
+
+    let (status, _) = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{session}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    until_processes(marker, "after deleting the session", |n| n == 0).await;
+}
+
+/// A server process that a failing test does not leave running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_killed_server_leaves_no_command_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("agentd.toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n",
+            dir.path().join("data").display(),
+            dir.path().join("workspace").display(),
+        ),
+    )
+    .unwrap();
+    let mut server = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+            .args(["--config", config_path.to_str().unwrap()])
+            .env("AGENTD_LOG", "info")
+            .env_remove("AGENTD_BIND")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = server.0.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut pid_ns = false;
+    let address = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            pid_ns |= line.contains("sandbox enforced") && line.contains("pid_ns");
+            line.contains("listening")
+                .then(|| line.rsplit("address=").next().unwrap().trim().to_string())
+        })
+        .expect("the server listens");
+    // Keep draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    if !pid_ns {
+        eprintln!("skipping a_killed_server_leaves_no_command_behind: no PID namespace here");
+        return;
+    }
+    let addr: std::net::SocketAddr = address.parse().unwrap();
+    let (stream, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/api/ws"))
+        .await
+        .unwrap();
+    let mut ws = WsClient::from_stream(stream);
+    let session = ws.open().await;
+    let marker = "987611";
+    ws.invoke(
+        &session,
+        "exec_command",
+        json!({"cmd": format!("setsid sleep {marker}1 & exec sleep {marker}2"), "yield_time_ms": 250}),
+    )
+    .await;
+    until_processes(marker, "started", |n| n == 2).await;
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    until_processes(marker, "after kill -9 of the server", |n| n == 0).await;
+}
+
+#[tokio::test]
+async fn a_fork_bomb_stops_at_max_processes_and_the_rest_goes_on() {
+    let app = TestApp::spawn_with(|c| c.sandbox.max_processes = 256).await;
+    if !has_layers(
+        &app,
+        "a_fork_bomb_stops_at_max_processes…",
+        &["pids_cgroup"],
+    )
+    .await
+    {
+        return;
+    }
+    let mut ws = app.ws().await;
+    let bomb = ws.open().await;
+    let other = ws.open().await;
+    let result = ws
+        .invoke(
+            &bomb,
+            "exec_command",
+            json!({
+                "cmd": "(i=0; while [ $i -lt 300 ]; do sleep 987621 & i=$((i+1)); done) 2>/dev/null; echo spawned; exec sleep 987622",
+                "yield_time_ms": 5000,
+            }),
+        )
+        .await;
+    let output = result["output"].as_str().unwrap().to_string();
+    assert!(output.contains("spawned"), "{output}");
+    let held = processes_with("987621");
+    assert!(
+        (200..=256).contains(&held),
+        "the session holds {held} sleeps; max_processes is 256"
+    );
+    // The bomb holds its whole allowance; another session and the server are unaffected.
+    assert!(
+        shell(&mut ws, &other, "echo still-working")
+            .await
+            .contains("still-working")
+    );
+    assert_eq!(app.get("/healthz", None).await.0, 200);
+    let (status, _) = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{bomb}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    until_processes("98762", "after deleting the bomb's session", |n| n == 0).await;
+}
+
+#[tokio::test]
+async fn read_only_mode_leaves_the_workspace_unchanged() {
+    let app = TestApp::spawn_with(|c| c.sandbox.mode = agentd::config::SandboxMode::ReadOnly).await;
+    std::fs::write(app.workspace().join("seen.txt"), "visible").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    assert!(
+        shell(&mut ws, &session, "cat seen.txt")
+            .await
+            .contains("visible")
+    );
+    shell(&mut ws, &session, "echo x > made.txt; rm -f seen.txt").await;
+    assert!(!app.workspace().join("made.txt").exists());
+    assert!(app.workspace().join("seen.txt").exists());
+    assert_eq!(
+        app.get_json("/readyz", None).await["sandbox"]["mode"],
+        "read-only"
+    );
+}
+
+#[tokio::test]
+async fn session_open_and_readyz_say_how_commands_are_confined() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let sandbox = &opened["sandbox"];
+    assert_eq!(sandbox["mode"], "workspace-write");
+    assert_eq!(sandbox["network"], false);
+    let layers: Vec<&str> = sandbox["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(layers.contains(&"landlock"), "{layers:?}");
+    assert_eq!(app.get_json("/readyz", None).await["sandbox"], *sandbox);
+
+    let off = TestApp::spawn_with(|c| c.sandbox.mode = agentd::config::SandboxMode::Off).await;
+    let mut ws = off.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    assert_eq!(
+        opened["sandbox"],
+        json!({"mode": "off", "network": true, "layers": []})
+    );
+    // Unconfined, a command reads outside the workspace again: the control for the tests above.
+    let session = opened["session_id"].as_str().unwrap();
+    let outside = off.dir.path().join("outside.txt");
+    std::fs::write(&outside, "reachable").unwrap();
+    let output = shell(&mut ws, session, &format!("cat {}", outside.display())).await;
+    assert!(output.contains("reachable"), "{output}");
+}
