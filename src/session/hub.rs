@@ -16,8 +16,8 @@ use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::{Caller, SessionError, SessionHandle};
 use crate::metrics::Metrics;
 use crate::store::{NewSession, SessionRow, Store};
-use crate::tools::fs_safe;
-use crate::tools::{ToolCatalog, ToolRegistry, ToolState};
+use crate::tools::fs_safe::{self, RootPath};
+use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
 
 /// The coding-tool contract this server implements.
 pub const CODING_TOOL_CONTRACT: &str = "codex-compatible-coding-v1";
@@ -144,6 +144,19 @@ impl Sessions {
         }
     }
 
+    /// Where a session's files are: its cwd beneath the server's workspace (the anchor), to be
+    /// reached with no symlink on the way, so a user directory or cwd swapped for a link to
+    /// someone else's files is refused rather than followed.
+    pub fn session_root(&self, row: &SessionRow) -> RootPath {
+        let caller = Caller {
+            user: row.user_name.clone(),
+        };
+        let workspace = &self.inner.config.workspace;
+        let user_root = self.user_root(&caller);
+        let below_workspace = user_root.strip_prefix(workspace).unwrap_or(Path::new(""));
+        RootPath::new(workspace, below_workspace.join(&row.cwd))
+    }
+
     /// Creates a session (a fresh id, `cwd` relative to the caller's workspace root) and loads
     /// its actor.
     pub async fn create(
@@ -239,13 +252,10 @@ impl Sessions {
         {
             return Ok(existing.handle.clone());
         }
-        let caller = Caller {
-            user: row.user_name.clone(),
-        };
-        let cwd = self.user_root(&caller).join(&row.cwd);
+        let root = self.session_root(row);
         let mut registry = self.inner.base.snapshot_excluding(&[]);
         // Every session gets its own workspace: its own change journal and processes.
-        registry.rebind_cwd(&cwd);
+        registry.rebind_workspace(Workspace::anchored(root.anchor(), root.below()));
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let handle = SessionHandle::new(Arc::clone(&session_id), tx);

@@ -659,7 +659,12 @@ impl ToolRegistry {
     /// `cwd` (its own change journal and shared state); every other tool stays the same shared
     /// object. Returns the new workspace.
     pub fn rebind_cwd(&mut self, cwd: &Path) -> Arc<Workspace> {
-        let workspace = Workspace::new(cwd);
+        self.rebind_workspace(Workspace::new(cwd))
+    }
+
+    /// As [`ToolRegistry::rebind_cwd`], with a workspace the caller built (one anchored
+    /// beneath its user's root, say). Returns that workspace.
+    pub fn rebind_workspace(&mut self, workspace: Arc<Workspace>) -> Arc<Workspace> {
         let mut rebound = false;
         for entry in self.tools.values_mut() {
             if let Some(tool) = entry.tool.rebind_cwd(&workspace) {
