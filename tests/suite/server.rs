@@ -545,6 +545,9 @@ async fn a_working_directory_swapped_for_a_symlink_is_refused() {
             "write_file",
             json!({"path": "new.txt", "content": "planted"}),
         ),
+        ("list_dir", json!({})),
+        ("glob", json!({"pattern": "**/*"})),
+        ("grep", json!({"pattern": "secret"})),
     ] {
         let result = alice.invoke(&session, name, arguments).await;
         assert_eq!(result["success"], false, "{name}: {result}");
