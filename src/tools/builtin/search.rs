@@ -6,7 +6,7 @@
 //! the root once ([`Workspace::open_root`]) and reaches every directory, file and ignore file
 //! from that descriptor without following a link ([`Beneath`]); a directory is listed only if
 //! it is still the one at its path once read, every path `glob` prints is checked again, and
-//! `grep` reads only files opened that way.
+//! `grep` reads only files opened that way, a line at most [`GREP_MAX_LINE_BYTES`] long.
 
 use std::any::Any;
 use std::io;
@@ -44,6 +44,11 @@ const GREP_DEFAULT_RESULTS: usize = 100;
 const GREP_MAX_RESULTS: usize = 1_000;
 /// Characters of one matching line `grep` shows.
 const GREP_LINE_CHARS: usize = 500;
+/// Longest line `grep` holds in memory; a file is searched only up to a longer line, which is
+/// never read whole (and reported), so one huge line cannot take the server's memory.
+pub const GREP_MAX_LINE_BYTES: usize = 1 << 20;
+/// Files with such a line named in a `grep` answer.
+const GREP_LONG_LINE_NAMES: usize = 10;
 /// Largest ignore file read; a larger one is not applied.
 const IGNORE_FILE_LIMIT: u64 = 1 << 20;
 
@@ -562,6 +567,8 @@ struct GrepFound {
     files_searched: usize,
     binary_skipped: usize,
     unreadable: usize,
+    /// Files searched only up to a line longer than [`GREP_MAX_LINE_BYTES`].
+    long_lines: Vec<String>,
 }
 
 impl GrepFound {
@@ -588,12 +595,29 @@ impl GrepFound {
                 self.unreadable
             ));
         }
+        if !self.long_lines.is_empty() {
+            let mut names =
+                self.long_lines[..self.long_lines.len().min(GREP_LONG_LINE_NAMES)].join(", ");
+            if self.long_lines.len() > GREP_LONG_LINE_NAMES {
+                names.push_str(&format!(
+                    " and {} more",
+                    self.long_lines.len() - GREP_LONG_LINE_NAMES
+                ));
+            }
+            output.push_str(&format!(
+                "\n({} files searched only up to a line longer than {} bytes, which was skipped \
+                 with the rest of the file: {names})",
+                self.long_lines.len(),
+                GREP_MAX_LINE_BYTES
+            ));
+        }
         ToolResult::ok(output).with_metadata(json!({
             "matches": count,
             "truncated": self.truncated,
             "files_searched": self.files_searched,
             "binary_files_skipped": self.binary_skipped,
             "unreadable": self.unreadable,
+            "long_line_files": self.long_lines,
         }))
     }
 }
@@ -610,6 +634,7 @@ fn grep_files(
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(b'\x00'))
         .line_number(true)
+        .heap_limit(Some(GREP_MAX_LINE_BYTES))
         .build();
     let mut found = GrepFound::default();
     let mut walk = FileWalk::new(root, rel);
@@ -632,16 +657,21 @@ fn grep_files(
             binary: false,
             cancel,
         };
-        if searcher.search_file(matcher, &file, &mut sink).is_err() {
-            found.unreadable += 1;
-            continue;
+        let shown = display(&file_rel);
+        match searcher.search_file(matcher, &file, &mut sink) {
+            Ok(()) => {}
+            // The lines before it were searched; their matches still count.
+            Err(err) if is_line_too_long(&err) => found.long_lines.push(shown.clone()),
+            Err(_) => {
+                found.unreadable += 1;
+                continue;
+            }
         }
         found.files_searched += 1;
         if sink.binary {
             found.binary_skipped += 1;
             continue;
         }
-        let shown = display(&file_rel);
         for (line, text) in sink.hits {
             found.lines.push(format!("{shown}:{line}:{text}"));
         }
@@ -656,6 +686,13 @@ fn grep_files(
     }
     found.unreadable += walk.unreadable;
     Ok(found)
+}
+
+/// Whether a search stopped at the heap limit. grep-searcher reports it only as an I/O error
+/// with this message; should the wording change, such a file counts as unreadable instead,
+/// still without being read whole.
+fn is_line_too_long(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::Other && err.to_string().contains("allocation limit")
 }
 
 /// Collects one file's matching lines; drops them all if the file turns out to be binary.
@@ -1331,6 +1368,37 @@ mod tests {
         }
         let err = fails(&tool, json!({"pattern": "needle", "path": "../outside"})).await;
         assert!(err.contains("escapes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn grep_stops_a_file_at_a_line_over_the_limit_and_says_so() {
+        let f = fixture();
+        let mut big = b"needle before\n".to_vec();
+        big.resize(big.len() + 3 * GREP_MAX_LINE_BYTES, b'x');
+        big.extend_from_slice(b" needle inside the long line\nneedle after\n");
+        put(&f.root, "big.txt", &big);
+        put(&f.root, "small.txt", "needle\n");
+        let tool = Grep::new(Arc::clone(&f.ws));
+        let result = tool.execute(&json!({"pattern": "needle"})).await.unwrap();
+        assert!(result.success, "{}", result.output);
+        assert_eq!(
+            result.output,
+            format!(
+                "big.txt:1:needle before\nsmall.txt:1:needle\n(1 files searched only up to a line \
+                 longer than {GREP_MAX_LINE_BYTES} bytes, which was skipped with the rest of the \
+                 file: big.txt)"
+            )
+        );
+        let meta = result.structured_metadata.unwrap();
+        assert_eq!(meta["long_line_files"], json!(["big.txt"]));
+        assert_eq!(meta["files_searched"], 2);
+        assert_eq!(meta["unreadable"], 0);
+        // A line just under the limit is still searched whole.
+        let mut fits = vec![b'y'; GREP_MAX_LINE_BYTES / 2];
+        fits.extend_from_slice(b" needle\n");
+        put(&f.root, "big.txt", &fits);
+        let out = ok(&tool, json!({"pattern": "needle$", "path": "big.txt"})).await;
+        assert!(out.starts_with("big.txt:1:yyy"), "{}", &out[..40]);
     }
 
     /// The hostile case: a directory of the workspace flipped 1,000 times with a symlink to a
