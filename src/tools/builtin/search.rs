@@ -1184,6 +1184,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn ignore_rules_nest_and_linked_ignore_files_are_not_read() {
+        let f = fixture();
+        put(&f.root, ".gitignore", "*.log\n");
+        put(&f.root, "a.log", "");
+        put(&f.root, "keep/.gitignore", "!wanted.log\n");
+        put(&f.root, "keep/wanted.log", "");
+        put(&f.root, "keep/other.log", "");
+        // A link to a catch-all ignore file outside would hide everything if it were read.
+        put(&f.outside, "all", "*\n");
+        put(&f.root, "sub/x.rs", "");
+        symlink(f.outside.join("all"), f.root.join("sub/.gitignore")).unwrap();
+        let tool = Glob::new(Arc::clone(&f.ws));
+        assert_eq!(
+            ok(&tool, json!({"pattern": "**/*"})).await,
+            "keep/wanted.log\nsub/x.rs"
+        );
+        assert_eq!(
+            ok(&tool, json!({"pattern": "**/*", "path": "keep"})).await,
+            "keep/wanted.log"
+        );
+    }
+
+    #[tokio::test]
     async fn glob_never_follows_symlinks() {
         let f = fixture();
         put(&f.root, "own.rs", "");
