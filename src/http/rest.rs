@@ -132,10 +132,10 @@ pub async fn download_file(
     ApiQuery(query): ApiQuery<FileQuery>,
 ) -> Result<Response, ApiError> {
     let row = app.sessions().row(&caller, &id).await?;
-    let root = app.sessions().user_root(&caller).join(&row.cwd);
-    let rel = fs_safe::resolve_path(&root, &query.path)
+    let root = app.sessions().session_root(&row);
+    let rel = fs_safe::resolve_path(root.anchor(), &query.path)
         .map_err(|err| ApiError::BadRequest(err.to_string()))?;
-    let opened = tokio::task::spawn_blocking(move || fs_safe::open_no_follow(&root, &rel))
+    let opened = tokio::task::spawn_blocking(move || root.open()?.open_file(&rel))
         .await
         .map_err(|err| ApiError::Internal(err.to_string()))?;
     let file = opened.map_err(|err| match err {

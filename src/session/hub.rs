@@ -17,7 +17,7 @@ use super::{Caller, SessionError, SessionHandle};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
 use crate::store::{NewSession, SessionRow, Store};
-use crate::tools::fs_safe;
+use crate::tools::fs_safe::{self, RootPath};
 use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
 
 /// The coding-tool contract this server implements.
@@ -147,6 +147,19 @@ impl Sessions {
         }
     }
 
+    /// Where a session's files are: its cwd beneath the server's workspace (the anchor), to be
+    /// reached with no symlink on the way, so a user directory or cwd swapped for a link to
+    /// someone else's files is refused rather than followed.
+    pub fn session_root(&self, row: &SessionRow) -> RootPath {
+        let caller = Caller {
+            user: row.user_name.clone(),
+        };
+        let workspace = &self.inner.config.workspace;
+        let user_root = self.user_root(&caller);
+        let below_workspace = user_root.strip_prefix(workspace).unwrap_or(Path::new(""));
+        RootPath::new(workspace, below_workspace.join(&row.cwd))
+    }
+
     /// Creates a session (a fresh id, `cwd` relative to the caller's workspace root) and loads
     /// its actor.
     pub async fn create(
@@ -254,12 +267,12 @@ impl Sessions {
         {
             return Ok(existing.handle.clone());
         }
+        let root = self.session_root(row);
+        let mut registry = self.inner.base.snapshot_excluding(&[]);
+        // Every session gets its own workspace: its own change journal and processes.
         let caller = Caller {
             user: row.user_name.clone(),
         };
-        let cwd = self.user_root(&caller).join(&row.cwd);
-        let mut registry = self.inner.base.snapshot_excluding(&[]);
-        // Every session gets its own workspace: its own change journal and processes.
         let user_root = self.user_root(&caller);
         let sandbox = self
             .inner
@@ -267,7 +280,7 @@ impl Sessions {
             .sandbox
             .as_ref()
             .map(|sandbox| sandbox.for_session(&row.session_id, &user_root));
-        registry.rebind_workspace(Workspace::with_sandbox(&cwd, sandbox));
+        registry.rebind_workspace(Workspace::anchored(root.anchor(), root.below(), sandbox));
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let handle = SessionHandle::new(Arc::clone(&session_id), tx);

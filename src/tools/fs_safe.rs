@@ -1,11 +1,14 @@
 //! Symlink-safe file access confined to a workspace root.
 //!
-//! The root directory is opened normally; everything beneath it is reached
-//! through directory file descriptors that never follow symbolic links, so a
-//! link planted (or swapped in) anywhere under the root cannot redirect a tool
-//! outside it. `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` does the walk
-//! in the kernel when available; otherwise each component is opened with
-//! `O_NOFOLLOW` relative to its parent's descriptor.
+//! A root is named by an anchor, opened normally (the operator chose it), and
+//! optionally a path beneath the anchor ([`RootPath`]), which is reached like
+//! any other path below: without following links, every time the root is
+//! opened. Everything beneath the root is reached through directory file
+//! descriptors that never follow symbolic links, so a link planted (or swapped
+//! in) anywhere under the anchor cannot redirect a tool outside it.
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` does the walk in the kernel
+//! when available; otherwise each component is opened with `O_NOFOLLOW`
+//! relative to its parent's descriptor.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -52,6 +55,19 @@ pub enum FsError {
         /// The caller's limit in bytes.
         limit: u64,
     },
+    /// The root itself, a path beneath its anchor, cannot be opened as a plain directory
+    /// reached without symlinks (it was swapped for a link, replaced or removed).
+    #[error("the working directory \"{root}\" was refused: {source}")]
+    Root {
+        /// The root, relative to its anchor.
+        root: String,
+        /// Why opening it failed.
+        #[source]
+        source: Box<FsError>,
+    },
+    /// A directory was replaced while it was being listed, so what was read may not be its.
+    #[error("\"{0}\" was replaced while it was being listed")]
+    Changed(String),
     /// Any other I/O failure.
     #[error("I/O error on \"{path}\": {source}")]
     Io {
@@ -75,6 +91,8 @@ impl FsError {
             Self::NotADirectory(_) => "not_a_directory",
             Self::IsADirectory(_) => "is_a_directory",
             Self::TooLarge { .. } => "too_large",
+            Self::Root { .. } => "workspace_root",
+            Self::Changed(_) => "changed",
             Self::Io { .. } => "io",
         }
     }
@@ -105,6 +123,53 @@ pub struct DirEntryInfo {
 /// Lexically normalises `requested` into a path relative to the root; touches no filesystem.
 pub fn resolve_path(_root: &Path, requested: &str) -> Result<PathBuf, FsError> {
     Ok(normalize(Path::new(requested))?.iter().collect())
+}
+
+/// Where a workspace root is: an anchor directory, opened following the links the operator put
+/// in its path, and a path beneath it that must be a real directory reached with no symlink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootPath {
+    anchor: PathBuf,
+    below: PathBuf,
+}
+
+impl RootPath {
+    /// The directory `below` (relative) beneath `anchor`.
+    pub fn new(anchor: impl Into<PathBuf>, below: impl Into<PathBuf>) -> Self {
+        Self {
+            anchor: anchor.into(),
+            below: below.into(),
+        }
+    }
+
+    /// A root that is its own anchor, for callers that have nothing above it to trust.
+    pub fn plain(root: impl Into<PathBuf>) -> Self {
+        Self::new(root, PathBuf::new())
+    }
+
+    /// The anchor directory.
+    pub fn anchor(&self) -> &Path {
+        &self.anchor
+    }
+
+    /// The root relative to the anchor; empty when the root is the anchor.
+    pub fn below(&self) -> &Path {
+        &self.below
+    }
+
+    /// The root as one path, for display and for processes that need a working directory.
+    pub fn path(&self) -> PathBuf {
+        if self.below.as_os_str().is_empty() {
+            self.anchor.clone()
+        } else {
+            self.anchor.join(&self.below)
+        }
+    }
+
+    /// Opens the root; a root swapped for a symlink (or anything else) is refused.
+    pub fn open(&self) -> Result<Beneath, FsError> {
+        Beneath::anchored(&self.anchor, &self.below, Walk::detect())
+    }
 }
 
 /// Opens an existing regular file beneath `root` read-only.
@@ -255,17 +320,47 @@ fn split_name<'a>(comps: &'a [&'a OsStr]) -> Result<(&'a OsStr, &'a [&'a OsStr])
         .ok_or_else(|| FsError::IsADirectory(show(comps)))
 }
 
-/// An opened workspace root plus the resolution strategy used beneath it.
-pub(crate) struct Beneath {
+/// An opened workspace root: every path beneath it is resolved from its descriptor without
+/// following symlinks, so the root stays the directory it was when opened.
+pub struct Beneath {
     root: OwnedFd,
     walk: Walk,
 }
 
+impl std::fmt::Debug for Beneath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Beneath")
+            .field("walk", &self.walk)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Beneath {
+    /// Opens `root` itself as the root, following links the operator put in its path.
+    pub fn open(root: &Path) -> Result<Self, FsError> {
+        Self::new(root, Walk::detect())
+    }
+
     /// Opens the root directory itself, following links the operator put in its path.
     pub(crate) fn new(root: &Path, walk: Walk) -> Result<Self, FsError> {
         let flags = DIR_FLAGS | OFlags::CLOEXEC;
         let root = rustix::fs::open(root, flags, Mode::empty()).map_err(|e| io_err(&[], e))?;
+        Ok(Self { root, walk })
+    }
+
+    /// Opens `anchor` as [`Beneath::new`] does, then `below` beneath it as the root, with no
+    /// symlink anywhere on the way, so a working directory swapped for a link is refused.
+    pub(crate) fn anchored(anchor: &Path, below: &Path, walk: Walk) -> Result<Self, FsError> {
+        let top = Self::new(anchor, walk)?;
+        let refused = |source: FsError| FsError::Root {
+            root: below.to_string_lossy().into_owned(),
+            source: Box::new(source),
+        };
+        let comps = normalize(below).map_err(refused)?;
+        if comps.is_empty() {
+            return Ok(top);
+        }
+        let root = top.open_at(&comps, DIR_FLAGS).map_err(refused)?;
         Ok(Self { root, walk })
     }
 
@@ -376,7 +471,7 @@ impl Beneath {
     }
 
     /// See [`open_no_follow`].
-    pub(crate) fn open_file(&self, rel: &Path) -> Result<File, FsError> {
+    pub fn open_file(&self, rel: &Path) -> Result<File, FsError> {
         self.file_at(&normalize(rel)?)
     }
 
@@ -396,7 +491,7 @@ impl Beneath {
     }
 
     /// See [`read_no_follow`].
-    pub(crate) fn read(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+    pub fn read(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
         let comps = normalize(rel)?;
         let file = self.file_at(&comps)?;
         let size = file.metadata().map_err(|e| io_err(&comps, e))?.len();
@@ -419,12 +514,7 @@ impl Beneath {
     }
 
     /// See [`write_no_follow`].
-    pub(crate) fn write(
-        &self,
-        rel: &Path,
-        contents: &[u8],
-        create_parents: bool,
-    ) -> Result<(), FsError> {
+    pub fn write(&self, rel: &Path, contents: &[u8], create_parents: bool) -> Result<(), FsError> {
         let comps = normalize(rel)?;
         let (name, parents) = split_name(&comps)?;
         let dir = self.open_parent(parents, create_parents)?;
@@ -456,12 +546,12 @@ impl Beneath {
     }
 
     /// See [`open_dir_no_follow`].
-    pub(crate) fn open_dir(&self, rel: &Path) -> Result<OwnedFd, FsError> {
+    pub fn open_dir(&self, rel: &Path) -> Result<OwnedFd, FsError> {
         self.open_at(&normalize(rel)?, DIR_FLAGS)
     }
 
     /// See [`list_dir_no_follow`].
-    pub(crate) fn list_dir(&self, rel: &Path) -> Result<Vec<DirEntryInfo>, FsError> {
+    pub fn list_dir(&self, rel: &Path) -> Result<Vec<DirEntryInfo>, FsError> {
         let comps = normalize(rel)?;
         let fd = self.open_at(&comps, DIR_FLAGS)?;
         let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| io_err(&comps, e))?;
@@ -490,11 +580,19 @@ impl Beneath {
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
+        // The directory may have been moved away (and something else put in its place) while
+        // it was read; the names are only this path's if the path still leads to it.
+        let before = rustix::fs::fstat(&fd).map_err(|e| io_err(&comps, e))?;
+        let now = self.open_at(&comps, OFlags::PATH | OFlags::DIRECTORY)?;
+        let now = rustix::fs::fstat(&now).map_err(|e| io_err(&comps, e))?;
+        if (before.st_dev, before.st_ino) != (now.st_dev, now.st_ino) {
+            return Err(FsError::Changed(show(&comps)));
+        }
         Ok(out)
     }
 
     /// See [`create_dir_all_no_follow`].
-    pub(crate) fn create_dir_all(&self, rel: &Path) -> Result<(), FsError> {
+    pub fn create_dir_all(&self, rel: &Path) -> Result<(), FsError> {
         self.open_parent(&normalize(rel)?, true).map(drop)
     }
 
@@ -509,19 +607,19 @@ impl Beneath {
     }
 
     /// See [`reject_symlink`].
-    pub(crate) fn reject_symlink(&self, rel: &Path) -> Result<(), FsError> {
+    pub fn reject_symlink(&self, rel: &Path) -> Result<(), FsError> {
         self.open_entry(&normalize(rel)?).map(drop)
     }
 
     /// See [`metadata_no_follow`].
-    pub(crate) fn metadata(&self, rel: &Path) -> Result<std::fs::Metadata, FsError> {
+    pub fn metadata(&self, rel: &Path) -> Result<std::fs::Metadata, FsError> {
         let comps = normalize(rel)?;
         let fd = self.open_entry(&comps)?;
         File::from(fd).metadata().map_err(|e| io_err(&comps, e))
     }
 
     /// See [`remove_file_no_follow`].
-    pub(crate) fn remove_file(&self, rel: &Path) -> Result<(), FsError> {
+    pub fn remove_file(&self, rel: &Path) -> Result<(), FsError> {
         let comps = normalize(rel)?;
         let (name, parents) = split_name(&comps)?;
         let dir = self.open_parent(parents, false)?;
@@ -537,12 +635,7 @@ impl Beneath {
     }
 
     /// See [`rename_no_follow`].
-    pub(crate) fn rename(
-        &self,
-        from: &Path,
-        to: &Path,
-        create_parents: bool,
-    ) -> Result<(), FsError> {
+    pub fn rename(&self, from: &Path, to: &Path, create_parents: bool) -> Result<(), FsError> {
         let (from_c, to_c) = (normalize(from)?, normalize(to)?);
         let (from_name, from_parents) = split_name(&from_c)?;
         let (to_name, to_parents) = split_name(&to_c)?;
@@ -869,6 +962,90 @@ mod tests {
             }
             assert_eq!(b.read(p("big"), 100).unwrap().len(), 100);
         });
+    }
+
+    /// `anchor/alice/sw` as a root beneath `anchor`, and Bob's project beside it.
+    fn anchored_fixture() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let anchor = tmp.path().join("ws");
+        fs::create_dir_all(anchor.join("alice/sw")).unwrap();
+        fs::create_dir_all(anchor.join("bob/proj")).unwrap();
+        fs::write(anchor.join("alice/sw/mine.txt"), "alice").unwrap();
+        fs::write(anchor.join("bob/proj/secret.txt"), "bob").unwrap();
+        (tmp, anchor)
+    }
+
+    fn walks() -> Vec<Walk> {
+        match Walk::detect() {
+            Walk::Openat2 => vec![Walk::Openat2, Walk::Components],
+            Walk::Components => vec![Walk::Components],
+        }
+    }
+
+    #[test]
+    fn an_anchored_root_is_reached_without_links() {
+        for walk in walks() {
+            let (_tmp, anchor) = anchored_fixture();
+            let b = Beneath::anchored(&anchor, p("alice/sw"), walk).unwrap();
+            assert_eq!(b.read(p("mine.txt"), 100).unwrap(), b"alice");
+            is(b.read(p("../mine.txt"), 100), "escapes_root");
+            // The anchor itself may sit behind a link the operator made.
+            symlink(&anchor, anchor.with_file_name("ws-link")).unwrap();
+            let via = Beneath::anchored(&anchor.with_file_name("ws-link"), p("alice/sw"), walk);
+            assert_eq!(via.unwrap().read(p("mine.txt"), 100).unwrap(), b"alice");
+            let plain = Beneath::anchored(&anchor, p(""), walk).unwrap();
+            assert_eq!(plain.read(p("alice/sw/mine.txt"), 100).unwrap(), b"alice");
+            assert_eq!(
+                RootPath::new(&anchor, "alice/sw").path(),
+                anchor.join("alice/sw")
+            );
+            assert_eq!(RootPath::plain(&anchor).path(), anchor);
+        }
+    }
+
+    #[test]
+    fn an_anchored_root_swapped_for_a_symlink_is_refused() {
+        for walk in walks() {
+            let (_tmp, anchor) = anchored_fixture();
+            let root = anchor.join("alice/sw");
+            fs::rename(&root, anchor.join("alice/sw.old")).unwrap();
+            symlink("../bob/proj", &root).unwrap();
+            let err = Beneath::anchored(&anchor, p("alice/sw"), walk).unwrap_err();
+            assert_eq!(err.kind(), "workspace_root");
+            assert_eq!(
+                err.to_string(),
+                "the working directory \"alice/sw\" was refused: refusing to follow symbolic \
+                 link at \"alice/sw\""
+            );
+            // A link higher up (the user's own directory) is refused the same way.
+            fs::remove_file(&root).unwrap();
+            fs::rename(anchor.join("alice/sw.old"), &root).unwrap();
+            fs::rename(anchor.join("alice"), anchor.join("alice.old")).unwrap();
+            symlink("bob", anchor.join("alice")).unwrap();
+            fs::create_dir(anchor.join("bob/sw")).unwrap();
+            let err = Beneath::anchored(&anchor, p("alice/sw"), walk).unwrap_err();
+            assert!(
+                err.to_string()
+                    .ends_with("refusing to follow symbolic link at \"alice\""),
+                "{err}"
+            );
+            // Replaced by a file, or gone.
+            fs::remove_file(anchor.join("alice")).unwrap();
+            fs::write(anchor.join("alice"), "a file").unwrap();
+            let err = Beneath::anchored(&anchor, p("alice/sw"), walk).unwrap_err();
+            assert_eq!(err.kind(), "workspace_root", "{err}");
+            fs::remove_file(anchor.join("alice")).unwrap();
+            let err = Beneath::anchored(&anchor, p("alice/sw"), walk).unwrap_err();
+            assert!(matches!(&err, FsError::Root { source, .. } if source.kind() == "not_found"));
+            let err = Beneath::anchored(&anchor, p("../bob/proj"), walk).unwrap_err();
+            assert!(
+                matches!(&err, FsError::Root { source, .. } if source.kind() == "escapes_root")
+            );
+            assert_eq!(
+                fs::read(anchor.join("bob/proj/secret.txt")).unwrap(),
+                b"bob"
+            );
+        }
     }
 
     #[test]

@@ -662,7 +662,8 @@ impl ToolRegistry {
         self.rebind_workspace(Workspace::new(cwd))
     }
 
-    /// Binds every cwd-bound tool to `workspace` (see [`Self::rebind_cwd`]).
+    /// As [`ToolRegistry::rebind_cwd`], with a workspace the caller built (one anchored
+    /// beneath its user's root, say). Returns that workspace.
     pub fn rebind_workspace(&mut self, workspace: Arc<Workspace>) -> Arc<Workspace> {
         let mut rebound = false;
         for entry in self.tools.values_mut() {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 
-use super::fs_safe::{self, FsError};
+use super::fs_safe::{self, Beneath, FsError, RootPath};
 use crate::sandbox::SessionSandbox;
 
 /// What one tool call did to one file.
@@ -61,6 +61,8 @@ pub struct Workspace {
     /// The session's sandbox, which every process its tools start runs in; `None` runs them
     /// unconfined (`[sandbox] mode = "off"`, and tools used outside a session).
     sandbox: Option<Arc<SessionSandbox>>,
+    /// The same root as an anchor and a path beneath it, opened afresh for every access.
+    at: RootPath,
     journal: Mutex<Journal>,
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
@@ -69,6 +71,7 @@ impl std::fmt::Debug for Workspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Workspace")
             .field("root", &self.root)
+            .field("anchor", &self.at.anchor())
             .finish_non_exhaustive()
     }
 }
@@ -80,25 +83,34 @@ const MAX_ORIGINAL_BYTES: u64 = 10 * 1024 * 1024;
 const MAX_ORIGINALS_TOTAL: u64 = 64 * 1024 * 1024;
 
 impl Workspace {
-    /// A workspace rooted at `root`, with an empty journal.
+    /// A workspace rooted at `root`, its own anchor, with an empty journal.
     pub fn new(root: impl Into<PathBuf>) -> Arc<Self> {
-        Self::with_sandbox(root, None)
+        Self::at(RootPath::plain(root), None)
     }
 
-    /// A workspace whose tools start their processes in `sandbox`.
-    pub fn with_sandbox(
-        root: impl Into<PathBuf>,
+    /// A workspace rooted at `cwd` (relative) beneath `anchor`: every access reopens the root
+    /// from the anchor with no symlink on the way, so a swapped working directory is refused.
+    /// Its tools start their processes in `sandbox`, when given.
+    pub fn anchored(
+        anchor: impl Into<PathBuf>,
+        cwd: impl Into<PathBuf>,
         sandbox: Option<Arc<SessionSandbox>>,
     ) -> Arc<Self> {
+        Self::at(RootPath::new(anchor, cwd), sandbox)
+    }
+
+    fn at(at: RootPath, sandbox: Option<Arc<SessionSandbox>>) -> Arc<Self> {
         Arc::new(Self {
-            root: root.into(),
+            root: at.path(),
+            at,
             sandbox,
             journal: Mutex::new(Journal::default()),
             shared: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The root directory.
+    /// The root directory, as a path (for display and process working directories; file
+    /// access goes through [`Workspace::open_root`]).
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -106,6 +118,17 @@ impl Workspace {
     /// The sandbox processes of this workspace run in, if any.
     pub fn sandbox(&self) -> Option<&Arc<SessionSandbox>> {
         self.sandbox.as_ref()
+    }
+
+    /// Where the root is: its anchor and the path beneath it.
+    pub fn root_path(&self) -> &RootPath {
+        &self.at
+    }
+
+    /// Opens the root for one operation; refused when it is no longer a real directory reached
+    /// from the anchor without symlinks.
+    pub fn open_root(&self) -> Result<Beneath, FsError> {
+        self.at.open()
     }
 
     /// The one value of type `T` this workspace's tools share, created on first use; it lives
@@ -129,14 +152,15 @@ impl Workspace {
 
     /// Reads a file beneath the root, refusing symlinks and files over `limit` bytes.
     pub fn read(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
-        fs_safe::read_no_follow(&self.root, rel, limit)
+        self.open_root()?.read(rel, limit)
     }
 
     /// Atomically writes a file (creating parent directories) and records the change.
     pub fn write(&self, tool: &str, rel: &Path, contents: &[u8]) -> Result<ChangeKind, FsError> {
         let mut journal = lock(&self.journal);
-        let existed = self.remember_original(&mut journal, rel)?;
-        fs_safe::write_no_follow(&self.root, rel, contents, true)?;
+        let root = self.open_root()?;
+        let existed = remember_original(&root, &mut journal, rel)?;
+        root.write(rel, contents, true)?;
         let kind = if existed {
             ChangeKind::Modified
         } else {
@@ -149,8 +173,9 @@ impl Workspace {
     /// Removes a file and records the change.
     pub fn remove(&self, tool: &str, rel: &Path) -> Result<(), FsError> {
         let mut journal = lock(&self.journal);
-        self.remember_original(&mut journal, rel)?;
-        fs_safe::remove_file_no_follow(&self.root, rel)?;
+        let root = self.open_root()?;
+        remember_original(&root, &mut journal, rel)?;
+        root.remove_file(rel)?;
         journal.record(rel, ChangeKind::Deleted, None, tool);
         Ok(())
     }
@@ -158,9 +183,10 @@ impl Workspace {
     /// Moves a file (creating the destination's parents) and records the change.
     pub fn rename(&self, tool: &str, from: &Path, to: &Path) -> Result<(), FsError> {
         let mut journal = lock(&self.journal);
-        self.remember_original(&mut journal, from)?;
-        self.remember_original(&mut journal, to)?;
-        fs_safe::rename_no_follow(&self.root, from, to, true)?;
+        let root = self.open_root()?;
+        remember_original(&root, &mut journal, from)?;
+        remember_original(&root, &mut journal, to)?;
+        root.rename(from, to, true)?;
         journal.record(from, ChangeKind::Moved, Some(to), tool);
         Ok(())
     }
@@ -175,6 +201,10 @@ impl Workspace {
     pub fn diff(&self) -> String {
         let journal = lock(&self.journal);
         let mut out = String::new();
+        let root = match self.open_root() {
+            Ok(root) => root,
+            Err(err) => return format!("# {err}\n"),
+        };
         for rel in &journal.not_kept {
             out.push_str(&format!(
                 "# {}: changed; its original was too large to keep, so no diff\n",
@@ -182,7 +212,7 @@ impl Workspace {
             ));
         }
         for (rel, original) in &journal.originals {
-            let current = match fs_safe::read_no_follow(&self.root, rel, MAX_ORIGINAL_BYTES) {
+            let current = match root.read(rel, MAX_ORIGINAL_BYTES) {
                 Ok(bytes) => Some(bytes),
                 Err(FsError::NotFound(_)) => None,
                 Err(err) => {
@@ -221,36 +251,36 @@ impl Workspace {
         }
         out
     }
+}
 
-    /// Keeps the file's contents the first time the session touches it; returns whether the
-    /// file exists now.
-    fn remember_original(&self, journal: &mut Journal, rel: &Path) -> Result<bool, FsError> {
-        if journal.originals.contains_key(rel) || journal.not_kept.contains(rel) {
-            // Kept already: only whether it exists now matters (a zero limit reads nothing).
-            return match fs_safe::read_no_follow(&self.root, rel, 0) {
-                Ok(_) | Err(FsError::TooLarge { .. }) => Ok(true),
-                Err(FsError::NotFound(_)) => Ok(false),
-                Err(err) => Err(err),
-            };
-        }
-        let room = MAX_ORIGINALS_TOTAL
-            .saturating_sub(journal.original_bytes)
-            .min(MAX_ORIGINAL_BYTES);
-        let current = match fs_safe::read_no_follow(&self.root, rel, room) {
-            Ok(bytes) => Some(bytes),
-            Err(FsError::NotFound(_)) => None,
-            // Too large to keep: the change is still logged, and the diff names the file.
-            Err(FsError::TooLarge { .. }) => {
-                journal.not_kept.insert(rel.to_path_buf());
-                return Ok(true);
-            }
-            Err(err) => return Err(err),
+/// Keeps the file's contents the first time the session touches it; returns whether the file
+/// exists now.
+fn remember_original(root: &Beneath, journal: &mut Journal, rel: &Path) -> Result<bool, FsError> {
+    if journal.originals.contains_key(rel) || journal.not_kept.contains(rel) {
+        // Kept already: only whether it exists now matters (a zero limit reads nothing).
+        return match root.read(rel, 0) {
+            Ok(_) | Err(FsError::TooLarge { .. }) => Ok(true),
+            Err(FsError::NotFound(_)) => Ok(false),
+            Err(err) => Err(err),
         };
-        let exists = current.is_some();
-        journal.original_bytes += current.as_ref().map_or(0, |b| b.len() as u64);
-        journal.originals.insert(rel.to_path_buf(), current);
-        Ok(exists)
     }
+    let room = MAX_ORIGINALS_TOTAL
+        .saturating_sub(journal.original_bytes)
+        .min(MAX_ORIGINAL_BYTES);
+    let current = match root.read(rel, room) {
+        Ok(bytes) => Some(bytes),
+        Err(FsError::NotFound(_)) => None,
+        // Too large to keep: the change is still logged, and the diff names the file.
+        Err(FsError::TooLarge { .. }) => {
+            journal.not_kept.insert(rel.to_path_buf());
+            return Ok(true);
+        }
+        Err(err) => return Err(err),
+    };
+    let exists = current.is_some();
+    journal.original_bytes += current.as_ref().map_or(0, |b| b.len() as u64);
+    journal.originals.insert(rel.to_path_buf(), current);
+    Ok(exists)
 }
 
 impl Journal {
@@ -420,6 +450,59 @@ mod tests {
         assert_eq!(err.kind(), "symlink");
         assert!(ws.changes().is_empty());
         assert!(!outside.path().join("x.txt").exists());
+    }
+
+    #[test]
+    fn an_anchored_workspace_refuses_a_working_directory_swapped_for_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let anchor = dir.path().join("ws");
+        std::fs::create_dir_all(anchor.join("alice/sw")).unwrap();
+        std::fs::create_dir_all(anchor.join("bob/proj")).unwrap();
+        std::fs::write(anchor.join("bob/proj/secret.txt"), "bob's").unwrap();
+        let ws = Workspace::anchored(&anchor, "alice/sw", None);
+        assert_eq!(ws.root(), anchor.join("alice/sw"));
+        assert_eq!(ws.root_path().anchor(), anchor);
+        let mine = Path::new("mine.txt");
+        ws.write("write_file", mine, b"mine").unwrap();
+        assert_eq!(ws.read(mine, 100).unwrap(), b"mine");
+
+        // Done from another session's shell, or from outside the server.
+        let sw = anchor.join("alice/sw");
+        std::fs::rename(&sw, anchor.join("alice/sw.old")).unwrap();
+        std::os::unix::fs::symlink("../bob/proj", &sw).unwrap();
+        let secret = Path::new("secret.txt");
+        let err = ws.read(secret, 100).unwrap_err();
+        assert_eq!(err.kind(), "workspace_root");
+        assert!(err.to_string().contains("\"alice/sw\""), "{err}");
+        assert_eq!(
+            ws.write("write_file", secret, b"pwned").unwrap_err().kind(),
+            "workspace_root"
+        );
+        assert_eq!(
+            ws.write("write_file", mine, b"x").unwrap_err().kind(),
+            "workspace_root"
+        );
+        assert_eq!(
+            ws.remove("apply_patch", secret).unwrap_err().kind(),
+            "workspace_root"
+        );
+        assert!(ws.open_root().is_err());
+        assert!(
+            ws.diff().starts_with("# the working directory"),
+            "{}",
+            ws.diff()
+        );
+        assert_eq!(
+            std::fs::read(anchor.join("bob/proj/secret.txt")).unwrap(),
+            b"bob's"
+        );
+        assert!(!anchor.join("bob/proj/mine.txt").exists());
+        assert_eq!(ws.changes().len(), 1, "refused calls log nothing");
+
+        // Put back, the same workspace works again.
+        std::fs::remove_file(&sw).unwrap();
+        std::fs::rename(anchor.join("alice/sw.old"), &sw).unwrap();
+        assert_eq!(ws.read(mine, 100).unwrap(), b"mine");
     }
 
     #[test]

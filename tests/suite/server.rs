@@ -504,6 +504,77 @@ async fn users_are_isolated_from_each_other() {
     assert_eq!((status, body.as_str()), (200, "alice only"));
 }
 
+/// A session whose working directory is swapped for a link to another user's project (from
+/// another session's shell, or from outside) is refused by its file tools and the download
+/// route, and the other user's files are neither read nor written.
+#[tokio::test]
+async fn a_working_directory_swapped_for_a_symlink_is_refused() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.users = vec![agentd::config::UserConfig {
+            name: "alice".into(),
+            token: agentd::config::Secret::new("alice-token"),
+        }];
+    })
+    .await;
+    let bob = app.workspace().join("bob/proj");
+    std::fs::create_dir_all(&bob).unwrap();
+    std::fs::write(bob.join("secret.txt"), "bob's secret").unwrap();
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let opened = alice.result("session/open", json!({"cwd": "sw"})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    let wrote = alice
+        .invoke(
+            &session,
+            "write_file",
+            json!({"path": "mine.txt", "content": "mine"}),
+        )
+        .await;
+    assert_eq!(wrote["success"], true, "{wrote}");
+    let sw = app.workspace().join("alice/sw");
+    assert!(sw.join("mine.txt").exists());
+
+    std::fs::remove_dir_all(&sw).unwrap();
+    std::os::unix::fs::symlink("../bob/proj", &sw).unwrap();
+    for (name, arguments) in [
+        ("read_file", json!({"path": "secret.txt"})),
+        (
+            "write_file",
+            json!({"path": "secret.txt", "content": "pwned"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "new.txt", "content": "planted"}),
+        ),
+        ("list_dir", json!({})),
+        ("glob", json!({"pattern": "**/*"})),
+        ("grep", json!({"pattern": "secret"})),
+    ] {
+        let result = alice.invoke(&session, name, arguments).await;
+        assert_eq!(result["success"], false, "{name}: {result}");
+        assert_eq!(
+            result["structured_metadata"]["error"]["kind"], "workspace_root",
+            "{name}: {result}"
+        );
+        let output = result["output"].as_str().unwrap();
+        assert!(output.contains("\"alice/sw\""), "{name}: {output}");
+        assert!(!output.contains("bob's secret"), "{name}: {output}");
+    }
+    let (status, body) = app
+        .get(
+            &format!("/api/sessions/{session}/files?path=secret.txt"),
+            Some("alice-token"),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(!body.contains("bob's secret"), "{body}");
+    assert!(body.contains("symbolic link"), "{body}");
+    assert_eq!(
+        std::fs::read_to_string(bob.join("secret.txt")).unwrap(),
+        "bob's secret"
+    );
+    assert!(!bob.join("new.txt").exists());
+}
+
 #[tokio::test]
 async fn shared_token_origins_and_oversized_frames() {
     let app = TestApp::spawn_with(|c| {

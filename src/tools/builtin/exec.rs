@@ -123,6 +123,10 @@ pub(crate) fn resolve_workdir(
     workdir: Option<&str>,
 ) -> Result<PathBuf, ToolError> {
     let root = workspace.root();
+    // A session directory swapped for a link elsewhere is refused here, as for the file tools.
+    if let Err(err) = workspace.open_root() {
+        return Err(ToolError::model(err.kind(), format!("{tool}: {err}")));
+    }
     let Some(requested) = workdir.filter(|w| !w.is_empty()) else {
         return Ok(root.to_path_buf());
     };

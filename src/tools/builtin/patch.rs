@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::parse_args;
-use crate::tools::fs_safe::{self, FsError};
+use crate::tools::fs_safe::FsError;
 use crate::tools::{ConcurrencyClass, Tool, ToolError, ToolResult, Workspace};
 
 const TOOL: &str = "apply_patch";
@@ -924,7 +924,7 @@ impl Overlay<'_> {
         if let Some(state) = self.files.get(rel) {
             return Ok(state.is_some());
         }
-        match fs_safe::metadata_no_follow(self.ws.root(), rel) {
+        match self.ws.open_root()?.metadata(rel) {
             Ok(_) => Ok(true),
             Err(FsError::NotFound(_)) => Ok(false),
             Err(err) => Err(err),

@@ -1,12 +1,16 @@
 //! Read-only search tools over a session's workspace: `list_dir` (a tree listing), `glob`
 //! (files by path pattern) and `grep` (regex search of file contents).
 //!
-//! Every walk runs on a blocking thread, stops when the call is cancelled and never follows a
-//! symbolic link: the starting path is checked with [`fs_safe::reject_symlink`], the walks skip
-//! links, and `grep` opens each file through [`fs_safe::open_no_follow`].
+//! Every walk runs on a blocking thread, stops when the call is cancelled and never leaves the
+//! workspace, even while its directories are being swapped for symbolic links: each call opens
+//! the root once ([`Workspace::open_root`]) and reaches every directory, file and ignore file
+//! from that descriptor without following a link ([`Beneath`]); a directory is listed only if
+//! it is still the one at its path once read, every path `glob` prints is checked again, and
+//! `grep` reads only files opened that way, a line at most [`GREP_MAX_LINE_BYTES`] long.
 
 use std::any::Any;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,14 +18,14 @@ use async_trait::async_trait;
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use ignore::{Match, WalkBuilder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::parse_args;
-use crate::tools::fs_safe::{self, EntryKind};
+use crate::tools::fs_safe::{Beneath, DirEntryInfo, EntryKind};
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
 
 const TAGS: &[&str] = &["search"];
@@ -40,7 +44,12 @@ const GREP_DEFAULT_RESULTS: usize = 100;
 const GREP_MAX_RESULTS: usize = 1_000;
 /// Characters of one matching line `grep` shows.
 const GREP_LINE_CHARS: usize = 500;
-/// Largest ignore file read from the directories above a search's starting directory.
+/// Longest line `grep` holds in memory; a file is searched only up to a longer line, which is
+/// never read whole (and reported), so one huge line cannot take the server's memory.
+pub const GREP_MAX_LINE_BYTES: usize = 1 << 20;
+/// Files with such a line named in a `grep` answer.
+const GREP_LONG_LINE_NAMES: usize = 10;
+/// Largest ignore file read; a larger one is not applied.
 const IGNORE_FILE_LIMIT: u64 = 1 << 20;
 
 /// `list_dir`: an indented tree of a directory beneath the workspace root.
@@ -142,8 +151,9 @@ impl ListDir {
         };
         let workspace = Arc::clone(&self.workspace);
         blocking("list_dir", cancel, move |cancel| {
-            let rel = resolve_start(&workspace, args.path.as_deref())?;
-            list_tree(workspace.root(), &rel, depth, LIST_CAP, &cancel)
+            let root = workspace.open_root()?;
+            let rel = resolve_start(&workspace, &root, args.path.as_deref())?;
+            list_tree(&root, &rel, depth, LIST_CAP, &cancel)
         })
         .await
     }
@@ -173,13 +183,13 @@ impl Tree {
 
 /// Lists `rel` to `depth` levels, showing at most `cap` entries.
 fn list_tree(
-    root: &Path,
+    root: &Beneath,
     rel: &Path,
     depth: usize,
     cap: usize,
     cancel: &CancellationToken,
 ) -> Result<ToolResult, ToolError> {
-    let entries = fs_safe::list_dir_no_follow(root, rel)?;
+    let entries = root.list_dir(rel)?;
     let shown = display(rel);
     let mut tree = Tree {
         // The header line is not an entry, so it does not count against the cap.
@@ -210,9 +220,9 @@ fn list_tree(
 }
 
 fn list_entries(
-    root: &Path,
+    root: &Beneath,
     dir: &Path,
-    entries: Vec<fs_safe::DirEntryInfo>,
+    entries: Vec<DirEntryInfo>,
     level: usize,
     depth: usize,
     tree: &mut Tree,
@@ -235,7 +245,7 @@ fn list_entries(
         tree.push(level, text);
         if entry.kind == EntryKind::Dir && level < depth {
             let child = dir.join(&entry.name);
-            match fs_safe::list_dir_no_follow(root, &child) {
+            match root.list_dir(&child) {
                 Ok(children) => {
                     list_entries(root, &child, children, level + 1, depth, tree, cancel)?;
                 }
@@ -342,12 +352,13 @@ impl Glob {
         let matcher = compile_glob("glob", "pattern", &args.pattern)?;
         let workspace = Arc::clone(&self.workspace);
         blocking("glob", cancel, move |cancel| {
-            let rel = resolve_start(&workspace, args.path.as_deref())?;
+            let root = workspace.open_root()?;
+            let rel = resolve_start(&workspace, &root, args.path.as_deref())?;
             let filter = PathFilter {
                 matcher,
                 by_name: false,
             };
-            glob_files(workspace.root(), &rel, &filter, &args.pattern, cap, &cancel)
+            glob_files(&root, &rel, &filter, &args.pattern, cap, &cancel)
         })
         .await
     }
@@ -355,7 +366,7 @@ impl Glob {
 
 /// Walks `rel` and answers the sorted paths `filter` accepts, at most `cap` of them.
 fn glob_files(
-    root: &Path,
+    root: &Beneath,
     rel: &Path,
     filter: &PathFilter,
     pattern: &str,
@@ -364,21 +375,20 @@ fn glob_files(
 ) -> Result<ToolResult, ToolError> {
     let mut shown = Vec::new();
     let mut more = 0usize;
-    for entry in walk(root, rel) {
+    // Unreadable directories are skipped, as a shell glob would.
+    for file in FileWalk::new(root, rel) {
         if cancel.is_cancelled() {
             return Err(cancelled("glob"));
         }
-        // Unreadable directories are skipped, as a shell glob would.
-        let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let file = relative(root, entry.path());
         if !filter.accepts(&file, rel) {
             continue;
         }
         if shown.len() < cap {
-            shown.push(file);
+            // Checked again at the moment it is reported: a regular file at this very path
+            // beneath the root, reached without a link.
+            if root.metadata(&file).is_ok_and(|m| m.is_file()) {
+                shown.push(file);
+            }
         } else {
             more += 1;
         }
@@ -540,15 +550,9 @@ impl Grep {
         };
         let workspace = Arc::clone(&self.workspace);
         blocking("grep", cancel, move |cancel| {
-            let rel = resolve_start(&workspace, args.path.as_deref())?;
-            let found = grep_files(
-                workspace.root(),
-                &rel,
-                &matcher,
-                filter.as_ref(),
-                max_results,
-                &cancel,
-            )?;
+            let root = workspace.open_root()?;
+            let rel = resolve_start(&workspace, &root, args.path.as_deref())?;
+            let found = grep_files(&root, &rel, &matcher, filter.as_ref(), max_results, &cancel)?;
             Ok(found.into_result(&args.pattern, &rel, max_results))
         })
         .await
@@ -563,6 +567,8 @@ struct GrepFound {
     files_searched: usize,
     binary_skipped: usize,
     unreadable: usize,
+    /// Files searched only up to a line longer than [`GREP_MAX_LINE_BYTES`].
+    long_lines: Vec<String>,
 }
 
 impl GrepFound {
@@ -589,19 +595,36 @@ impl GrepFound {
                 self.unreadable
             ));
         }
+        if !self.long_lines.is_empty() {
+            let mut names =
+                self.long_lines[..self.long_lines.len().min(GREP_LONG_LINE_NAMES)].join(", ");
+            if self.long_lines.len() > GREP_LONG_LINE_NAMES {
+                names.push_str(&format!(
+                    " and {} more",
+                    self.long_lines.len() - GREP_LONG_LINE_NAMES
+                ));
+            }
+            output.push_str(&format!(
+                "\n({} files searched only up to a line longer than {} bytes, which was skipped \
+                 with the rest of the file: {names})",
+                self.long_lines.len(),
+                GREP_MAX_LINE_BYTES
+            ));
+        }
         ToolResult::ok(output).with_metadata(json!({
             "matches": count,
             "truncated": self.truncated,
             "files_searched": self.files_searched,
             "binary_files_skipped": self.binary_skipped,
             "unreadable": self.unreadable,
+            "long_line_files": self.long_lines,
         }))
     }
 }
 
 /// Searches the files under `rel`, stopping once more than `max_results` lines matched.
 fn grep_files(
-    root: &Path,
+    root: &Beneath,
     rel: &Path,
     matcher: &RegexMatcher,
     filter: Option<&PathFilter>,
@@ -611,28 +634,19 @@ fn grep_files(
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(b'\x00'))
         .line_number(true)
+        .heap_limit(Some(GREP_MAX_LINE_BYTES))
         .build();
     let mut found = GrepFound::default();
-    for entry in walk(root, rel) {
+    let mut walk = FileWalk::new(root, rel);
+    for file_rel in &mut walk {
         if cancel.is_cancelled() {
             return Err(cancelled("grep"));
         }
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(_) => {
-                found.unreadable += 1;
-                continue;
-            }
-        };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let file_rel = relative(root, entry.path());
         if filter.is_some_and(|f| !f.accepts(&file_rel, rel)) {
             continue;
         }
         // Reopened without following links: the walk's view may be stale by now.
-        let Ok(file) = fs_safe::open_no_follow(root, &file_rel) else {
+        let Ok(file) = root.open_file(&file_rel) else {
             found.unreadable += 1;
             continue;
         };
@@ -643,16 +657,21 @@ fn grep_files(
             binary: false,
             cancel,
         };
-        if searcher.search_file(matcher, &file, &mut sink).is_err() {
-            found.unreadable += 1;
-            continue;
+        let shown = display(&file_rel);
+        match searcher.search_file(matcher, &file, &mut sink) {
+            Ok(()) => {}
+            // The lines before it were searched; their matches still count.
+            Err(err) if is_line_too_long(&err) => found.long_lines.push(shown.clone()),
+            Err(_) => {
+                found.unreadable += 1;
+                continue;
+            }
         }
         found.files_searched += 1;
         if sink.binary {
             found.binary_skipped += 1;
             continue;
         }
-        let shown = display(&file_rel);
         for (line, text) in sink.hits {
             found.lines.push(format!("{shown}:{line}:{text}"));
         }
@@ -665,7 +684,15 @@ fn grep_files(
     if cancel.is_cancelled() {
         return Err(cancelled("grep"));
     }
+    found.unreadable += walk.unreadable;
     Ok(found)
+}
+
+/// Whether a search stopped at the heap limit. grep-searcher reports it only as an I/O error
+/// with this message; should the wording change, such a file counts as unreadable instead,
+/// still without being read whole.
+fn is_line_too_long(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::Other && err.to_string().contains("allocation limit")
 }
 
 /// Collects one file's matching lines; drops them all if the file turns out to be binary.
@@ -737,90 +764,159 @@ fn compile_glob(tool: &str, field: &str, pattern: &str) -> Result<GlobMatcher, T
 }
 
 /// Resolves the model's starting path and refuses it if it is, or passes through, a symlink.
-fn resolve_start(workspace: &Workspace, path: Option<&str>) -> Result<PathBuf, ToolError> {
+fn resolve_start(
+    workspace: &Workspace,
+    root: &Beneath,
+    path: Option<&str>,
+) -> Result<PathBuf, ToolError> {
     let rel = workspace.resolve(path.unwrap_or("."))?;
-    fs_safe::reject_symlink(workspace.root(), &rel)?;
+    root.reject_symlink(&rel)?;
     Ok(rel)
 }
 
-/// A sorted walk of `rel` that honours ignore files and hidden-file rules and follows no links.
+/// The files under a starting path (or the starting file itself), depth first in path order,
+/// relative to the root, honouring ignore files and hidden-file rules.
 ///
-/// Ignore files above the workspace root are never consulted (a stray catch-all `.gitignore`
-/// in a parent directory would otherwise hide everything); those between the root and `rel`
-/// are applied by [`AncestorIgnores`].
-fn walk(root: &Path, rel: &Path) -> ignore::Walk {
-    let start = if rel.as_os_str().is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(rel)
-    };
-    let ancestors = AncestorIgnores::load(root, rel);
-    let mut builder = WalkBuilder::new(start);
-    builder
-        .follow_links(false)
-        .require_git(false)
-        .parents(false)
-        .git_global(false)
-        .sort_by_file_name(|a, b| a.cmp(b));
-    if !ancestors.matchers.is_empty() {
-        builder.filter_entry(move |entry| {
-            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-            !ancestors.ignores(entry.path(), is_dir)
-        });
+/// Every directory is listed through the root's descriptor without following a link
+/// ([`Beneath::list_dir`]), so what a directory swapped for a symlink points at is never
+/// read, and symlinks found inside are skipped. Ignore files are read the same way, at most
+/// [`IGNORE_FILE_LIMIT`] bytes each. Those above the root are never consulted (a stray
+/// catch-all `.gitignore` in a parent directory would otherwise hide everything); those
+/// between the root and the start apply as they would to a walk from the root.
+struct FileWalk<'a> {
+    root: &'a Beneath,
+    /// The start, when it is a file: the one path to yield.
+    single: Option<PathBuf>,
+    /// Directories being read, innermost last, each with its remaining entries.
+    open: Vec<(PathBuf, std::vec::IntoIter<DirEntryInfo>)>,
+    /// One level of ignore rules per directory from the root down to the innermost open one.
+    ignores: Vec<DirIgnores>,
+    /// Directories that could not be listed.
+    unreadable: usize,
+}
+
+impl<'a> FileWalk<'a> {
+    fn new(root: &'a Beneath, start: &Path) -> Self {
+        let mut walk = Self {
+            root,
+            single: None,
+            open: Vec::new(),
+            ignores: Vec::new(),
+            unreadable: 0,
+        };
+        match root.metadata(start) {
+            Ok(meta) if meta.is_file() => walk.single = Some(start.to_path_buf()),
+            Ok(meta) if meta.is_dir() => {
+                let mut above = PathBuf::new();
+                for comp in start.components() {
+                    walk.ignores.push(DirIgnores::load(root, &above, None));
+                    above.push(comp);
+                }
+                walk.enter(start.to_path_buf());
+            }
+            Ok(_) => {}
+            Err(_) => walk.unreadable += 1,
+        }
+        walk
     }
-    builder.build()
-}
 
-/// Ignore rules from the directories between the workspace root and a walk's start, which
-/// the walker itself does not read once told to skip parent directories.
-struct AncestorIgnores {
-    /// Deepest directory first, so a nearer rule wins.
-    matchers: Vec<Gitignore>,
-}
+    fn enter(&mut self, dir: PathBuf) {
+        match self.root.list_dir(&dir) {
+            Ok(entries) => {
+                self.ignores
+                    .push(DirIgnores::load(self.root, &dir, Some(&entries)));
+                self.open.push((dir, entries.into_iter()));
+            }
+            Err(_) => self.unreadable += 1,
+        }
+    }
 
-impl AncestorIgnores {
-    fn load(root: &Path, rel: &Path) -> Self {
-        let comps: Vec<_> = rel.components().collect();
-        let mut matchers = Vec::new();
-        for len in (0..comps.len()).rev() {
-            let dir: PathBuf = comps[..len].iter().collect();
-            // `.ignore` outranks `.gitignore`, which outranks the repository's exclude file.
-            for name in [".ignore", ".gitignore", ".git/info/exclude"] {
-                // Read through fs_safe so a linked ignore file cannot pull in outside content.
-                let Ok(bytes) = fs_safe::read_no_follow(root, &dir.join(name), IGNORE_FILE_LIMIT)
-                else {
+    /// Whether the nearest rule says to skip `path`; without one, hidden names are skipped.
+    /// As ripgrep does, every `.ignore` outranks every `.gitignore`, which outranks every
+    /// exclude file, and within each kind the deepest directory wins.
+    fn skips(&self, path: &Path, name: &std::ffi::OsStr, is_dir: bool) -> bool {
+        for kind in 0..IGNORE_FILES.len() {
+            for level in self.ignores.iter().rev() {
+                let Some(matcher) = &level.0[kind] else {
                     continue;
                 };
-                let mut builder = GitignoreBuilder::new(root.join(&dir));
-                for line in String::from_utf8_lossy(&bytes).lines() {
-                    // A bad line is dropped, as git does; the rest still apply.
-                    let _ = builder.add_line(None, line);
-                }
-                if let Ok(matcher) = builder.build()
-                    && !matcher.is_empty()
-                {
-                    matchers.push(matcher);
+                match matcher.matched(path, is_dir) {
+                    Match::Ignore(_) => return true,
+                    Match::Whitelist(_) => return false,
+                    Match::None => {}
                 }
             }
         }
-        Self { matchers }
-    }
-
-    fn ignores(&self, path: &Path, is_dir: bool) -> bool {
-        for matcher in &self.matchers {
-            match matcher.matched(path, is_dir) {
-                Match::Ignore(_) => return true,
-                Match::Whitelist(_) => return false,
-                Match::None => {}
-            }
-        }
-        false
+        name.as_bytes().first() == Some(&b'.')
     }
 }
 
-/// `path` relative to the root; walk entries always lie beneath it.
-fn relative(root: &Path, path: &Path) -> PathBuf {
-    path.strip_prefix(root).unwrap_or(path).to_path_buf()
+impl Iterator for FileWalk<'_> {
+    type Item = PathBuf;
+
+    fn next(&mut self) -> Option<PathBuf> {
+        if let Some(file) = self.single.take() {
+            return Some(file);
+        }
+        loop {
+            let (dir, entries) = self.open.last_mut()?;
+            let Some(entry) = entries.next() else {
+                self.open.pop();
+                self.ignores.pop();
+                continue;
+            };
+            let is_dir = match entry.kind {
+                EntryKind::Dir => true,
+                EntryKind::File => false,
+                EntryKind::Symlink | EntryKind::Other => continue,
+            };
+            let path = dir.join(&entry.name);
+            if self.skips(&path, &entry.name, is_dir) {
+                continue;
+            }
+            if is_dir {
+                self.enter(path);
+            } else {
+                return Some(path);
+            }
+        }
+    }
+}
+
+/// The ignore files a directory may hold, in falling precedence, and the name in its listing
+/// that says the file may be there.
+const IGNORE_FILES: [(&str, &str); 3] = [
+    (".ignore", ".ignore"),
+    (".gitignore", ".gitignore"),
+    (".git/info/exclude", ".git"),
+];
+
+/// One directory's ignore rules, one slot per entry of [`IGNORE_FILES`].
+struct DirIgnores([Option<Gitignore>; 3]);
+
+impl DirIgnores {
+    /// Reads `dir`'s ignore files through the root; with its listing at hand, only those the
+    /// listing shows are opened.
+    fn load(root: &Beneath, dir: &Path, listing: Option<&[DirEntryInfo]>) -> Self {
+        let load_one = |(file, marker): (&str, &str)| {
+            let present = listing.is_none_or(|entries| {
+                entries
+                    .binary_search_by(|e| e.name.as_os_str().cmp(std::ffi::OsStr::new(marker)))
+                    .is_ok()
+            });
+            if !present {
+                return None;
+            }
+            let bytes = root.read(&dir.join(file), IGNORE_FILE_LIMIT).ok()?;
+            let mut builder = GitignoreBuilder::new(dir);
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                // A bad line is dropped, as git does; the rest still apply.
+                let _ = builder.add_line(None, line);
+            }
+            builder.build().ok().filter(|matcher| !matcher.is_empty())
+        };
+        Self(IGNORE_FILES.map(load_one))
+    }
 }
 
 /// A relative path as the model sees it; the root itself is ".".
@@ -998,7 +1094,7 @@ mod tests {
             put(&f.root, &format!("{name}/x.txt"), "x");
         }
         let cancel = CancellationToken::new();
-        let result = list_tree(&f.root, Path::new(""), 2, 3, &cancel).unwrap();
+        let result = list_tree(&f.ws.open_root().unwrap(), Path::new(""), 2, 3, &cancel).unwrap();
         assert_eq!(
             result.output,
             "./\n  a/\n    x.txt\n  b/\n… 5 more entries not shown; list a subdirectory or use a smaller depth"
@@ -1088,6 +1184,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn ignore_rules_nest_and_linked_ignore_files_are_not_read() {
+        let f = fixture();
+        put(&f.root, ".gitignore", "*.log\n");
+        put(&f.root, "a.log", "");
+        put(&f.root, "keep/.gitignore", "!wanted.log\n");
+        put(&f.root, "keep/wanted.log", "");
+        put(&f.root, "keep/other.log", "");
+        // A link to a catch-all ignore file outside would hide everything if it were read.
+        put(&f.outside, "all", "*\n");
+        put(&f.root, "sub/x.rs", "");
+        symlink(f.outside.join("all"), f.root.join("sub/.gitignore")).unwrap();
+        let tool = Glob::new(Arc::clone(&f.ws));
+        assert_eq!(
+            ok(&tool, json!({"pattern": "**/*"})).await,
+            "keep/wanted.log\nsub/x.rs"
+        );
+        assert_eq!(
+            ok(&tool, json!({"pattern": "**/*", "path": "keep"})).await,
+            "keep/wanted.log"
+        );
+    }
+
+    #[tokio::test]
     async fn glob_never_follows_symlinks() {
         let f = fixture();
         put(&f.root, "own.rs", "");
@@ -1112,7 +1231,15 @@ mod tests {
             by_name: false,
         };
         let cancel = CancellationToken::new();
-        let result = glob_files(&f.root, Path::new(""), &filter, "*.txt", 3, &cancel).unwrap();
+        let result = glob_files(
+            &f.ws.open_root().unwrap(),
+            Path::new(""),
+            &filter,
+            "*.txt",
+            3,
+            &cancel,
+        )
+        .unwrap();
         assert_eq!(
             result.output,
             "a.txt\nb.txt\nc.txt\n… 2 more not shown; narrow the pattern or the path"
@@ -1267,6 +1394,121 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn grep_stops_a_file_at_a_line_over_the_limit_and_says_so() {
+        let f = fixture();
+        let mut big = b"needle before\n".to_vec();
+        big.resize(big.len() + 3 * GREP_MAX_LINE_BYTES, b'x');
+        big.extend_from_slice(b" needle inside the long line\nneedle after\n");
+        put(&f.root, "big.txt", &big);
+        put(&f.root, "small.txt", "needle\n");
+        let tool = Grep::new(Arc::clone(&f.ws));
+        let result = tool.execute(&json!({"pattern": "needle"})).await.unwrap();
+        assert!(result.success, "{}", result.output);
+        assert_eq!(
+            result.output,
+            format!(
+                "big.txt:1:needle before\nsmall.txt:1:needle\n(1 files searched only up to a line \
+                 longer than {GREP_MAX_LINE_BYTES} bytes, which was skipped with the rest of the \
+                 file: big.txt)"
+            )
+        );
+        let meta = result.structured_metadata.unwrap();
+        assert_eq!(meta["long_line_files"], json!(["big.txt"]));
+        assert_eq!(meta["files_searched"], 2);
+        assert_eq!(meta["unreadable"], 0);
+        // A line just under the limit is still searched whole.
+        let mut fits = vec![b'y'; GREP_MAX_LINE_BYTES / 2];
+        fits.extend_from_slice(b" needle\n");
+        put(&f.root, "big.txt", &fits);
+        let out = ok(&tool, json!({"pattern": "needle$", "path": "big.txt"})).await;
+        assert!(out.starts_with("big.txt:1:yyy"), "{}", &out[..40]);
+    }
+
+    /// The hostile case: a directory of the workspace flipped 1,000 times with a symlink to a
+    /// directory outside while the three tools run over it. No name or contents from outside
+    /// may show in any answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_directory_swapped_for_a_symlink_during_walks_leaks_nothing() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+        let f = fixture();
+        put(&f.outside, "passwd", "root:x:0:0 needle\n");
+        put(&f.outside, "etc/passwd", "daemon:x:1:1 needle\n");
+        put(&f.root, "d/own.txt", "needle inside\n");
+        put(&f.root, "d/deep/mine.txt", "needle deep\n");
+        put(&f.root, "alt/other.txt", "needle alt\n");
+        // `d` and `swap` trade places on every flip: one is a directory, the other a link out.
+        symlink(&f.outside, f.root.join("swap")).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let flipper = {
+            let (d, swap) = (f.root.join("d"), f.root.join("swap"));
+            let (done, calls) = (Arc::clone(&done), Arc::clone(&calls));
+            std::thread::spawn(move || {
+                // Flipping starts with the first call and then runs flat out: the more flips
+                // land inside one walk, the likelier a walk that follows links is caught.
+                while calls.load(Ordering::SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
+                for _ in 0..1_000 {
+                    rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        &d,
+                        rustix::fs::CWD,
+                        &swap,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                }
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let tools: [(Arc<dyn Tool>, Value); 5] = [
+            (
+                Arc::new(Glob::new(Arc::clone(&f.ws))),
+                json!({"pattern": "d*/**/passwd"}),
+            ),
+            (
+                Arc::new(Glob::new(Arc::clone(&f.ws))),
+                json!({"pattern": "**/*"}),
+            ),
+            (
+                Arc::new(Grep::new(Arc::clone(&f.ws))),
+                json!({"pattern": "needle|root"}),
+            ),
+            (
+                Arc::new(ListDir::new(Arc::clone(&f.ws))),
+                json!({"depth": 5}),
+            ),
+            (
+                Arc::new(ListDir::new(Arc::clone(&f.ws))),
+                json!({"path": "d", "depth": 3}),
+            ),
+        ];
+        let mut rounds = 0;
+        while !done.load(Ordering::SeqCst) && rounds < 100_000 {
+            rounds += 1;
+            for (tool, args) in &tools {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let (_, out) = call(tool.as_ref(), args.clone()).await;
+                // An answer that found nothing repeats the pattern; that is no leak.
+                let out = out.replace(args["pattern"].as_str().unwrap_or("\0"), "");
+                for leak in ["passwd", "root:x", "daemon", "etc", "secret"] {
+                    assert!(!out.contains(leak), "{} leaked {leak}: {out}", tool.name());
+                }
+            }
+        }
+        flipper.join().unwrap();
+        assert!(calls.load(Ordering::SeqCst) > 0);
+        // The same tools still see the workspace's own files once the flipping stops.
+        let out = ok(tools[1].0.as_ref(), tools[1].1.clone()).await;
+        assert!(
+            out.contains("own.txt") && out.contains("other.txt"),
+            "{out}"
+        );
+    }
+
+    #[tokio::test]
     async fn grep_reports_invalid_regex() {
         let f = fixture();
         let tool = Grep::new(Arc::clone(&f.ws));
@@ -1333,10 +1575,26 @@ mod tests {
         }
         let matcher = RegexMatcherBuilder::new().build("needle").unwrap();
         let cancel = CancellationToken::new();
-        let found = grep_files(&f.root, Path::new(""), &matcher, None, 1000, &cancel).unwrap();
+        let found = grep_files(
+            &f.ws.open_root().unwrap(),
+            Path::new(""),
+            &matcher,
+            None,
+            1000,
+            &cancel,
+        )
+        .unwrap();
         assert_eq!(found.lines.len(), 20);
         cancel.cancel();
-        let err = grep_files(&f.root, Path::new(""), &matcher, None, 1000, &cancel).unwrap_err();
+        let err = grep_files(
+            &f.ws.open_root().unwrap(),
+            Path::new(""),
+            &matcher,
+            None,
+            1000,
+            &cancel,
+        )
+        .unwrap_err();
         assert!(matches!(
             err,
             ToolError::Model {
