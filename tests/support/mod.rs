@@ -2,6 +2,7 @@
 //! and small WebSocket and HTTP clients that wait on events with timeouts, never on sleeps.
 
 pub mod mock_llm;
+pub mod wire;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -76,6 +77,15 @@ impl TestApp {
         tools: Vec<std::sync::Arc<dyn agentd::tools::Tool>>,
     ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, dir, config, tools).await
+    }
+
+    async fn start_on(
+        listener: tokio::net::TcpListener,
+        dir: tempfile::TempDir,
+        config: Config,
+        tools: Vec<std::sync::Arc<dyn agentd::tools::Tool>>,
+    ) -> Self {
         let addr = listener.local_addr().unwrap();
         let server = Server::start_with_tools(config, tools)
             .await

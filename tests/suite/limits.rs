@@ -1,0 +1,120 @@
+//! The server's limits, each tested by breaking it: connection caps and the health allowance,
+//! header and idle timeouts and TCP_NODELAY.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Mutex;
+
+use crate::support::wire::{self, RawWs};
+use crate::support::{TestApp, WAIT};
+
+/// The tests that open thousands of sockets or hundreds of MiB run one at a time, so one's
+/// descriptors and memory do not show up in the other's figures.
+static HEAVY: Mutex<()> = Mutex::const_new(());
+
+#[tokio::test]
+async fn accepted_sockets_have_tcp_nodelay() {
+    let app = TestApp::spawn().await;
+    let mut client = wire::connect(app.addr).await;
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", app.addr);
+    client.write_all(request.as_bytes()).await.unwrap();
+    // An answer means the server has accepted the connection and set it up.
+    let mut answer = [0u8; 512];
+    let read = tokio::time::timeout(WAIT, client.read(&mut answer)).await;
+    assert!(matches!(read, Ok(Ok(n)) if n > 0), "answered");
+    assert_eq!(wire::server_side_nodelay(&client), Some(true));
+    // And after an upgrade, which keeps the same socket.
+    let ws = RawWs::open(app.addr).await;
+    assert_eq!(wire::server_side_nodelay(&ws.stream), Some(true));
+}
+
+#[tokio::test]
+async fn a_flood_of_idle_connections_leaves_health_checks_answering() {
+    let _heavy = HEAVY.lock().await;
+    // 2,000 full connections and the flood past them: about 4,600 descriptors in this
+    // process (both ends of each connection are ours), well under its limit of 20,000.
+    const CAP: usize = 2_000;
+    let app = TestApp::spawn_with(|c| {
+        c.server.max_connections = CAP;
+        // Long enough that nothing times out while the test runs.
+        c.server.header_timeout_secs = 300;
+    })
+    .await;
+    // A WebSocket from before the flood keeps working through it.
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+
+    let mut held = Vec::new();
+    for n in 0..CAP - 1 {
+        let mut stream = wire::connect(app.addr).await;
+        if n % 100 == 0 {
+            // Every hundredth sends half its headers and stops.
+            let half = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Slow: ", app.addr);
+            stream.write_all(half.as_bytes()).await.unwrap();
+        }
+        held.push(stream);
+    }
+    // Past the cap: three times the allowance of idle connections, each evicting the oldest.
+    for _ in 0..3 * agentd::http::accept::HEALTH_ALLOWANCE {
+        held.push(wire::connect(app.addr).await);
+    }
+
+    // Connections are accepted in order, so these come after every held one.
+    let (status, body) = wire::http_get(app.addr, "/healthz").await;
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    let (status, body) = wire::http_get(app.addr, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = wire::http_get(app.addr, "/api/sessions").await;
+    assert_eq!(status, 503, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "overloaded", "{body}");
+    assert!(error["error"]["message"].is_string());
+    assert_eq!(app.ws_with(None, None).await.err(), Some(503));
+    // The probes were answered and closed; the idle flood is still there.
+    let (status, _) = wire::http_get(app.addr, "/healthz").await;
+    assert_eq!(status, 200);
+
+    let tools = ws.result("tool/list", json!({"session_id": session})).await;
+    assert!(tools["active"].is_array());
+    drop(held);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn headers_and_idle_connections_time_out() {
+    let app = TestApp::spawn_with(|c| c.server.header_timeout_secs = 1).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let started = Instant::now();
+
+    let mut silent = wire::connect(app.addr).await;
+    let mut half = wire::connect(app.addr).await;
+    let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Slow: ", app.addr);
+    half.write_all(head.as_bytes()).await.unwrap();
+    let mut kept_alive = wire::connect(app.addr).await;
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", app.addr);
+    kept_alive.write_all(request.as_bytes()).await.unwrap();
+
+    for (what, stream) in [
+        ("a connection that never sends", &mut silent),
+        ("half-sent headers", &mut half),
+        ("an idle keep-alive connection", &mut kept_alive),
+    ] {
+        let seen = wire::read_to_close(stream, WAIT)
+            .await
+            .unwrap_or_else(|_| panic!("{what} is closed"));
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "{what} was closed before its timeout"
+        );
+        if what.contains("keep-alive") {
+            let text = String::from_utf8_lossy(&seen);
+            assert!(text.starts_with("HTTP/1.1 200"), "answered first: {text}");
+        }
+    }
+    // A WebSocket is not an idle HTTP connection: it outlives the header timeout.
+    let tools = ws.result("tool/list", json!({"session_id": session})).await;
+    assert!(tools["active"].is_array());
+}
