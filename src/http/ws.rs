@@ -12,7 +12,8 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgr
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -102,20 +103,75 @@ impl From<SessionError> for RpcError {
     }
 }
 
-/// The answer frame for a request; `None` for a notification (no `id`), which JSON-RPC never
-/// answers.
-fn answer(id: &Option<Value>, outcome: Result<Value, RpcError>) -> Option<Outbound> {
-    id.as_ref().map(|id| response(id, outcome))
+/// A request's `id` exactly as the client wrote it, echoed byte for byte: a 30-digit integer
+/// stays that integer, where a parsed [`Value`] would have made it a float.
+type RequestId = Box<RawValue>;
+
+/// One incoming message, read without interpreting its `id`.
+#[derive(Deserialize)]
+struct Envelope {
+    /// `None` when absent (a notification); a `null` that is present is an id like any other.
+    #[serde(default, deserialize_with = "present_id")]
+    id: Option<RequestId>,
+    #[serde(default)]
+    method: Value,
+    #[serde(default)]
+    params: Value,
 }
 
-fn response(id: &Value, outcome: Result<Value, RpcError>) -> Outbound {
-    let body = match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(err) => json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": err.code, "message": err.message, "data": {"kind": err.kind}
-        }}),
+fn present_id<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<RequestId>, D::Error> {
+    RequestId::deserialize(deserializer).map(Some)
+}
+
+/// The answer frame for a request; `None` for a notification (no `id`), which JSON-RPC never
+/// answers.
+fn answer(id: &Option<RequestId>, outcome: Result<Value, RpcError>) -> Option<Outbound> {
+    id.as_deref().map(|id| response(Some(id), outcome))
+}
+
+/// An answer frame; `id` `None` answers with `null` (the request's id could not be read).
+fn response(id: Option<&RawValue>, outcome: Result<Value, RpcError>) -> Outbound {
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        jsonrpc: &'static str,
+        id: Option<&'a RawValue>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
+    }
+    #[derive(Serialize)]
+    struct ErrorBody {
+        code: i64,
+        message: String,
+        data: ErrorData,
+    }
+    #[derive(Serialize)]
+    struct ErrorData {
+        kind: &'static str,
+    }
+    let (result, error) = match outcome {
+        Ok(result) => (Some(result), None),
+        Err(err) => {
+            let error = ErrorBody {
+                code: err.code,
+                message: err.message,
+                data: ErrorData { kind: err.kind },
+            };
+            (None, Some(error))
+        }
     };
-    Outbound::Text(body.to_string().into())
+    let answer = Answer {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
+    };
+    // Proven: JSON values and raw JSON always serialise (their map keys are strings).
+    let text = serde_json::to_string(&answer).expect("an answer serialises");
+    Outbound::Text(text.into())
 }
 
 /// One session this connection watches.
@@ -290,7 +346,7 @@ impl Connection {
                         "parse_error",
                         "binary frames are not JSON-RPC; send text",
                     );
-                    let _ = self.out.send(response(&Value::Null, Err(error))).await;
+                    let _ = self.out.send(response(None, Err(error))).await;
                 }
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
@@ -320,28 +376,42 @@ impl Connection {
     }
 
     async fn on_text(&mut self, text: &str) {
-        let request: Value = match serde_json::from_str(text) {
-            Ok(value) => value,
-            Err(err) => {
-                let error =
-                    RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"));
-                let _ = self.out.send(response(&Value::Null, Err(error))).await;
-                return;
-            }
+        let parse_error = |err: serde_json::Error| {
+            RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"))
         };
-        let id = request.get("id").cloned();
-        let Some(method) = request.get("method").and_then(Value::as_str) else {
-            let error = RpcError::new(
+        let invalid = || {
+            RpcError::new(
                 INVALID_REQUEST,
                 "invalid_request",
                 "a request needs a string \"method\"",
-            );
-            let id = id.unwrap_or(Value::Null);
-            let _ = self.out.send(response(&id, Err(error))).await;
+            )
+        };
+        // Only an object is a request (a derived struct would also take an array, by position).
+        if !text.trim_start().starts_with('{') {
+            let error = match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                Ok(_) => invalid(),
+                Err(err) => parse_error(err),
+            };
+            let _ = self.out.send(response(None, Err(error))).await;
+            return;
+        }
+        let Envelope { id, method, params } = match serde_json::from_str(text) {
+            Ok(envelope) => envelope,
+            Err(err) => {
+                // Valid JSON that still does not read as a request: a duplicated member.
+                let error = if err.is_data() {
+                    invalid()
+                } else {
+                    parse_error(err)
+                };
+                let _ = self.out.send(response(None, Err(error))).await;
+                return;
+            }
+        };
+        let Value::String(method) = method else {
+            let _ = self.out.send(response(id.as_deref(), Err(invalid()))).await;
             return;
         };
-        let method = method.to_string();
-        let params = request.get("params").cloned().unwrap_or(Value::Null);
         match self.dispatch(&method, params, id.clone()).await {
             Dispatched::Answered => {}
             Dispatched::Now(outcome, route) => {
@@ -357,7 +427,7 @@ impl Connection {
         }
     }
 
-    async fn dispatch(&mut self, method: &str, params: Value, id: Option<Value>) -> Dispatched {
+    async fn dispatch(&mut self, method: &str, params: Value, id: Option<RequestId>) -> Dispatched {
         match method {
             "session/open" => match parse::<OpenParams>(params) {
                 Ok(params) => self.open(params, id).await,
@@ -568,7 +638,7 @@ impl Connection {
     }
 
     /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.
-    async fn open(&mut self, params: OpenParams, id: Option<Value>) -> Dispatched {
+    async fn open(&mut self, params: OpenParams, id: Option<RequestId>) -> Dispatched {
         let sessions = self.app.sessions().clone();
         let (session_id, resumed) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {

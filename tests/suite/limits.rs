@@ -1,5 +1,5 @@
 //! The server's limits, each tested by breaking it: connection caps and the health allowance,
-//! header and idle timeouts and TCP_NODELAY.
+//! header and idle timeouts, TCP_NODELAY and JSON-RPC ids echoed as sent.
 
 use std::time::{Duration, Instant};
 
@@ -117,4 +117,34 @@ async fn headers_and_idle_connections_time_out() {
     // A WebSocket is not an idle HTTP connection: it outlives the header timeout.
     let tools = ws.result("tool/list", json!({"session_id": session})).await;
     assert!(tools["active"].is_array());
+}
+
+#[tokio::test]
+async fn request_ids_are_echoed_exactly_as_sent() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    for id in [
+        "123456789012345678901234567890",
+        "-98765432109876543210.5e-3",
+        "1.50",
+        r#""a\u0041""#,
+        "null",
+        r#"{"nested": [1, 2]}"#,
+    ] {
+        ws.send_text(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"no/such"}}"#
+        ))
+        .await;
+        let reply = ws.next_text().await;
+        let expected = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"unknown method \"no/such\"","data":{{"kind":"method_not_found"}}}}}}"#
+        );
+        assert_eq!(reply, expected);
+    }
+    // A batch is still refused as a whole, with a null id.
+    ws.send_text(r#"[{"jsonrpc":"2.0","id":1,"method":"tool/list"}]"#)
+        .await;
+    let reply: Value = serde_json::from_str(&ws.next_text().await).unwrap();
+    assert_eq!(reply["id"], Value::Null);
+    assert_eq!(reply["error"]["code"], -32600);
 }

@@ -234,6 +234,22 @@ impl WsClient {
         id
     }
 
+    /// The next text frame exactly as it arrived, skipping other frames.
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("a frame arrives in time");
+            match message {
+                Some(Ok(Message::Text(text))) => return text.as_str().to_string(),
+                Some(Ok(Message::Close(frame))) => panic!("closed with {frame:?}"),
+                Some(Ok(_)) => continue,
+                Some(Err(err)) => panic!("websocket failed: {err}"),
+                None => panic!("websocket ended"),
+            }
+        }
+    }
+
     /// The next frame, failing the test after [`WAIT`].
     pub async fn next(&mut self) -> Frame {
         loop {
