@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -15,7 +16,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
@@ -28,12 +30,11 @@ use crate::store::TaskRow;
 use crate::tasks::read::{TaskReadError, read_task_output, task_of_session, with_live_size};
 use crate::tools::ToolCatalog;
 
-/// Largest text frame accepted; bigger ones close the connection with 1009.
+/// Largest frame, and message, accepted. The socket layer refuses a bigger one as soon as its
+/// header announces the size, before reading (or buffering) any of it, and the connection
+/// closes with 1009; the accept loop's lingering close lets the client finish sending and read
+/// that code rather than a reset.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
-/// What the socket layer reads at most. Frames between this and [`MAX_FRAME_BYTES`] are read
-/// whole and then refused with a clean 1009 close; cutting a frame off mid-read would leave
-/// unread bytes, and the kernel answers those with a reset the client never sees a code in.
-const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
 /// How long a frame in flight may wait for a client that was cut off or is being closed.
 const STUCK_CLIENT: std::time::Duration = std::time::Duration::from_secs(30);
 /// How long a close frame may wait for a client that does not read.
@@ -64,8 +65,8 @@ pub async fn upgrade(
     }
     ws.read_buffer_size(4096)
         .write_buffer_size(0)
-        .max_message_size(READ_LIMIT_BYTES)
-        .max_frame_size(READ_LIMIT_BYTES)
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| Connection::new(app, caller).serve(socket))
 }
 
@@ -273,7 +274,10 @@ impl Connection {
         };
         let lagged = self.lagged.clone();
         let shutdown = self.app.shutdown().clone();
-        let writer = tokio::spawn(async move {
+        // The reader asks the writer for a ping when the client has been quiet.
+        let ping = Arc::new(Notify::new());
+        let pings = Arc::clone(&ping);
+        let mut writer = tokio::spawn(async move {
             let close = |code: u16, reason: &'static str| {
                 Message::Close(Some(CloseFrame {
                     code,
@@ -293,52 +297,72 @@ impl Connection {
                         let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
                         break;
                     }
-                    frame = out_rx.recv() => frame,
-                };
-                match frame {
-                    Some(Outbound::Text(text)) => {
-                        // A client that stops reading blocks the send. Cut off (or stopping), it
-                        // still gets a while to take the frame in flight, so the close that
-                        // follows is well formed; one that never reads again ends this task.
-                        let send = sink.send(Message::Text(text.as_ref().into()));
-                        tokio::pin!(send);
-                        let sent = tokio::select! {
-                            sent = &mut send => sent.is_ok(),
-                            () = async { tokio::select! {
-                                () = lagged.cancelled() => {}
-                                () = shutdown.cancelled() => {}
-                            } } => {
-                                matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
-                            }
-                        };
-                        if !sent {
+                    () = pings.notified() => Some(Message::Ping(Default::default())),
+                    frame = out_rx.recv() => match frame {
+                        Some(Outbound::Text(text)) => Some(Message::Text(text.as_ref().into())),
+                        Some(Outbound::Close(code, reason)) => {
+                            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason)))
+                                .await;
                             break;
                         }
+                        None => None,
+                    },
+                };
+                let Some(frame) = frame else {
+                    break;
+                };
+                // A client that stops reading blocks the send. Cut off (or stopping), it still
+                // gets a while to take the frame in flight, so the close that follows is well
+                // formed; one that never reads again ends this task.
+                let send = sink.send(frame);
+                tokio::pin!(send);
+                let sent = tokio::select! {
+                    sent = &mut send => sent.is_ok(),
+                    () = async { tokio::select! {
+                        () = lagged.cancelled() => {}
+                        () = shutdown.cancelled() => {}
+                    } } => {
+                        matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
                     }
-                    Some(Outbound::Close(code, reason)) => {
-                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason)))
-                            .await;
-                        break;
-                    }
-                    None => break,
+                };
+                if !sent {
+                    break;
                 }
             }
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
         });
+        // Every whole frame (a pong included) shows the client is alive and not stuck inside
+        // a frame. After `quiet` without one it is pinged; after as long again it is closed. A
+        // client cannot answer a ping in the middle of a frame, so a frame that stalls, or
+        // trickles in, holds its buffer for at most twice `quiet`.
+        let quiet = Duration::from_secs(self.app.config().server.ws_ping_secs);
+        let mut heard = Instant::now();
+        let mut pinged = false;
         loop {
+            let deadline = if pinged {
+                heard + quiet * 2
+            } else {
+                heard + quiet
+            };
             let message = tokio::select! {
                 message = stream.next() => message,
+                () = tokio::time::sleep_until(deadline) => {
+                    if pinged {
+                        tracing::debug!("no frame completed in time; closing");
+                        // The queue may be full of frames for a client that does not read.
+                        let _ = self.out.try_send(Outbound::Close(1008, "no frame completed in time"));
+                        break;
+                    }
+                    pinged = true;
+                    ping.notify_one();
+                    continue;
+                }
                 () = self.lagged.cancelled() => break,
                 () = self.app.shutdown().cancelled() => break,
             };
+            heard = Instant::now();
+            pinged = false;
             match message {
-                Some(Ok(Message::Text(text))) if text.len() > MAX_FRAME_BYTES => {
-                    let _ = self
-                        .out
-                        .send(Outbound::Close(1009, "frame larger than 4 MiB"))
-                        .await;
-                    break;
-                }
                 Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
                 Some(Ok(Message::Binary(_))) => {
                     let error = RpcError::new(
@@ -357,8 +381,7 @@ impl Connection {
                     if text.contains("Space limit exceeded") || text.contains("too long") {
                         let _ = self
                             .out
-                            .send(Outbound::Close(1009, "frame larger than 4 MiB"))
-                            .await;
+                            .try_send(Outbound::Close(1009, "frame larger than 4 MiB"));
                     }
                     tracing::debug!(%err, "websocket read failed");
                     break;
@@ -370,7 +393,14 @@ impl Connection {
         }
         self.attached.clear();
         drop(self.out);
-        let _ = writer.await;
+        // A client that reads nothing cannot hold the connection open past its last frame's
+        // grace and the close's.
+        if tokio::time::timeout(STUCK_CLIENT + CLOSE_TIMEOUT, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
         self.app.metrics().connections.dec();
         tracing::debug!("connection closed");
     }

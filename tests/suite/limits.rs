@@ -1,5 +1,6 @@
 //! The server's limits, each tested by breaking it: connection caps and the health allowance,
-//! header and idle timeouts, TCP_NODELAY and JSON-RPC ids echoed as sent.
+//! header and idle timeouts, TCP_NODELAY, the 4 MiB frame cap and the memory partial frames
+//! may hold, stalled frames, and JSON-RPC ids echoed as sent.
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Mutex;
 
-use crate::support::wire::{self, RawWs};
+use crate::support::wire::{self, RawWs, ServerFrame};
 use crate::support::{TestApp, WAIT};
 
 /// The tests that open thousands of sockets or hundreds of MiB run one at a time, so one's
@@ -117,6 +118,123 @@ async fn headers_and_idle_connections_time_out() {
     // A WebSocket is not an idle HTTP connection: it outlives the header timeout.
     let tools = ws.result("tool/list", json!({"session_id": session})).await;
     assert!(tools["active"].is_array());
+}
+
+#[tokio::test]
+async fn frames_over_4_mib_are_refused_from_their_header() {
+    let _heavy = HEAVY.lock().await;
+    const CAP: usize = 4 * 1024 * 1024;
+    let app = TestApp::spawn().await;
+    // Exactly the cap is a message like any other.
+    let mut ws = RawWs::open(app.addr).await;
+    let prefix = r#"{"jsonrpc":"2.0","id":1,"method":"no/such","params":""#;
+    let suffix = r#""}"#;
+    let padding = "x".repeat(CAP - prefix.len() - suffix.len());
+    ws.send_text(&format!("{prefix}{padding}{suffix}")).await;
+    match ws.next_frame().await {
+        Some(ServerFrame::Text(text)) => assert!(text.contains("-32601"), "{text}"),
+        other => panic!("expected an answer, got {other:?}"),
+    }
+    // One byte more is refused from the header alone: nothing of it is read or buffered.
+    assert!(ws.write(&RawWs::text_header(CAP as u64 + 1)).await);
+    assert_eq!(ws.close_code().await, Some(1009));
+}
+
+#[tokio::test]
+async fn partial_frames_hold_at_most_the_cap_each() {
+    let _heavy = HEAVY.lock().await;
+    const CONNECTIONS: usize = 100;
+    const CAP: usize = 4 * 1024 * 1024;
+    // Small socket buffers: once a client's write returns, the server has read all but
+    // about 64 + 128 KiB of it, so what it holds is what it read.
+    let listener = wire::listener_with_receive_buffer(64 * 1024);
+    let app = TestApp::spawn_on(listener, |_| {}).await;
+    let payload = vec![b'a'; 2 * CAP];
+    let mut under = Vec::new();
+    let mut over = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let stream = wire::connect_with_send_buffer(app.addr, 64 * 1024).await;
+        under.push(RawWs::handshake(stream, app.addr).await);
+        let stream = wire::connect_with_send_buffer(app.addr, 64 * 1024).await;
+        over.push(RawWs::handshake(stream, app.addr).await);
+    }
+    let before = wire::rss_bytes();
+
+    // Each announces exactly the cap and sends all of it but the last byte.
+    for ws in &mut under {
+        assert!(ws.write(&RawWs::text_header(CAP as u64)).await);
+        assert!(ws.write(&payload[..CAP - 1]).await);
+    }
+    let after_under = wire::rss_bytes();
+    // Each announces twice the cap and tries to send it all; the server refuses it from its
+    // header and only drains (never keeps) the rest while it closes.
+    for ws in &mut over {
+        let _ = ws.write(&RawWs::text_header(2 * CAP as u64)).await;
+        let _ = ws.write(&payload[..2 * CAP - 1]).await;
+    }
+    let after_over = wire::rss_bytes();
+
+    const MIB: u64 = 1024 * 1024;
+    let held = after_under.saturating_sub(before);
+    let refused = after_over.saturating_sub(after_under);
+    eprintln!(
+        "partial frames: {CONNECTIONS} under the cap added {} MiB of RSS, {CONNECTIONS} over it {} MiB",
+        held / MIB,
+        refused / MIB
+    );
+    // The bound: the socket layer reserves the announced length (at most the cap) when it
+    // reads a frame header and fills it as bytes arrive, so a partial frame holds what has
+    // arrived, at most 4 MiB, plus its 4 KiB read buffer and the connection's own state; 64 KiB
+    // each covers those, and 48 MiB the allocator's rounding and whatever else this test
+    // process does meanwhile. Buffering frames up to 16 MiB, as before, makes the refused
+    // group alone add 800 MiB; they should add nothing but their lingering closes' buffers.
+    let bound = CONNECTIONS as u64 * (CAP as u64 + 64 * 1024) + 48 * MIB;
+    assert!(
+        held <= bound,
+        "{held} bytes for partial frames, bound {bound}"
+    );
+    assert!(
+        refused <= 48 * MIB,
+        "{refused} bytes for refused frames; nothing of them should be kept"
+    );
+    for ws in &mut over {
+        assert_eq!(ws.close_code().await, Some(1009));
+    }
+    drop(under);
+}
+
+#[tokio::test]
+async fn a_stalled_frame_is_dropped_and_a_quiet_client_is_not() {
+    let app = TestApp::spawn_with(|c| c.server.ws_ping_secs = 1).await;
+    let mut quiet = app.ws().await;
+    let session = quiet.open().await;
+    let started = Instant::now();
+
+    let mut stalled = RawWs::open(app.addr).await;
+    assert!(stalled.write(&RawWs::text_header(1000)).await);
+    assert!(stalled.write(b"{\"jsonrpc\":").await);
+    // It cannot answer the ping from inside its frame, so it is pinged, then closed.
+    let watch_stalled = async {
+        assert_eq!(stalled.next_frame().await, Some(ServerFrame::Ping));
+        assert_eq!(stalled.close_code().await, Some(1008));
+        assert!(
+            stalled.next_frame().await.is_none(),
+            "then the socket closes"
+        );
+    };
+    tokio::select! {
+        // The well-behaved client reads meanwhile, and so answers its pings.
+        frame = quiet.next() => panic!("the quiet client got {frame:?}"),
+        () = watch_stalled => {}
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1900));
+    let tools = quiet
+        .result("tool/list", json!({"session_id": session}))
+        .await;
+    assert!(
+        tools["active"].is_array(),
+        "the quiet client is still connected"
+    );
 }
 
 #[tokio::test]

@@ -71,6 +71,17 @@ impl TestApp {
         Self::start_with(dir, config, Vec::new()).await
     }
 
+    /// Starts a server on a listener the test prepared (socket options, say).
+    pub async fn spawn_on(
+        listener: tokio::net::TcpListener,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config_in(dir.path());
+        adjust(&mut config);
+        Self::start_on(listener, dir, config, Vec::new()).await
+    }
+
     async fn start_with(
         dir: tempfile::TempDir,
         config: Config,
