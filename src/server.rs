@@ -240,6 +240,7 @@ impl Server {
                 llm_configured: config.llm.is_configured(),
                 agent,
                 tasks_dir: config.server.data_dir.join("tasks"),
+                max_inflight_per_session: config.server.max_inflight_per_session,
             },
             Arc::clone(&metrics),
             cancel.clone(),

@@ -104,6 +104,7 @@ impl From<SessionError> for ApiError {
             SessionError::UnknownTask(id) => Self::NotFound(format!("unknown task {id}")),
             SessionError::InvalidParams(message) => Self::BadRequest(message),
             SessionError::ActorGone => Self::Unavailable("the session stopped; retry".into()),
+            SessionError::Overloaded(_) => Self::Overloaded(err.to_string()),
             SessionError::Store(err) => Self::Internal(err.to_string()),
             other => Self::BadRequest(other.to_string()),
         }

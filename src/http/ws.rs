@@ -47,6 +47,7 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 const SERVER_ERROR: i64 = -32000;
+const OVERLOADED: i64 = -32001;
 
 /// `GET /api/ws`: checks the token (401) and the `Origin` (403) before upgrading.
 pub async fn upgrade(
@@ -95,6 +96,7 @@ impl From<SessionError> for RpcError {
     fn from(err: SessionError) -> Self {
         let code = match err {
             SessionError::InvalidParams(_) => INVALID_PARAMS,
+            SessionError::Overloaded(_) => OVERLOADED,
             _ => SERVER_ERROR,
         };
         if let SessionError::Store(detail) = &err {
@@ -472,10 +474,12 @@ impl Connection {
                     Ok(found) => found,
                     Err(err) => return Dispatched::Now(Err(err.into()), None),
                 };
-                // Tools may run for long; answer from a task so the connection keeps reading.
+                // Counted against the session's in-flight limit now, in the order requests
+                // arrive; tools may run for long, so the answer comes from a task and the
+                // connection keeps reading.
+                let call = handle.invoke_tool(params.name, params.arguments);
                 tokio::spawn(async move {
-                    let outcome = handle
-                        .invoke_tool(params.name, params.arguments)
+                    let outcome = call
                         .await
                         .map(|result| json!(result))
                         .map_err(RpcError::from);

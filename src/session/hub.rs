@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
-use super::{Caller, SessionError, SessionHandle};
+use super::{Caller, InflightCalls, SessionError, SessionHandle};
 use crate::metrics::Metrics;
 use crate::store::{NewSession, SessionRow, Store};
 use crate::tools::fs_safe;
@@ -72,6 +72,8 @@ pub struct SessionsConfig {
     pub agent: Option<Arc<crate::agent::AgentSettings>>,
     /// Where background task output is spooled.
     pub tasks_dir: PathBuf,
+    /// `tool/invoke` calls one session may have running or queued.
+    pub max_inflight_per_session: usize,
 }
 
 struct Live {
@@ -248,7 +250,8 @@ impl Sessions {
         registry.rebind_cwd(&cwd);
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let handle = SessionHandle::new(Arc::clone(&session_id), tx);
+        let inflight = InflightCalls::new(self.inner.config.max_inflight_per_session);
+        let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight);
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
         let actor = SessionActor::new(ActorSetup {
             session_id,

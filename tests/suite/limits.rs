@@ -1,12 +1,15 @@
 //! The server's limits, each tested by breaking it: connection caps and the health allowance,
 //! header and idle timeouts, TCP_NODELAY, the 4 MiB frame cap and the memory partial frames
-//! may hold, stalled frames, and JSON-RPC ids echoed as sent.
+//! may hold, stalled frames, the per-session in-flight cap and JSON-RPC ids echoed as sent.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agentd::tools::{Tool, ToolError, ToolResult};
+use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 
 use crate::support::wire::{self, RawWs, ServerFrame};
 use crate::support::{TestApp, WAIT};
@@ -234,6 +237,79 @@ async fn a_stalled_frame_is_dropped_and_a_quiet_client_is_not() {
     assert!(
         tools["active"].is_array(),
         "the quiet client is still connected"
+    );
+}
+
+/// A Safe tool that waits until the test lets it finish.
+struct Gate(Arc<Semaphore>);
+
+#[async_trait]
+impl Tool for Gate {
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn description(&self) -> &str {
+        "Waits until released."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+        match tokio::time::timeout(WAIT, self.0.acquire()).await {
+            Ok(Ok(permit)) => {
+                permit.forget();
+                Ok(ToolResult::ok("released"))
+            }
+            _ => Ok(ToolResult::failure("never released")),
+        }
+    }
+}
+
+#[tokio::test]
+async fn tool_calls_past_the_in_flight_cap_are_overloaded() {
+    let gate = Arc::new(Semaphore::new(0));
+    let app = TestApp::spawn_with_tools(|_| {}, vec![Arc::new(Gate(Arc::clone(&gate)))]).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let other = ws.open().await;
+    let invoke =
+        |session: &str, name: &str| json!({"session_id": session, "name": name, "arguments": {}});
+    let mut ids = Vec::new();
+    for _ in 0..32 {
+        ids.push(ws.send("tool/invoke", invoke(&session, "gate")).await);
+    }
+    let mut started = 0;
+    while started < 32 {
+        let message = ws.next_json().await;
+        assert!(message.get("id").is_none(), "no answer yet: {message}");
+        if message["method"] == "tool/started" {
+            started += 1;
+        }
+    }
+    // The 33rd, from another connection: the cap is the session's.
+    let mut second = app.ws().await;
+    let (_, refused) = second.call("tool/invoke", invoke(&session, "gate")).await;
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    assert_eq!(refused["error"]["data"]["kind"], "overloaded");
+    // Another session is not held up.
+    let (_, answer) = second.call("tool/invoke", invoke(&other, "list_dir")).await;
+    assert_eq!(answer["result"]["success"], true, "{answer}");
+
+    gate.add_permits(32);
+    let mut answered = 0;
+    while answered < 32 {
+        let message = ws.next_json().await;
+        if let Some(id) = message.get("id") {
+            assert!(ids.contains(&id.as_u64().unwrap()));
+            assert_eq!(message["result"]["output"], "released", "{message}");
+            answered += 1;
+        }
+    }
+    gate.add_permits(1);
+    let result = ws.invoke(&session, "gate", json!({})).await;
+    assert_eq!(
+        result["output"], "released",
+        "room again once calls have finished"
     );
 }
 
