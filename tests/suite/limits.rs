@@ -1,6 +1,7 @@
 //! The server's limits, each tested by breaking it: connection caps and the health allowance,
 //! header and idle timeouts, TCP_NODELAY, the 4 MiB frame cap and the memory partial frames
-//! may hold, stalled frames, the per-session in-flight cap and JSON-RPC ids echoed as sent.
+//! may hold, stalled frames, the per-session in-flight cap, the stored-argument cap and
+//! JSON-RPC ids echoed as sent.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -311,6 +312,45 @@ async fn tool_calls_past_the_in_flight_cap_are_overloaded() {
         result["output"], "released",
         "room again once calls have finished"
     );
+}
+
+#[tokio::test]
+async fn stored_tool_arguments_are_capped_and_the_call_gets_them_whole() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let content = "0123456789".repeat(20_000);
+    let arguments = json!({"path": "big.txt", "content": content});
+    let result = ws.invoke(&session, "write_file", arguments.clone()).await;
+    assert_eq!(result["success"], true, "{result}");
+    let written = std::fs::read_to_string(app.workspace().join("big.txt")).unwrap();
+    assert_eq!(written, content, "the tool got every byte");
+    let small = json!({"path": "small.txt", "content": "hi"});
+    ws.invoke(&session, "write_file", small.clone()).await;
+
+    let events = app
+        .get_json(&format!("/api/sessions/{session}/events"), None)
+        .await;
+    let started: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["method"] == "tool/started")
+        .map(|e| &e["params"]["arguments"])
+        .collect();
+    assert_eq!(started.len(), 2);
+    let full = arguments.to_string();
+    let marker = started[0];
+    assert_eq!(marker["truncated"], true, "{marker}");
+    assert_eq!(marker["original_bytes"], full.len());
+    let preview = marker["preview"].as_str().unwrap();
+    assert!(full.starts_with(preview));
+    assert_eq!(
+        marker["omitted_bytes"].as_u64().unwrap() as usize,
+        full.len() - preview.len()
+    );
+    assert!(marker.to_string().len() <= 64 * 1024);
+    assert_eq!(started[1], &small, "small arguments are stored as they are");
 }
 
 #[tokio::test]
