@@ -96,6 +96,10 @@ pub struct ServerConfig {
     /// `tool/invoke` calls one session may have running or queued; beyond it the call is
     /// answered -32001 with `data.kind = "overloaded"`.
     pub max_inflight_per_session: usize,
+    /// Seconds a WebSocket may stay silent before it is pinged; one that then sends no whole
+    /// frame for as long again is closed, so a client stalled part-way through a frame is
+    /// dropped after at most twice this.
+    pub ws_ping_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +118,7 @@ impl Default for ServerConfig {
             max_connections: 0,
             header_timeout_secs: 10,
             max_inflight_per_session: 32,
+            ws_ping_secs: 30,
         }
     }
 }
@@ -497,6 +502,9 @@ impl Config {
         if self.server.max_inflight_per_session == 0 {
             return invalid("server.max_inflight_per_session must be at least 1".into());
         }
+        if self.server.ws_ping_secs == 0 {
+            return invalid("server.ws_ping_secs must be at least 1".into());
+        }
         if self.sandbox.max_processes == 0 {
             return invalid("sandbox.max_processes must be at least 1".into());
         }
@@ -626,6 +634,7 @@ mod tests {
         assert_eq!(config.server.max_connections, 0);
         assert_eq!(config.server.header_timeout_secs, 10);
         assert_eq!(config.server.max_inflight_per_session, 32);
+        assert_eq!(config.server.ws_ping_secs, 30);
         assert_eq!(config.sandbox.mode, SandboxMode::WorkspaceWrite);
         assert!(!config.sandbox.network);
         assert_eq!(config.sandbox.max_processes, 256);

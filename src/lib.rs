@@ -7,7 +7,8 @@
 //!   LRU and argument checks, and symlink-safe file access.
 //! - [`tasks`]: background task output — the per-task log spool and `read_task_output`'s modes.
 //! - [`session`]: session actors, their handles, and the directory that loads and unloads them.
-//! - [`http`]: the router — WebSocket JSON-RPC, REST, health, metrics, auth.
+//! - [`http`]: the accept loop with its connection limits, and the router — WebSocket
+//!   JSON-RPC, REST, health, metrics, auth.
 //! - [`llm`]: the model provider (OpenAI-compatible chat completions) and pricing.
 //! - [`metrics`]: the Prometheus metrics of one server.
 //! - [`sandbox`]: the confinement of every process a session starts, and its launcher.

@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::agent::AgentSettings;
 use crate::config::Config;
+use crate::http::accept::{self, ConnectionLimits};
 use crate::http::{self, AppState};
 use crate::llm::LlmError;
 use crate::llm::openai::OpenAiProvider;
@@ -84,6 +85,7 @@ pub struct Server {
     state: AppState,
     cancel: CancellationToken,
     tracker: TaskTracker,
+    limits: ConnectionLimits,
 }
 
 impl std::fmt::Debug for Server {
@@ -190,6 +192,23 @@ impl Server {
                  can reach this address can use every tool, shell included"
             );
         }
+        let fd_limit = accept::raise_fd_limit();
+        let limits = ConnectionLimits::new(&config.server, fd_limit);
+        tracing::info!(
+            fd_limit,
+            max_connections = limits.max_connections,
+            health_allowance = limits.health_allowance,
+            "connection limits"
+        );
+        if config.server.max_connections != 0
+            && (limits.max_connections + limits.health_allowance) as u64 > fd_limit
+        {
+            tracing::warn!(
+                fd_limit,
+                max_connections = limits.max_connections,
+                "server.max_connections exceeds the open-file limit; accepts will fail before it is reached"
+            );
+        }
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
         create_dir("workspace", &config.server.workspace)?;
@@ -243,6 +262,7 @@ impl Server {
                 agent,
                 tasks_dir: config.server.data_dir.join("tasks"),
                 sandbox,
+                max_inflight_per_session: config.server.max_inflight_per_session,
             },
             Arc::clone(&metrics),
             cancel.clone(),
@@ -256,6 +276,7 @@ impl Server {
             state,
             cancel,
             tracker,
+            limits,
         })
     }
 
@@ -278,15 +299,15 @@ impl Server {
             stop.cancel();
         });
         let grace = Duration::from_secs(self.config.server.shutdown_grace_secs);
-        let serving = axum::serve(listener, self.router())
-            .with_graceful_shutdown(cancel.clone().cancelled_owned());
-        let outcome = tokio::select! {
-            outcome = serving => outcome,
-            () = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => {
-                tracing::warn!("connections still open after the grace period; closing");
-                Ok(())
-            }
-        };
+        accept::serve(
+            listener,
+            self.router(),
+            http::overflow_router(self.state.clone()),
+            self.limits,
+            cancel,
+            grace,
+        )
+        .await;
         self.tracker.close();
         if tokio::time::timeout(grace, self.tracker.wait())
             .await
@@ -296,7 +317,7 @@ impl Server {
         }
         self.store.close().await;
         tracing::info!("stopped");
-        outcome
+        Ok(())
     }
 }
 

@@ -783,7 +783,7 @@ impl<H: TurnHost> Turn<H> {
                 "turn_id": self.turn_id,
                 "tool_call_id": call.id,
                 "tool_name": call.name,
-                "arguments": arguments,
+                "arguments": crate::tools::args::arguments_for_event(&arguments),
             }),
         )
         .await;

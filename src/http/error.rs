@@ -34,6 +34,9 @@ pub enum ApiError {
     /// A dependency (the database) is not ready.
     #[error("{0}")]
     Unavailable(String),
+    /// Over a limit (connections, calls in flight); retry later.
+    #[error("{0}")]
+    Overloaded(String),
     /// Something broke on our side; the message is logged, not sent.
     #[error("internal error")]
     Internal(String),
@@ -49,6 +52,7 @@ impl ApiError {
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -100,6 +104,7 @@ impl From<SessionError> for ApiError {
             SessionError::UnknownTask(id) => Self::NotFound(format!("unknown task {id}")),
             SessionError::InvalidParams(message) => Self::BadRequest(message),
             SessionError::ActorGone => Self::Unavailable("the session stopped; retry".into()),
+            SessionError::Overloaded(_) => Self::Overloaded(err.to_string()),
             SessionError::Store(err) => Self::Internal(err.to_string()),
             other => Self::BadRequest(other.to_string()),
         }

@@ -1,5 +1,6 @@
 //! The HTTP surface: the router, the state every route shares, and the routes themselves.
 //!
+//! - [`accept`]: the accept loop — connection caps, timeouts, the health allowance.
 //! - [`app`]: `/` and `/app/{file}`, the AppUI embedded in the binary.
 //! - [`ws`]: `GET /api/ws`, the JSON-RPC WebSocket.
 //! - [`rest`]: the JSON routes under `/api/`.
@@ -7,6 +8,7 @@
 //! - [`auth`]: bearer tokens and the `Origin` rule.
 //! - [`error`]: the one JSON error shape.
 
+pub mod accept;
 pub mod app;
 pub mod auth;
 pub mod error;
@@ -153,6 +155,21 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(trace_request))
         .with_state(state)
+}
+
+/// What connections past `server.max_connections` are served: `/healthz` and `/readyz`, and
+/// 503 `overloaded` for everything else (the WebSocket included).
+pub fn overflow_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(overloaded)
+        .layer(middleware::from_fn(trace_request))
+        .with_state(state)
+}
+
+async fn overloaded() -> ApiError {
+    ApiError::Overloaded("the server is at its connection limit; retry later".into())
 }
 
 async fn not_found() -> ApiError {

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -12,9 +13,11 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgr
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
@@ -27,12 +30,11 @@ use crate::store::TaskRow;
 use crate::tasks::read::{TaskReadError, read_task_output, task_of_session, with_live_size};
 use crate::tools::ToolCatalog;
 
-/// Largest text frame accepted; bigger ones close the connection with 1009.
+/// Largest frame, and message, accepted. The socket layer refuses a bigger one as soon as its
+/// header announces the size, before reading (or buffering) any of it, and the connection
+/// closes with 1009; the accept loop's lingering close lets the client finish sending and read
+/// that code rather than a reset.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
-/// What the socket layer reads at most. Frames between this and [`MAX_FRAME_BYTES`] are read
-/// whole and then refused with a clean 1009 close; cutting a frame off mid-read would leave
-/// unread bytes, and the kernel answers those with a reset the client never sees a code in.
-const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
 /// How long a frame in flight may wait for a client that was cut off or is being closed.
 const STUCK_CLIENT: std::time::Duration = std::time::Duration::from_secs(30);
 /// How long a close frame may wait for a client that does not read.
@@ -45,6 +47,7 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 const SERVER_ERROR: i64 = -32000;
+const OVERLOADED: i64 = -32001;
 
 /// `GET /api/ws`: checks the token (401) and the `Origin` (403) before upgrading.
 pub async fn upgrade(
@@ -63,8 +66,8 @@ pub async fn upgrade(
     }
     ws.read_buffer_size(4096)
         .write_buffer_size(0)
-        .max_message_size(READ_LIMIT_BYTES)
-        .max_frame_size(READ_LIMIT_BYTES)
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| Connection::new(app, caller).serve(socket))
 }
 
@@ -93,6 +96,7 @@ impl From<SessionError> for RpcError {
     fn from(err: SessionError) -> Self {
         let code = match err {
             SessionError::InvalidParams(_) => INVALID_PARAMS,
+            SessionError::Overloaded(_) => OVERLOADED,
             _ => SERVER_ERROR,
         };
         if let SessionError::Store(detail) = &err {
@@ -102,20 +106,75 @@ impl From<SessionError> for RpcError {
     }
 }
 
-/// The answer frame for a request; `None` for a notification (no `id`), which JSON-RPC never
-/// answers.
-fn answer(id: &Option<Value>, outcome: Result<Value, RpcError>) -> Option<Outbound> {
-    id.as_ref().map(|id| response(id, outcome))
+/// A request's `id` exactly as the client wrote it, echoed byte for byte: a 30-digit integer
+/// stays that integer, where a parsed [`Value`] would have made it a float.
+type RequestId = Box<RawValue>;
+
+/// One incoming message, read without interpreting its `id`.
+#[derive(Deserialize)]
+struct Envelope {
+    /// `None` when absent (a notification); a `null` that is present is an id like any other.
+    #[serde(default, deserialize_with = "present_id")]
+    id: Option<RequestId>,
+    #[serde(default)]
+    method: Value,
+    #[serde(default)]
+    params: Value,
 }
 
-fn response(id: &Value, outcome: Result<Value, RpcError>) -> Outbound {
-    let body = match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(err) => json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": err.code, "message": err.message, "data": {"kind": err.kind}
-        }}),
+fn present_id<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<RequestId>, D::Error> {
+    RequestId::deserialize(deserializer).map(Some)
+}
+
+/// The answer frame for a request; `None` for a notification (no `id`), which JSON-RPC never
+/// answers.
+fn answer(id: &Option<RequestId>, outcome: Result<Value, RpcError>) -> Option<Outbound> {
+    id.as_deref().map(|id| response(Some(id), outcome))
+}
+
+/// An answer frame; `id` `None` answers with `null` (the request's id could not be read).
+fn response(id: Option<&RawValue>, outcome: Result<Value, RpcError>) -> Outbound {
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        jsonrpc: &'static str,
+        id: Option<&'a RawValue>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
+    }
+    #[derive(Serialize)]
+    struct ErrorBody {
+        code: i64,
+        message: String,
+        data: ErrorData,
+    }
+    #[derive(Serialize)]
+    struct ErrorData {
+        kind: &'static str,
+    }
+    let (result, error) = match outcome {
+        Ok(result) => (Some(result), None),
+        Err(err) => {
+            let error = ErrorBody {
+                code: err.code,
+                message: err.message,
+                data: ErrorData { kind: err.kind },
+            };
+            (None, Some(error))
+        }
     };
-    Outbound::Text(body.to_string().into())
+    let answer = Answer {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
+    };
+    // Proven: JSON values and raw JSON always serialise (their map keys are strings).
+    let text = serde_json::to_string(&answer).expect("an answer serialises");
+    Outbound::Text(text.into())
 }
 
 /// One session this connection watches.
@@ -217,7 +276,10 @@ impl Connection {
         };
         let lagged = self.lagged.clone();
         let shutdown = self.app.shutdown().clone();
-        let writer = tokio::spawn(async move {
+        // The reader asks the writer for a ping when the client has been quiet.
+        let ping = Arc::new(Notify::new());
+        let pings = Arc::clone(&ping);
+        let mut writer = tokio::spawn(async move {
             let close = |code: u16, reason: &'static str| {
                 Message::Close(Some(CloseFrame {
                     code,
@@ -237,52 +299,72 @@ impl Connection {
                         let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
                         break;
                     }
-                    frame = out_rx.recv() => frame,
-                };
-                match frame {
-                    Some(Outbound::Text(text)) => {
-                        // A client that stops reading blocks the send. Cut off (or stopping), it
-                        // still gets a while to take the frame in flight, so the close that
-                        // follows is well formed; one that never reads again ends this task.
-                        let send = sink.send(Message::Text(text.as_ref().into()));
-                        tokio::pin!(send);
-                        let sent = tokio::select! {
-                            sent = &mut send => sent.is_ok(),
-                            () = async { tokio::select! {
-                                () = lagged.cancelled() => {}
-                                () = shutdown.cancelled() => {}
-                            } } => {
-                                matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
-                            }
-                        };
-                        if !sent {
+                    () = pings.notified() => Some(Message::Ping(Default::default())),
+                    frame = out_rx.recv() => match frame {
+                        Some(Outbound::Text(text)) => Some(Message::Text(text.as_ref().into())),
+                        Some(Outbound::Close(code, reason)) => {
+                            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason)))
+                                .await;
                             break;
                         }
+                        None => None,
+                    },
+                };
+                let Some(frame) = frame else {
+                    break;
+                };
+                // A client that stops reading blocks the send. Cut off (or stopping), it still
+                // gets a while to take the frame in flight, so the close that follows is well
+                // formed; one that never reads again ends this task.
+                let send = sink.send(frame);
+                tokio::pin!(send);
+                let sent = tokio::select! {
+                    sent = &mut send => sent.is_ok(),
+                    () = async { tokio::select! {
+                        () = lagged.cancelled() => {}
+                        () = shutdown.cancelled() => {}
+                    } } => {
+                        matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
                     }
-                    Some(Outbound::Close(code, reason)) => {
-                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason)))
-                            .await;
-                        break;
-                    }
-                    None => break,
+                };
+                if !sent {
+                    break;
                 }
             }
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
         });
+        // Every whole frame (a pong included) shows the client is alive and not stuck inside
+        // a frame. After `quiet` without one it is pinged; after as long again it is closed. A
+        // client cannot answer a ping in the middle of a frame, so a frame that stalls, or
+        // trickles in, holds its buffer for at most twice `quiet`.
+        let quiet = Duration::from_secs(self.app.config().server.ws_ping_secs);
+        let mut heard = Instant::now();
+        let mut pinged = false;
         loop {
+            let deadline = if pinged {
+                heard + quiet * 2
+            } else {
+                heard + quiet
+            };
             let message = tokio::select! {
                 message = stream.next() => message,
+                () = tokio::time::sleep_until(deadline) => {
+                    if pinged {
+                        tracing::debug!("no frame completed in time; closing");
+                        // The queue may be full of frames for a client that does not read.
+                        let _ = self.out.try_send(Outbound::Close(1008, "no frame completed in time"));
+                        break;
+                    }
+                    pinged = true;
+                    ping.notify_one();
+                    continue;
+                }
                 () = self.lagged.cancelled() => break,
                 () = self.app.shutdown().cancelled() => break,
             };
+            heard = Instant::now();
+            pinged = false;
             match message {
-                Some(Ok(Message::Text(text))) if text.len() > MAX_FRAME_BYTES => {
-                    let _ = self
-                        .out
-                        .send(Outbound::Close(1009, "frame larger than 4 MiB"))
-                        .await;
-                    break;
-                }
                 Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
                 Some(Ok(Message::Binary(_))) => {
                     let error = RpcError::new(
@@ -290,7 +372,7 @@ impl Connection {
                         "parse_error",
                         "binary frames are not JSON-RPC; send text",
                     );
-                    let _ = self.out.send(response(&Value::Null, Err(error))).await;
+                    let _ = self.out.send(response(None, Err(error))).await;
                 }
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
@@ -301,8 +383,7 @@ impl Connection {
                     if text.contains("Space limit exceeded") || text.contains("too long") {
                         let _ = self
                             .out
-                            .send(Outbound::Close(1009, "frame larger than 4 MiB"))
-                            .await;
+                            .try_send(Outbound::Close(1009, "frame larger than 4 MiB"));
                     }
                     tracing::debug!(%err, "websocket read failed");
                     break;
@@ -314,34 +395,55 @@ impl Connection {
         }
         self.attached.clear();
         drop(self.out);
-        let _ = writer.await;
+        // A client that reads nothing cannot hold the connection open past its last frame's
+        // grace and the close's.
+        if tokio::time::timeout(STUCK_CLIENT + CLOSE_TIMEOUT, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
         self.app.metrics().connections.dec();
         tracing::debug!("connection closed");
     }
 
     async fn on_text(&mut self, text: &str) {
-        let request: Value = match serde_json::from_str(text) {
-            Ok(value) => value,
-            Err(err) => {
-                let error =
-                    RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"));
-                let _ = self.out.send(response(&Value::Null, Err(error))).await;
-                return;
-            }
+        let parse_error = |err: serde_json::Error| {
+            RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"))
         };
-        let id = request.get("id").cloned();
-        let Some(method) = request.get("method").and_then(Value::as_str) else {
-            let error = RpcError::new(
+        let invalid = || {
+            RpcError::new(
                 INVALID_REQUEST,
                 "invalid_request",
                 "a request needs a string \"method\"",
-            );
-            let id = id.unwrap_or(Value::Null);
-            let _ = self.out.send(response(&id, Err(error))).await;
+            )
+        };
+        // Only an object is a request (a derived struct would also take an array, by position).
+        if !text.trim_start().starts_with('{') {
+            let error = match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                Ok(_) => invalid(),
+                Err(err) => parse_error(err),
+            };
+            let _ = self.out.send(response(None, Err(error))).await;
+            return;
+        }
+        let Envelope { id, method, params } = match serde_json::from_str(text) {
+            Ok(envelope) => envelope,
+            Err(err) => {
+                // Valid JSON that still does not read as a request: a duplicated member.
+                let error = if err.is_data() {
+                    invalid()
+                } else {
+                    parse_error(err)
+                };
+                let _ = self.out.send(response(None, Err(error))).await;
+                return;
+            }
+        };
+        let Value::String(method) = method else {
+            let _ = self.out.send(response(id.as_deref(), Err(invalid()))).await;
             return;
         };
-        let method = method.to_string();
-        let params = request.get("params").cloned().unwrap_or(Value::Null);
         match self.dispatch(&method, params, id.clone()).await {
             Dispatched::Answered => {}
             Dispatched::Now(outcome, route) => {
@@ -357,7 +459,7 @@ impl Connection {
         }
     }
 
-    async fn dispatch(&mut self, method: &str, params: Value, id: Option<Value>) -> Dispatched {
+    async fn dispatch(&mut self, method: &str, params: Value, id: Option<RequestId>) -> Dispatched {
         match method {
             "session/open" => match parse::<OpenParams>(params) {
                 Ok(params) => self.open(params, id).await,
@@ -372,10 +474,12 @@ impl Connection {
                     Ok(found) => found,
                     Err(err) => return Dispatched::Now(Err(err.into()), None),
                 };
-                // Tools may run for long; answer from a task so the connection keeps reading.
+                // Counted against the session's in-flight limit now, in the order requests
+                // arrive; tools may run for long, so the answer comes from a task and the
+                // connection keeps reading.
+                let call = handle.invoke_tool(params.name, params.arguments);
                 tokio::spawn(async move {
-                    let outcome = handle
-                        .invoke_tool(params.name, params.arguments)
+                    let outcome = call
                         .await
                         .map(|result| json!(result))
                         .map_err(RpcError::from);
@@ -568,7 +672,7 @@ impl Connection {
     }
 
     /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.
-    async fn open(&mut self, params: OpenParams, id: Option<Value>) -> Dispatched {
+    async fn open(&mut self, params: OpenParams, id: Option<RequestId>) -> Dispatched {
         let sessions = self.app.sessions().clone();
         let (session_id, resumed) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {

@@ -86,10 +86,8 @@ fn err(e: impl std::fmt::Display) -> FilterError {
 /// whose flags the first program checks).
 pub fn programs(network: bool) -> Result<Vec<BpfProgram>, FilterError> {
     let arch = arch()?;
-    let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED
-        .iter()
-        .map(|&call| (call, Vec::new()))
-        .collect();
+    let mut denied: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|&call| (call, Vec::new())).collect();
     let clone_rules = NAMESPACE_FLAGS
         .iter()
         .map(|&flag| {

@@ -26,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::store::{TaskRow, timestamp_now};
 use crate::tasks::supervisor::{TaskEnd, TaskReport, TaskSupervisor};
+use crate::tools::args::arguments_for_event;
 use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::{
     DispatchError, PreparedCall, ToolContext, ToolEvent, ToolRegistry, ToolResult, ToolState,
@@ -742,7 +743,8 @@ impl SessionActor {
         let tool_call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
         self.emit(
             "tool/started",
-            json!({"tool_call_id": tool_call_id, "tool_name": name, "arguments": arguments}),
+            json!({"tool_call_id": tool_call_id, "tool_name": name,
+                   "arguments": arguments_for_event(&arguments)}),
         )
         .await;
         if call.spawn_only() {

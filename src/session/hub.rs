@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
-use super::{Caller, SessionError, SessionHandle};
+use super::{Caller, InflightCalls, SessionError, SessionHandle};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
 use crate::store::{NewSession, SessionRow, Store};
@@ -75,6 +75,8 @@ pub struct SessionsConfig {
     pub tasks_dir: PathBuf,
     /// The sandbox every session's commands run in; `None` with `[sandbox] mode = "off"`.
     pub sandbox: Option<Arc<Sandbox>>,
+    /// `tool/invoke` calls one session may have running or queued.
+    pub max_inflight_per_session: usize,
 }
 
 struct Live {
@@ -283,7 +285,8 @@ impl Sessions {
         registry.rebind_workspace(Workspace::anchored(root.anchor(), root.below(), sandbox));
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        let handle = SessionHandle::new(Arc::clone(&session_id), tx);
+        let inflight = InflightCalls::new(self.inner.config.max_inflight_per_session);
+        let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight);
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
         let actor = SessionActor::new(ActorSetup {
             session_id,

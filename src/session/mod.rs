@@ -4,7 +4,9 @@
 pub mod actor;
 pub mod hub;
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -60,6 +62,11 @@ pub enum SessionError {
     /// A tool call was refused before it ran.
     #[error("{0}")]
     Dispatch(#[from] DispatchError),
+    /// The session already has `server.max_inflight_per_session` tool calls running or queued.
+    #[error(
+        "this session already has {0} tool calls running or queued; retry when one has finished"
+    )]
+    Overloaded(usize),
     /// The actor stopped while handling the request (shutdown or unload).
     #[error("the session stopped; open it again")]
     ActorGone,
@@ -80,6 +87,7 @@ impl SessionError {
             Self::UnknownTask(_) => "unknown_task",
             Self::InvalidParams(_) => "invalid_params",
             Self::Dispatch(err) => err.kind(),
+            Self::Overloaded(_) => "overloaded",
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
         }
@@ -225,16 +233,62 @@ pub(crate) enum Command {
     Close,
 }
 
+/// How many `tool/invoke` calls one session has running or queued, shared by every handle of
+/// its actor.
+#[derive(Debug)]
+pub(crate) struct InflightCalls {
+    count: AtomicUsize,
+    limit: usize,
+}
+
+impl InflightCalls {
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            count: AtomicUsize::new(0),
+            limit,
+        })
+    }
+
+    /// One more call, or `Overloaded` when the limit is reached.
+    fn reserve(self: &Arc<Self>) -> Result<InflightCall, SessionError> {
+        let limit = self.limit;
+        self.count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map(|_| InflightCall(Arc::clone(self)))
+            .map_err(|_| SessionError::Overloaded(limit))
+    }
+}
+
+/// One counted call; it stops counting when dropped (answered, or abandoned by its caller).
+struct InflightCall(Arc<InflightCalls>);
+
+impl Drop for InflightCall {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A clonable address of one session actor.
 #[derive(Debug, Clone)]
 pub struct SessionHandle {
     session_id: Arc<str>,
     tx: mpsc::Sender<Command>,
+    inflight: Arc<InflightCalls>,
 }
 
 impl SessionHandle {
-    pub(crate) fn new(session_id: Arc<str>, tx: mpsc::Sender<Command>) -> Self {
-        Self { session_id, tx }
+    pub(crate) fn new(
+        session_id: Arc<str>,
+        tx: mpsc::Sender<Command>,
+        inflight: Arc<InflightCalls>,
+    ) -> Self {
+        Self {
+            session_id,
+            tx,
+            inflight,
+        }
     }
 
     /// The session's id.
@@ -270,18 +324,27 @@ impl SessionHandle {
         let _ = self.tx.send(Command::Detach { connection_id }).await;
     }
 
-    /// Runs a tool the way a model's call would run.
-    pub async fn invoke_tool(
+    /// Runs a tool the way a model's call would run. The call counts against the session's
+    /// in-flight limit from the moment this is called (not when the future is first polled),
+    /// so calls are admitted in the order they were made; past the limit the future answers
+    /// `Overloaded` without reaching the actor.
+    pub fn invoke_tool(
         &self,
         name: String,
         arguments: Value,
-    ) -> Result<InvokeResult, SessionError> {
-        self.ask(|reply| Command::InvokeTool {
-            name,
-            arguments,
-            reply,
-        })
-        .await?
+    ) -> impl Future<Output = Result<InvokeResult, SessionError>> + Send + 'static {
+        let reserved = self.inflight.reserve();
+        let handle = self.clone();
+        async move {
+            let _counted = reserved?;
+            handle
+                .ask(|reply| Command::InvokeTool {
+                    name,
+                    arguments,
+                    reply,
+                })
+                .await?
+        }
     }
 
     /// The `tool/list` answer.

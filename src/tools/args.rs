@@ -1,9 +1,10 @@
-//! Argument safety for tool calls: an exact allocation-free JSON size and per-tool schema validation.
+//! Argument safety for tool calls: an exact allocation-free JSON size, per-tool schema
+//! validation, and the capped copy of the arguments that events record.
 
 use std::fmt::{self, Write as _};
 
 use jsonschema::ValidationError;
-use serde_json::{Number, Value};
+use serde_json::{Number, Value, json};
 
 /// Default cap on a tool call's serialised arguments.
 pub const DEFAULT_MAX_ARGS_BYTES: usize = 1_048_576;
@@ -19,6 +20,47 @@ pub fn estimate_json_size(value: &Value) -> usize {
         // Only a value larger than the address space could exhaust this budget.
         None => usize::MAX,
     }
+}
+
+/// Largest `arguments` a `tool/started` event carries, and so stores: every call's arguments
+/// (up to `tools.max_args_bytes`) would otherwise be kept for ever in the event log and sent
+/// again on every replay. The call itself always runs with the whole arguments.
+pub const EVENT_ARGS_BYTES: usize = 64 * 1024;
+
+/// What the marker's members besides `preview`'s text take at most: the braces, four keys,
+/// two 20-digit numbers, `true` and the preview's quotes come to about 110 bytes.
+const MARKER_OVERHEAD: usize = 256;
+
+/// `arguments` as a `tool/started` event records them: unchanged when their JSON takes at most
+/// [`EVENT_ARGS_BYTES`], else the marker `{"truncated": true, "original_bytes": N,
+/// "omitted_bytes": M, "preview": P}`, where `P` is the first `N - M` bytes of the arguments'
+/// compact JSON text (cut at a character boundary) and the marker's own JSON fits the cap too.
+pub fn arguments_for_event(arguments: &Value) -> Value {
+    if !json_size_exceeds(arguments, EVENT_ARGS_BYTES) {
+        return arguments.clone();
+    }
+    let text = arguments.to_string();
+    // The preview is written as a JSON string, so each character costs its escaped length.
+    let budget = EVENT_ARGS_BYTES - MARKER_OVERHEAD;
+    let (mut end, mut spent) = (0, 0);
+    for (at, c) in text.char_indices() {
+        let cost = match c {
+            '"' | '\\' | '\u{8}' | '\t' | '\n' | '\u{c}' | '\r' => 2,
+            c if u32::from(c) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if spent + cost > budget {
+            break;
+        }
+        spent += cost;
+        end = at + c.len_utf8();
+    }
+    json!({
+        "truncated": true,
+        "original_bytes": text.len(),
+        "omitted_bytes": text.len() - end,
+        "preview": &text[..end],
+    })
 }
 
 /// Whether `value` serialises to more than `limit` bytes; stops walking as soon as it knows.
@@ -233,6 +275,40 @@ mod tests {
     use serde_json::json;
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
+
+    #[test]
+    fn event_arguments_keep_small_ones_and_mark_large_ones() {
+        let small = json!({"path": "a.txt", "content": "x".repeat(1000)});
+        assert_eq!(arguments_for_event(&small), small);
+        let exact = json!("y".repeat(EVENT_ARGS_BYTES - 2));
+        assert_eq!(
+            arguments_for_event(&exact),
+            exact,
+            "exactly the cap is kept"
+        );
+        // Plain text, escape-heavy text and multi-byte characters.
+        for filler in ["z", "\"\\", "\u{1}", "é", "🦀"] {
+            let large = json!({"content": filler.repeat(200_000)});
+            let full = large.to_string();
+            let marker = arguments_for_event(&large);
+            assert!(
+                serde_len(&marker) <= EVENT_ARGS_BYTES,
+                "{filler:?}: fits the cap"
+            );
+            assert_eq!(marker["truncated"], true);
+            assert_eq!(marker["original_bytes"], full.len());
+            let preview = marker["preview"].as_str().unwrap();
+            assert!(full.starts_with(preview), "{filler:?}: a prefix");
+            assert!(
+                preview.len() > EVENT_ARGS_BYTES / 8,
+                "{filler:?}: not starved"
+            );
+            assert_eq!(
+                marker["omitted_bytes"].as_u64().unwrap() as usize,
+                full.len() - preview.len()
+            );
+        }
+    }
 
     fn serde_len(v: &Value) -> usize {
         serde_json::to_vec(v).unwrap().len()

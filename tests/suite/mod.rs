@@ -3,6 +3,7 @@
 mod agent;
 mod browser;
 mod cli;
+mod limits;
 mod llm;
 mod sandbox;
 mod server;

@@ -288,10 +288,12 @@ async fn a_slow_watcher_is_cut_with_1013_and_resumes_without_loss() {
     let mut fast = app.ws().await;
     fast.result("session/open", json!({"session_id": session}))
         .await;
-    // Large arguments fill the socket buffers quickly; the slow client reads nothing meanwhile.
-    let content = "x".repeat(256 * 1024);
+    // Large arguments fill the socket buffers quickly (each `tool/started` carries 64 KiB of
+    // them, the stored cap; 160 of those outgrow the buffers several times over); the slow
+    // client reads nothing meanwhile.
+    let content = "x".repeat(100 * 1024);
     let mut total = 0;
-    for i in 0..48 {
+    for i in 0..160 {
         let (notes, answer) = invoke(
             &mut fast,
             &session,

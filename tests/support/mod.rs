@@ -2,6 +2,7 @@
 //! and small WebSocket and HTTP clients that wait on events with timeouts, never on sleeps.
 
 pub mod mock_llm;
+pub mod wire;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,12 +73,32 @@ impl TestApp {
         Self::start_with(dir, config, Vec::new()).await
     }
 
+    /// Starts a server on a listener the test prepared (socket options, say).
+    pub async fn spawn_on(
+        listener: tokio::net::TcpListener,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config_in(dir.path());
+        adjust(&mut config);
+        Self::start_on(listener, dir, config, Vec::new()).await
+    }
+
     async fn start_with(
         dir: tempfile::TempDir,
         config: Config,
         tools: Vec<std::sync::Arc<dyn agentd::tools::Tool>>,
     ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, dir, config, tools).await
+    }
+
+    async fn start_on(
+        listener: tokio::net::TcpListener,
+        dir: tempfile::TempDir,
+        config: Config,
+        tools: Vec<std::sync::Arc<dyn agentd::tools::Tool>>,
+    ) -> Self {
         let addr = listener.local_addr().unwrap();
         let server = Server::start_with_tools(config, tools)
             .await
@@ -229,6 +250,22 @@ impl WsClient {
         let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send_text(&request.to_string()).await;
         id
+    }
+
+    /// The next text frame exactly as it arrived, skipping other frames.
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("a frame arrives in time");
+            match message {
+                Some(Ok(Message::Text(text))) => return text.as_str().to_string(),
+                Some(Ok(Message::Close(frame))) => panic!("closed with {frame:?}"),
+                Some(Ok(_)) => continue,
+                Some(Err(err)) => panic!("websocket failed: {err}"),
+                None => panic!("websocket ended"),
+            }
+        }
     }
 
     /// The next frame, failing the test after [`WAIT`].

@@ -1,0 +1,384 @@
+//! The server's limits, each tested by breaking it: connection caps and the health allowance,
+//! header and idle timeouts, TCP_NODELAY, the 4 MiB frame cap and the memory partial frames
+//! may hold, stalled frames, the per-session in-flight cap, the stored-argument cap and
+//! JSON-RPC ids echoed as sent.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentd::tools::{Tool, ToolError, ToolResult};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Mutex, Semaphore};
+
+use crate::support::wire::{self, RawWs, ServerFrame};
+use crate::support::{TestApp, WAIT};
+
+/// The tests that open thousands of sockets or hundreds of MiB run one at a time, so one's
+/// descriptors and memory do not show up in the other's figures.
+static HEAVY: Mutex<()> = Mutex::const_new(());
+
+#[tokio::test]
+async fn accepted_sockets_have_tcp_nodelay() {
+    let app = TestApp::spawn().await;
+    let mut client = wire::connect(app.addr).await;
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", app.addr);
+    client.write_all(request.as_bytes()).await.unwrap();
+    // An answer means the server has accepted the connection and set it up.
+    let mut answer = [0u8; 512];
+    let read = tokio::time::timeout(WAIT, client.read(&mut answer)).await;
+    assert!(matches!(read, Ok(Ok(n)) if n > 0), "answered");
+    assert_eq!(wire::server_side_nodelay(&client), Some(true));
+    // And after an upgrade, which keeps the same socket.
+    let ws = RawWs::open(app.addr).await;
+    assert_eq!(wire::server_side_nodelay(&ws.stream), Some(true));
+}
+
+#[tokio::test]
+async fn a_flood_of_idle_connections_leaves_health_checks_answering() {
+    let _heavy = HEAVY.lock().await;
+    // 2,000 full connections and the flood past them: about 4,600 descriptors in this
+    // process (both ends of each connection are ours), well under its limit of 20,000.
+    const CAP: usize = 2_000;
+    let app = TestApp::spawn_with(|c| {
+        c.server.max_connections = CAP;
+        // Long enough that nothing times out while the test runs.
+        c.server.header_timeout_secs = 300;
+    })
+    .await;
+    // A WebSocket from before the flood keeps working through it.
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+
+    let mut held = Vec::new();
+    for n in 0..CAP - 1 {
+        let mut stream = wire::connect(app.addr).await;
+        if n % 100 == 0 {
+            // Every hundredth sends half its headers and stops.
+            let half = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Slow: ", app.addr);
+            stream.write_all(half.as_bytes()).await.unwrap();
+        }
+        held.push(stream);
+    }
+    // Past the cap: three times the allowance of idle connections, each evicting the oldest.
+    for _ in 0..3 * agentd::http::accept::HEALTH_ALLOWANCE {
+        held.push(wire::connect(app.addr).await);
+    }
+
+    // Connections are accepted in order, so these come after every held one.
+    let (status, body) = wire::http_get(app.addr, "/healthz").await;
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    let (status, body) = wire::http_get(app.addr, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = wire::http_get(app.addr, "/api/sessions").await;
+    assert_eq!(status, 503, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "overloaded", "{body}");
+    assert!(error["error"]["message"].is_string());
+    assert_eq!(app.ws_with(None, None).await.err(), Some(503));
+    // The probes were answered and closed; the idle flood is still there.
+    let (status, _) = wire::http_get(app.addr, "/healthz").await;
+    assert_eq!(status, 200);
+
+    let tools = ws.result("tool/list", json!({"session_id": session})).await;
+    assert!(tools["active"].is_array());
+    drop(held);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn headers_and_idle_connections_time_out() {
+    let app = TestApp::spawn_with(|c| c.server.header_timeout_secs = 1).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let started = Instant::now();
+
+    let mut silent = wire::connect(app.addr).await;
+    let mut half = wire::connect(app.addr).await;
+    let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Slow: ", app.addr);
+    half.write_all(head.as_bytes()).await.unwrap();
+    let mut kept_alive = wire::connect(app.addr).await;
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", app.addr);
+    kept_alive.write_all(request.as_bytes()).await.unwrap();
+
+    for (what, stream) in [
+        ("a connection that never sends", &mut silent),
+        ("half-sent headers", &mut half),
+        ("an idle keep-alive connection", &mut kept_alive),
+    ] {
+        let seen = wire::read_to_close(stream, WAIT)
+            .await
+            .unwrap_or_else(|_| panic!("{what} is closed"));
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "{what} was closed before its timeout"
+        );
+        if what.contains("keep-alive") {
+            let text = String::from_utf8_lossy(&seen);
+            assert!(text.starts_with("HTTP/1.1 200"), "answered first: {text}");
+        }
+    }
+    // A WebSocket is not an idle HTTP connection: it outlives the header timeout.
+    let tools = ws.result("tool/list", json!({"session_id": session})).await;
+    assert!(tools["active"].is_array());
+}
+
+#[tokio::test]
+async fn frames_over_4_mib_are_refused_from_their_header() {
+    let _heavy = HEAVY.lock().await;
+    const CAP: usize = 4 * 1024 * 1024;
+    let app = TestApp::spawn().await;
+    // Exactly the cap is a message like any other.
+    let mut ws = RawWs::open(app.addr).await;
+    let prefix = r#"{"jsonrpc":"2.0","id":1,"method":"no/such","params":""#;
+    let suffix = r#""}"#;
+    let padding = "x".repeat(CAP - prefix.len() - suffix.len());
+    ws.send_text(&format!("{prefix}{padding}{suffix}")).await;
+    match ws.next_frame().await {
+        Some(ServerFrame::Text(text)) => assert!(text.contains("-32601"), "{text}"),
+        other => panic!("expected an answer, got {other:?}"),
+    }
+    // One byte more is refused from the header alone: nothing of it is read or buffered.
+    assert!(ws.write(&RawWs::text_header(CAP as u64 + 1)).await);
+    assert_eq!(ws.close_code().await, Some(1009));
+}
+
+#[tokio::test]
+async fn partial_frames_hold_at_most_the_cap_each() {
+    let _heavy = HEAVY.lock().await;
+    const CONNECTIONS: usize = 100;
+    const CAP: usize = 4 * 1024 * 1024;
+    // Small socket buffers: once a client's write returns, the server has read all but
+    // about 64 + 128 KiB of it, so what it holds is what it read.
+    let listener = wire::listener_with_receive_buffer(64 * 1024);
+    let app = TestApp::spawn_on(listener, |_| {}).await;
+    let payload = vec![b'a'; 2 * CAP];
+    let mut under = Vec::new();
+    let mut over = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let stream = wire::connect_with_send_buffer(app.addr, 64 * 1024).await;
+        under.push(RawWs::handshake(stream, app.addr).await);
+        let stream = wire::connect_with_send_buffer(app.addr, 64 * 1024).await;
+        over.push(RawWs::handshake(stream, app.addr).await);
+    }
+    let before = wire::rss_bytes();
+
+    // Each announces exactly the cap and sends all of it but the last byte.
+    for ws in &mut under {
+        assert!(ws.write(&RawWs::text_header(CAP as u64)).await);
+        assert!(ws.write(&payload[..CAP - 1]).await);
+    }
+    let after_under = wire::rss_bytes();
+    // Each announces twice the cap and tries to send it all; the server refuses it from its
+    // header and only drains (never keeps) the rest while it closes.
+    for ws in &mut over {
+        let _ = ws.write(&RawWs::text_header(2 * CAP as u64)).await;
+        let _ = ws.write(&payload[..2 * CAP - 1]).await;
+    }
+    let after_over = wire::rss_bytes();
+
+    const MIB: u64 = 1024 * 1024;
+    let held = after_under.saturating_sub(before);
+    let refused = after_over.saturating_sub(after_under);
+    eprintln!(
+        "partial frames: {CONNECTIONS} under the cap added {} MiB of RSS, {CONNECTIONS} over it {} MiB",
+        held / MIB,
+        refused / MIB
+    );
+    // The bound: the socket layer reserves the announced length (at most the cap) when it
+    // reads a frame header and fills it as bytes arrive, so a partial frame holds what has
+    // arrived, at most 4 MiB, plus its 4 KiB read buffer and the connection's own state; 64 KiB
+    // each covers those, and 48 MiB the allocator's rounding and whatever else this test
+    // process does meanwhile. Buffering frames up to 16 MiB, as before, makes the refused
+    // group alone add 800 MiB; they should add nothing but their lingering closes' buffers.
+    let bound = CONNECTIONS as u64 * (CAP as u64 + 64 * 1024) + 48 * MIB;
+    assert!(
+        held <= bound,
+        "{held} bytes for partial frames, bound {bound}"
+    );
+    assert!(
+        refused <= 48 * MIB,
+        "{refused} bytes for refused frames; nothing of them should be kept"
+    );
+    for ws in &mut over {
+        assert_eq!(ws.close_code().await, Some(1009));
+    }
+    drop(under);
+}
+
+#[tokio::test]
+async fn a_stalled_frame_is_dropped_and_a_quiet_client_is_not() {
+    let app = TestApp::spawn_with(|c| c.server.ws_ping_secs = 1).await;
+    let mut quiet = app.ws().await;
+    let session = quiet.open().await;
+    let started = Instant::now();
+
+    let mut stalled = RawWs::open(app.addr).await;
+    assert!(stalled.write(&RawWs::text_header(1000)).await);
+    assert!(stalled.write(b"{\"jsonrpc\":").await);
+    // It cannot answer the ping from inside its frame, so it is pinged, then closed.
+    let watch_stalled = async {
+        assert_eq!(stalled.next_frame().await, Some(ServerFrame::Ping));
+        assert_eq!(stalled.close_code().await, Some(1008));
+        assert!(
+            stalled.next_frame().await.is_none(),
+            "then the socket closes"
+        );
+    };
+    tokio::select! {
+        // The well-behaved client reads meanwhile, and so answers its pings.
+        frame = quiet.next() => panic!("the quiet client got {frame:?}"),
+        () = watch_stalled => {}
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1900));
+    let tools = quiet
+        .result("tool/list", json!({"session_id": session}))
+        .await;
+    assert!(
+        tools["active"].is_array(),
+        "the quiet client is still connected"
+    );
+}
+
+/// A Safe tool that waits until the test lets it finish.
+struct Gate(Arc<Semaphore>);
+
+#[async_trait]
+impl Tool for Gate {
+    fn name(&self) -> &str {
+        "gate"
+    }
+    fn description(&self) -> &str {
+        "Waits until released."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+        match tokio::time::timeout(WAIT, self.0.acquire()).await {
+            Ok(Ok(permit)) => {
+                permit.forget();
+                Ok(ToolResult::ok("released"))
+            }
+            _ => Ok(ToolResult::failure("never released")),
+        }
+    }
+}
+
+#[tokio::test]
+async fn tool_calls_past_the_in_flight_cap_are_overloaded() {
+    let gate = Arc::new(Semaphore::new(0));
+    let app = TestApp::spawn_with_tools(|_| {}, vec![Arc::new(Gate(Arc::clone(&gate)))]).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let other = ws.open().await;
+    let invoke =
+        |session: &str, name: &str| json!({"session_id": session, "name": name, "arguments": {}});
+    let mut ids = Vec::new();
+    for _ in 0..32 {
+        ids.push(ws.send("tool/invoke", invoke(&session, "gate")).await);
+    }
+    let mut started = 0;
+    while started < 32 {
+        let message = ws.next_json().await;
+        assert!(message.get("id").is_none(), "no answer yet: {message}");
+        if message["method"] == "tool/started" {
+            started += 1;
+        }
+    }
+    // The 33rd, from another connection: the cap is the session's.
+    let mut second = app.ws().await;
+    let (_, refused) = second.call("tool/invoke", invoke(&session, "gate")).await;
+    assert_eq!(refused["error"]["code"], -32001, "{refused}");
+    assert_eq!(refused["error"]["data"]["kind"], "overloaded");
+    // Another session is not held up.
+    let (_, answer) = second.call("tool/invoke", invoke(&other, "list_dir")).await;
+    assert_eq!(answer["result"]["success"], true, "{answer}");
+
+    gate.add_permits(32);
+    let mut answered = 0;
+    while answered < 32 {
+        let message = ws.next_json().await;
+        if let Some(id) = message.get("id") {
+            assert!(ids.contains(&id.as_u64().unwrap()));
+            assert_eq!(message["result"]["output"], "released", "{message}");
+            answered += 1;
+        }
+    }
+    gate.add_permits(1);
+    let result = ws.invoke(&session, "gate", json!({})).await;
+    assert_eq!(
+        result["output"], "released",
+        "room again once calls have finished"
+    );
+}
+
+#[tokio::test]
+async fn stored_tool_arguments_are_capped_and_the_call_gets_them_whole() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let content = "0123456789".repeat(20_000);
+    let arguments = json!({"path": "big.txt", "content": content});
+    let result = ws.invoke(&session, "write_file", arguments.clone()).await;
+    assert_eq!(result["success"], true, "{result}");
+    let written = std::fs::read_to_string(app.workspace().join("big.txt")).unwrap();
+    assert_eq!(written, content, "the tool got every byte");
+    let small = json!({"path": "small.txt", "content": "hi"});
+    ws.invoke(&session, "write_file", small.clone()).await;
+
+    let events = app
+        .get_json(&format!("/api/sessions/{session}/events"), None)
+        .await;
+    let started: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["method"] == "tool/started")
+        .map(|e| &e["params"]["arguments"])
+        .collect();
+    assert_eq!(started.len(), 2);
+    let full = arguments.to_string();
+    let marker = started[0];
+    assert_eq!(marker["truncated"], true, "{marker}");
+    assert_eq!(marker["original_bytes"], full.len());
+    let preview = marker["preview"].as_str().unwrap();
+    assert!(full.starts_with(preview));
+    assert_eq!(
+        marker["omitted_bytes"].as_u64().unwrap() as usize,
+        full.len() - preview.len()
+    );
+    assert!(marker.to_string().len() <= 64 * 1024);
+    assert_eq!(started[1], &small, "small arguments are stored as they are");
+}
+
+#[tokio::test]
+async fn request_ids_are_echoed_exactly_as_sent() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    for id in [
+        "123456789012345678901234567890",
+        "-98765432109876543210.5e-3",
+        "1.50",
+        r#""a\u0041""#,
+        "null",
+        r#"{"nested": [1, 2]}"#,
+    ] {
+        ws.send_text(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"no/such"}}"#
+        ))
+        .await;
+        let reply = ws.next_text().await;
+        let expected = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"unknown method \"no/such\"","data":{{"kind":"method_not_found"}}}}}}"#
+        );
+        assert_eq!(reply, expected);
+    }
+    // A batch is still refused as a whole, with a null id.
+    ws.send_text(r#"[{"jsonrpc":"2.0","id":1,"method":"tool/list"}]"#)
+        .await;
+    let reply: Value = serde_json::from_str(&ws.next_text().await).unwrap();
+    assert_eq!(reply["id"], Value::Null);
+    assert_eq!(reply["error"]["code"], -32600);
+}
