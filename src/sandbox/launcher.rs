@@ -282,7 +282,14 @@ fn mount_tmp(grants: &[Grant], tmp: Option<&Grant>) -> Result<(), StepError> {
         .collect();
     // Parents before children, so a nested grant is bound inside its parent's bind.
     under_tmp.sort_by_key(|g| g.path.components().count());
+    let mut bound: Vec<&Path> = Vec::new();
     for grant in under_tmp {
+        // A grant inside one already bound is visible through it (and may not be creatable
+        // there, in a read-only bind).
+        if bound.iter().any(|b| grant.path.starts_with(b)) {
+            continue;
+        }
+        bound.push(&grant.path);
         if grant.is_dir {
             std::fs::create_dir_all(&grant.path)
         } else {

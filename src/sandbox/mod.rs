@@ -464,7 +464,9 @@ async fn run_probe(launcher: &Path) -> Result<ProbeReport, SandboxError> {
 
 /// `wanted` with every hidden path cut out: a wanted directory that holds a hidden path is
 /// replaced by its entries, except the one on the way to the hidden path, recursively; a
-/// wanted path that is hidden or lies inside a hidden one is dropped.
+/// wanted path that is itself hidden is dropped. A path granted inside a hidden directory
+/// stays granted (the image's workspace is `/data/workspace` beside the database in `/data`):
+/// Landlock then grants that subtree and nothing around it.
 fn carve(wanted: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for path in wanted {
@@ -474,7 +476,7 @@ fn carve(wanted: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 fn carve_one(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, depth: usize) {
-    if hidden.iter().any(|h| path.starts_with(h)) {
+    if hidden.iter().any(|h| path == h) {
         return;
     }
     if depth > 16 || !hidden.iter().any(|h| h.starts_with(path)) {
@@ -503,7 +505,11 @@ mod tests {
         let mut got = carve(&[root.to_path_buf()], &[root.join("b/secret")]);
         got.sort();
         assert_eq!(got, vec![root.join("a"), root.join("b/open")]);
-        assert!(carve(&[root.join("b/secret/x")], &[root.join("b/secret")]).is_empty());
+        assert!(carve(&[root.join("b/secret")], &[root.join("b/secret")]).is_empty());
+        assert_eq!(
+            carve(&[root.join("b/secret/x")], &[root.join("b/secret")]),
+            vec![root.join("b/secret/x")]
+        );
         assert_eq!(
             carve(&[root.join("a")], &[root.join("b")]),
             vec![root.join("a")]
