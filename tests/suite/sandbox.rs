@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agentd::config::{Config, Secret, UserConfig};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{TestApp, WAIT, WsClient};
 
@@ -446,4 +446,41 @@ async fn session_open_and_readyz_say_how_commands_are_confined() {
     std::fs::write(&outside, "reachable").unwrap();
     let output = shell(&mut ws, session, &format!("cat {}", outside.display())).await;
     assert!(output.contains("reachable"), "{output}");
+}
+
+#[tokio::test]
+async fn a_terminal_command_runs_confined_and_ctrl_c_reaches_it() {
+    let app = TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let started = ws
+        .invoke(
+            &session,
+            "exec_command",
+            json!({"cmd": "tty; trap 'echo caught-int; exit 7' INT; echo ready; while :; do sleep 0.05; done", "tty": true, "yield_time_ms": 1000}),
+        )
+        .await;
+    let output = started["output"].as_str().unwrap();
+    assert!(output.contains("/dev/pts/"), "{output}");
+    assert!(output.contains("ready"), "{output}");
+    let id = started["structured_metadata"]["session_id"].clone();
+    let mut seen = String::new();
+    let mut exit = Value::Null;
+    // The first write may land before the trap is read; Ctrl-C again until the shell says so.
+    for _ in 0..20 {
+        let answer = ws
+            .invoke(
+                &session,
+                "write_stdin",
+                json!({"session_id": id, "chars": "\u{3}", "yield_time_ms": 500}),
+            )
+            .await;
+        seen.push_str(answer["output"].as_str().unwrap_or_default());
+        exit = answer["structured_metadata"]["exit_code"].clone();
+        if !exit.is_null() {
+            break;
+        }
+    }
+    assert!(seen.contains("caught-int"), "{seen}");
+    assert_eq!(exit, 7, "{seen}");
 }
