@@ -87,6 +87,89 @@ async fn a_flood_of_idle_connections_leaves_health_checks_answering() {
     app.stop().await;
 }
 
+/// Holds `count` idle connections to `addr` from a process of its own (a descriptor limit is
+/// per process); prints `held` once they are open and keeps them until its stdin closes.
+const HOLDER: &str = r#"
+import socket, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+held = [socket.create_connection((host, port)) for _ in range(count)]
+print("held", len(held), flush=True)
+sys.stdin.read()
+"#;
+
+#[tokio::test]
+async fn twenty_five_thousand_idle_connections_leave_health_checks_answering() {
+    let _heavy = HEAVY.lock().await;
+    // The server runs alone in its process with the default cap, derived from its own
+    // descriptor limit (20,000 here: fewer than the flood), as a deployment would.
+    const PER_PROCESS: usize = 12_500;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agentd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n\
+             header_timeout_secs = 300\n",
+            dir.path().join("data").display(),
+            dir.path().join("workspace").display(),
+        ),
+    )
+    .unwrap();
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .args(["--config", config.to_str().unwrap()])
+        .env("AGENTD_LOG", "info")
+        .env_remove("AGENTD_BIND")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = server.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let address = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.contains("listening")
+                .then(|| line.rsplit("address=").next().unwrap().trim().to_string())
+        })
+        .expect("the server listens");
+    std::thread::spawn(move || lines.for_each(drop));
+    let addr: std::net::SocketAddr = address.parse().unwrap();
+
+    let mut holder = std::process::Command::new("python3")
+        .args([
+            "-c",
+            HOLDER,
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ])
+        .arg(PER_PROCESS.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut held = Vec::with_capacity(PER_PROCESS);
+    for _ in 0..PER_PROCESS {
+        held.push(wire::connect(addr).await);
+    }
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut said,
+    )
+    .unwrap();
+    assert_eq!(said.trim(), format!("held {PER_PROCESS}"));
+
+    let (status, body) = wire::http_get(addr, "/healthz").await;
+    let (ready, ready_body) = wire::http_get(addr, "/readyz").await;
+    drop(held);
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    assert_eq!(ready, 200, "{ready_body}");
+}
+
 #[tokio::test]
 async fn headers_and_idle_connections_time_out() {
     let app = TestApp::spawn_with(|c| c.server.header_timeout_secs = 1).await;
