@@ -18,8 +18,8 @@ COPY examples ./examples
 COPY tests ./tests
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin agentd \
-    && install -m 0755 target/release/agentd /usr/local/bin/agentd
+    cargo build --release --locked --bin agentd --bin agentd-sandbox \
+    && install -m 0755 target/release/agentd target/release/agentd-sandbox /usr/local/bin/
 
 FROM debian:bookworm-slim AS runtime
 # Debian's package versions roll within a release; pinning them would break rebuilds.
@@ -33,7 +33,8 @@ RUN apt-get update \
        --shell /usr/sbin/nologin agentd \
     && mkdir -p /data \
     && chown 10001:10001 /data
-COPY --from=builder /usr/local/bin/agentd /usr/local/bin/agentd
+# agentd-sandbox, the launcher in front of every command, must sit beside agentd.
+COPY --from=builder /usr/local/bin/agentd /usr/local/bin/agentd-sandbox /usr/local/bin/
 USER 10001:10001
 WORKDIR /data
 # Inside the container agentd listens on every interface; give it AGENTD_AUTH_TOKEN (or

@@ -32,7 +32,7 @@ fn main() {
     let root = dir.path().join("workspace");
     std::fs::create_dir_all(&root).expect("workspace");
     let settings = SandboxConfig {
-        launcher: Some(Path::new(env!("CARGO_BIN_EXE_agentd")).to_path_buf()),
+        launcher: Some(Path::new(env!("CARGO_BIN_EXE_agentd-sandbox")).to_path_buf()),
         ..SandboxConfig::default()
     };
     assert_eq!(settings.mode, SandboxMode::WorkspaceWrite);

@@ -171,8 +171,7 @@ impl Sandbox {
         }
         let launcher = match &settings.launcher {
             Some(path) => path.clone(),
-            None => std::env::current_exe()
-                .map_err(|err| SandboxError::Launcher(format!("cannot find agentd: {err}")))?,
+            None => default_launcher()?,
         };
         let probe = run_probe(&launcher).await?;
         if probe.landlock_abi < 1 {
@@ -440,6 +439,15 @@ impl Drop for SessionSandbox {
             cgroup.end_session(&self.session_id);
         }
     }
+}
+
+/// `agentd-sandbox` beside the running binary when it is there (it starts faster), else the
+/// running binary itself, which has the same `sandbox-exec` subcommand.
+fn default_launcher() -> Result<PathBuf, SandboxError> {
+    let exe = std::env::current_exe()
+        .map_err(|err| SandboxError::Launcher(format!("cannot find agentd: {err}")))?;
+    let small = exe.with_file_name("agentd-sandbox");
+    Ok(if small.is_file() { small } else { exe })
 }
 
 /// Runs the launcher's probe.

@@ -80,3 +80,40 @@ fn sigterm_stops_the_server_cleanly() {
     assert!(dir.path().join("data/agentd.db").exists());
     assert!(dir.path().join("workspace").is_dir());
 }
+
+#[test]
+fn both_binaries_launch_confined_commands() {
+    for launcher in [
+        env!("CARGO_BIN_EXE_agentd"),
+        env!("CARGO_BIN_EXE_agentd-sandbox"),
+    ] {
+        let probe = Command::new(launcher)
+            .args(["sandbox-exec", "--probe"])
+            .output()
+            .expect("the launcher runs");
+        let report: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+        assert!(report["landlock_abi"].is_number(), "{launcher}: {report}");
+        // A spec that grants nothing but the system: the workspace-less command runs, and a
+        // file outside is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside.txt");
+        std::fs::write(&outside, "outside").unwrap();
+        let spec = serde_json::json!({
+            "read": ["/usr", "/bin", "/lib", "/lib64", "/etc"],
+            "write": [], "devices": ["/dev/null"], "tmp": null, "cwd": "/",
+            "network": false, "namespaces": false, "net_namespace": false,
+            "mount_proc": false, "landlock": report["landlock_abi"].as_i64() > Some(0),
+            "seccomp": false, "cgroup_procs": null, "nproc": null,
+        });
+        let output = Command::new(launcher)
+            .args(["sandbox-exec", &spec.to_string(), "sh", "-c"])
+            .arg(format!("echo ran; cat {}", outside.display()))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains("ran"), "{launcher}: {stdout}");
+        if spec["landlock"] == true {
+            assert!(!stdout.contains("outside"), "{launcher}: {stdout}");
+        }
+    }
+}

@@ -39,7 +39,7 @@ pub fn config_in(dir: &Path) -> Config {
     config.server.workspace = dir.join("workspace");
     config.server.shutdown_grace_secs = 5;
     // The server runs inside the test binary; sandboxed commands go through the real agentd.
-    config.sandbox.launcher = Some(PathBuf::from(env!("CARGO_BIN_EXE_agentd")));
+    config.sandbox.launcher = Some(PathBuf::from(env!("CARGO_BIN_EXE_agentd-sandbox")));
     config
 }
 
