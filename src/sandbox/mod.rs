@@ -149,7 +149,8 @@ pub struct Sandbox {
     read: Vec<PathBuf>,
     /// Writable grants from `extra_write`, with hidden paths carved out.
     extra_write: Vec<PathBuf>,
-    /// Paths no command may see: the data dir, the config file, the workspace's other users.
+    /// Paths no command may see: the data dir and the config file (other users' workspaces
+    /// are simply never granted).
     hidden: Vec<PathBuf>,
     /// Where each session's private `/tmp` lives.
     tmp_root: PathBuf,

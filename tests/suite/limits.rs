@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::support::wire::{self, RawWs, ServerFrame};
-use crate::support::{TestApp, WAIT};
+use crate::support::{ServerProcess, TestApp, WAIT};
 
 /// The tests that open thousands of sockets or hundreds of MiB run one at a time, so one's
 /// descriptors and memory do not show up in the other's figures.
@@ -104,36 +104,8 @@ async fn twenty_five_thousand_idle_connections_leave_health_checks_answering() {
     // descriptor limit (20,000 here: fewer than the flood), as a deployment would.
     const PER_PROCESS: usize = 12_500;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("agentd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n\
-             header_timeout_secs = 300\n",
-            dir.path().join("data").display(),
-            dir.path().join("workspace").display(),
-        ),
-    )
-    .unwrap();
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
-        .args(["--config", config.to_str().unwrap()])
-        .env("AGENTD_LOG", "info")
-        .env_remove("AGENTD_BIND")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = server.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    let address = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.contains("listening")
-                .then(|| line.rsplit("address=").next().unwrap().trim().to_string())
-        })
-        .expect("the server listens");
-    std::thread::spawn(move || lines.for_each(drop));
-    let addr: std::net::SocketAddr = address.parse().unwrap();
+    let server = ServerProcess::start(dir.path(), "header_timeout_secs = 300\n");
+    let addr = server.addr;
 
     let mut holder = std::process::Command::new("python3")
         .args([
@@ -164,8 +136,7 @@ async fn twenty_five_thousand_idle_connections_leave_health_checks_answering() {
     drop(held);
     drop(holder.stdin.take());
     let _ = holder.wait();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
     assert_eq!(ready, 200, "{ready_body}");
 }

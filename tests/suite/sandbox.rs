@@ -9,7 +9,7 @@ use std::time::Duration;
 use agentd::config::{Config, Secret, UserConfig};
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, WAIT, WsClient};
+use crate::support::{ServerProcess, TestApp, WAIT, WsClient};
 
 fn two_users(c: &mut Config) {
     c.server.users = vec![
@@ -266,72 +266,23 @@ async fn processes_die_with_their_session_even_after_setsid() {
     shell(&mut ws, &session, "setsid sleep 9876051 & echo left").await;
     until_processes("9876051", "shell's straggler", |n| n == 0).await;
 
-    let (status, _) = app
-        .request(
-            reqwest::Method::DELETE,
-            &format!("/api/sessions/{session}"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
+    assert_eq!(app.delete_session(&session).await, 204);
     until_processes(marker, "after deleting the session", |n| n == 0).await;
-}
-
-/// A server process that a failing test does not leave running.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test]
 async fn a_killed_server_leaves_no_command_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("agentd.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n",
-            dir.path().join("data").display(),
-            dir.path().join("workspace").display(),
-        ),
-    )
-    .unwrap();
-    let mut server = KillOnDrop(
-        std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
-            .args(["--config", config_path.to_str().unwrap()])
-            .env("AGENTD_LOG", "info")
-            .env_remove("AGENTD_BIND")
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = server.0.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    let mut pid_ns = false;
-    let address = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            pid_ns |= line.contains("sandbox enforced") && line.contains("pid_ns");
-            line.contains("listening")
-                .then(|| line.rsplit("address=").next().unwrap().trim().to_string())
-        })
-        .expect("the server listens");
-    // Keep draining the log so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let server = ServerProcess::start(dir.path(), "");
+    let pid_ns = server
+        .startup_log
+        .iter()
+        .any(|line| line.contains("sandbox enforced") && line.contains("pid_ns"));
     if !pid_ns {
         eprintln!("skipping a_killed_server_leaves_no_command_behind: no PID namespace here");
         return;
     }
-    let addr: std::net::SocketAddr = address.parse().unwrap();
-    let (stream, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/api/ws"))
-        .await
-        .unwrap();
-    let mut ws = WsClient::from_stream(stream);
+    let mut ws = server.ws().await;
     let session = ws.open().await;
     let marker = "987611";
     ws.invoke(
@@ -341,8 +292,9 @@ async fn a_killed_server_leaves_no_command_behind() {
     )
     .await;
     until_processes(marker, "started", |n| n == 2).await;
-    server.0.kill().unwrap();
-    server.0.wait().unwrap();
+    let mut server = server;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
     until_processes(marker, "after kill -9 of the server", |n| n == 0).await;
 }
 
@@ -385,14 +337,7 @@ async fn a_fork_bomb_stops_at_max_processes_and_the_rest_goes_on() {
             .contains("still-working")
     );
     assert_eq!(app.get("/healthz", None).await.0, 200);
-    let (status, _) = app
-        .request(
-            reqwest::Method::DELETE,
-            &format!("/api/sessions/{bomb}"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
+    assert_eq!(app.delete_session(&bomb).await, 204);
     until_processes("98762", "after deleting the bomb's session", |n| n == 0).await;
 }
 

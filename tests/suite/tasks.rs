@@ -7,7 +7,7 @@ use agentd::config::{Config, ModelPrice, PluginConfig};
 use serde_json::{Value, json};
 
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
-use crate::support::{TestApp, WsClient};
+use crate::support::{ServerProcess, TestApp, WsClient};
 
 /// A plugin that writes numbered lines to stderr until the file named by its argument exists,
 /// then prints how many it wrote.
@@ -252,35 +252,15 @@ async fn a_task_running_when_the_server_dies_is_failed_after_restart_with_its_ou
     let scratch = tempfile::tempdir().unwrap();
     let (plugin, stop) = ticker(scratch.path());
     let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("agentd.toml");
-    std::fs::write(
-        &config_path,
-        format!(
-            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\nworkspace = \"{ws}\"\n\n[[plugins]]\nname = \"ticker\"\ndescription = \"ticks\"\ncommand = \"{cmd}\"\nargs = [\"{stop}\"]\nspawn_only = true\nexclusive = false\n",
-            data = dir.path().join("data").display(),
-            ws = dir.path().join("workspace").display(),
+    let server = ServerProcess::start(
+        dir.path(),
+        &format!(
+            "\n[[plugins]]\nname = \"ticker\"\ndescription = \"ticks\"\ncommand = \"{cmd}\"\nargs = [\"{stop}\"]\nspawn_only = true\nexclusive = false\n",
             cmd = plugin.command,
             stop = plugin.args[0],
         ),
-    )
-    .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
-        .args(["--config", config_path.to_str().unwrap()])
-        .env("AGENTD_LOG", "info")
-        .env_remove("AGENTD_BIND")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    let address = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.contains("listening")
-                .then(|| line.rsplit("address=").next().unwrap().trim().to_string())
-        })
-        .expect("the server listens");
+    );
+    let address = server.addr;
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{address}/api/ws"))
         .await
         .unwrap();
@@ -323,8 +303,9 @@ async fn a_task_running_when_the_server_dies_is_failed_after_restart_with_its_ou
         }
     }
     assert!(!task.is_empty());
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let mut server = server;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
 
     let mut config = crate::support::config_in(dir.path());
     config.plugins.push(plugin);

@@ -165,6 +165,17 @@ impl TestApp {
         (status, response.text().await.unwrap())
     }
 
+    /// `DELETE /api/sessions/{id}`; returns the status.
+    pub async fn delete_session(&self, session: &str) -> u16 {
+        self.request(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{session}"),
+            None,
+        )
+        .await
+        .0
+    }
+
     /// GET returning parsed JSON; panics on a non-200 status.
     pub async fn get_json(&self, path: &str, token: Option<&str>) -> Value {
         let (status, body) = self.get(path, token).await;
@@ -211,6 +222,77 @@ impl Drop for TestApp {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+}
+
+/// The agentd binary serving in a process of its own (to be killed, or to have limits of its
+/// own), killed when dropped so a failing test leaves no server behind.
+pub struct ServerProcess {
+    /// The process.
+    pub child: std::process::Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// What it logged before it listened.
+    pub startup_log: Vec<String>,
+}
+
+impl ServerProcess {
+    /// Starts `agentd --config <dir>/agentd.toml` with a `[server]` section that binds port 0
+    /// and keeps data and workspace in `dir`, followed by `extra` TOML; waits until it listens.
+    pub fn start(dir: &Path, extra: &str) -> Self {
+        let config = dir.join("agentd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n{extra}",
+                dir.join("data").display(),
+                dir.join("workspace").display(),
+            ),
+        )
+        .unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+            .args(["--config", config.to_str().unwrap()])
+            .env("AGENTD_LOG", "info")
+            .env_remove("AGENTD_BIND")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+        let mut startup_log = Vec::new();
+        let address = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let address = line
+                    .contains("listening")
+                    .then(|| line.rsplit("address=").next().unwrap().trim().to_string());
+                startup_log.push(line);
+                address
+            })
+            .expect("the server listens");
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self {
+            child,
+            addr: address.parse().unwrap(),
+            startup_log,
+        }
+    }
+
+    /// A JSON-RPC client on its WebSocket.
+    pub async fn ws(&self) -> WsClient {
+        let (stream, _) = tokio_tungstenite::connect_async(format!("ws://{}/api/ws", self.addr))
+            .await
+            .unwrap();
+        WsClient::from_stream(stream)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
