@@ -17,6 +17,9 @@ const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 
 /// Serves on 127.0.0.1 port 0 until SIGTERM or SIGINT; logs its address the way agentd does.
 pub fn main() -> anyhow::Result<()> {
+    // A load tool that dies without stopping its children must not leave a floor behind.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .context("cannot ask for the parent's death signal")?;
     // The same runtime agentd's main builds: multi-threaded, one worker per CPU.
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {

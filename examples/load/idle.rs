@@ -25,7 +25,7 @@ const FD_RESERVE: u64 = 64;
 const QUIET: Duration = Duration::from_millis(500);
 
 /// Raises this process's soft open-file limit to the hard one; returns the limit in force.
-pub fn raise_fd_limit() -> u64 {
+fn raise_fd_limit() -> u64 {
     let limit = getrlimit(Resource::Nofile);
     if limit.current.is_some() && limit.current != limit.maximum {
         // Without the raise, `idle` stops at the soft limit and says so.
@@ -67,7 +67,8 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     println!();
     println!(
         "{warmup} sessions opened and closed first; set-up {SETUP_CONCURRENCY} at a time; memory \
-         read again {:.0} s after every connection closed; agentd on {}.",
+         read again {:.0} s after every connection closed; agentd on {}; client open-file limit \
+         {limit}.",
         settle.as_secs_f64(),
         settings.backend()
     );

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The argument that makes this binary run the floor server instead of a scenario.
 pub const FLOOR_ARG: &str = "__floor";
@@ -90,6 +91,8 @@ pub struct Settings {
     pub connections: usize,
     /// Duration of `conc` when it does not count requests.
     pub secs: Duration,
+    /// Whether `conc` counts requests (given, or smoke without --secs) rather than seconds.
+    conc_counts: bool,
     /// Sessions of `idle`.
     pub sessions: usize,
     /// Wait of `idle` after closing.
@@ -114,7 +117,7 @@ impl Settings {
 
     /// Whether `conc` counts requests rather than seconds.
     pub fn counts_requests(&self) -> bool {
-        self.requests.is_some() || self.smoke
+        self.conc_counts
     }
 
     /// Unmeasured requests sent first, so that lazily built state and allocator arenas exist
@@ -150,7 +153,16 @@ fn command_line() -> String {
     } else {
         " --release"
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|arg| {
+            if arg.is_empty() || arg.contains(char::is_whitespace) {
+                format!("'{arg}'")
+            } else {
+                arg
+            }
+        })
+        .collect();
     format!("cargo run{profile} --example load -- {}", args.join(" "))
 }
 
@@ -179,6 +191,7 @@ fn main() -> anyhow::Result<()> {
         requests: cli.requests,
         connections: cli.connections.unwrap_or(if smoke { 2 } else { 50 }).max(1),
         secs: Duration::from_secs_f64(cli.secs.unwrap_or(10.0).max(0.1)),
+        conc_counts: cli.requests.is_some() || (smoke && cli.secs.is_none()),
         sessions: cli
             .sessions
             .unwrap_or(if smoke { 20 } else { 10_000 })
@@ -194,7 +207,15 @@ fn main() -> anyhow::Result<()> {
         database: cli.database,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(run(cli.scenario, &settings))
+    runtime.block_on(async {
+        let mut terminate = signal(SignalKind::terminate())?;
+        // Returning drops the servers, which kills them: none outlives an interrupted run.
+        tokio::select! {
+            outcome = run(cli.scenario, &settings) => outcome,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+            _ = terminate.recv() => anyhow::bail!("terminated"),
+        }
+    })
 }
 
 /// Prints the heading, then runs the scenarios one after the other.
@@ -212,10 +233,6 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
         settings.backend(),
         settings.agentd.display()
     );
-    let fd_limit = idle::raise_fd_limit();
-    if scenario == Scenario::Idle || scenario == Scenario::All {
-        println!("client open-file limit {fd_limit}");
-    }
     let all = [
         Scenario::Rtt,
         Scenario::Conc,
