@@ -1,0 +1,261 @@
+//! A load generator that measures agentd from outside, as a client sees it, beside a bare axum
+//! WebSocket echo server (the "floor") measured the same way in the same run.
+//!
+//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|all> [options]`
+//!
+//! Both servers run as child processes so that their CPU time and resident memory can be read
+//! from /proc without counting the client's own. Modules: `child` (the servers as processes),
+//! `floor` (the echo server), `client` (the JSON-RPC WebSocket client), `report` (percentiles
+//! and tables), `mock_model` (the zero-latency model), and one module per scenario family:
+//! `invoke` (rtt, conc), `opens`, `idle`, `turns`.
+
+mod child;
+mod client;
+mod floor;
+mod idle;
+mod invoke;
+mod mock_model;
+mod opens;
+mod report;
+mod turns;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The argument that makes this binary run the floor server instead of a scenario.
+pub const FLOOR_ARG: &str = "__floor";
+
+/// What to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// One connection, sequential `tool/invoke` of `read_file`.
+    Rtt,
+    /// Many connections, each with its own session, doing sequential invokes.
+    Conc,
+    /// `session/open` of a new session.
+    Opens,
+    /// Many connected sessions held idle: memory per session, and after they close.
+    Idle,
+    /// Turns against an in-process zero-latency model, text only and with tool calls.
+    Turns,
+    /// Every scenario in turn.
+    All,
+}
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(about = "Measures agentd beside a bare WebSocket echo server")]
+struct Cli {
+    /// The scenario to run.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Measured requests (turns for `turns`); `conc` runs for --secs unless this is given.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Connections of `conc`.
+    #[arg(long)]
+    connections: Option<usize>,
+    /// How long `conc` runs when --requests is not given.
+    #[arg(long)]
+    secs: Option<f64>,
+    /// A PostgreSQL URL for agentd's store (default: SQLite in a temporary directory).
+    #[arg(long)]
+    database: Option<String>,
+    /// Sessions `idle` holds.
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// How long `idle` waits after closing its sessions before reading memory again.
+    #[arg(long)]
+    settle_secs: Option<f64>,
+    /// Tool calls per model answer in `turns`.
+    #[arg(long)]
+    tool_calls: Option<usize>,
+    /// Tiny counts, so that every scenario finishes in seconds (a check, not a measurement).
+    #[arg(long)]
+    smoke: bool,
+    /// The agentd binary (default: `agentd` in the target directory this example runs from).
+    #[arg(long)]
+    agentd: Option<PathBuf>,
+}
+
+/// The options every scenario reads, with the defaults (or the smoke defaults) filled in.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--requests` as given; each scenario has its own default.
+    requests: Option<u64>,
+    /// Connections of `conc`.
+    pub connections: usize,
+    /// Duration of `conc` when it does not count requests.
+    pub secs: Duration,
+    /// Whether `conc` counts requests (given, or smoke without --secs) rather than seconds.
+    conc_counts: bool,
+    /// Sessions of `idle`.
+    pub sessions: usize,
+    /// Wait of `idle` after closing.
+    pub settle: Duration,
+    /// Tool calls per model answer in `turns`.
+    pub tool_calls: usize,
+    /// Whether the counts are the smoke ones.
+    pub smoke: bool,
+    /// The agentd binary.
+    pub agentd: PathBuf,
+    /// agentd's database URL, when not SQLite.
+    pub database: Option<String>,
+}
+
+impl Settings {
+    /// Measured requests of a scenario whose own default is `default`.
+    pub fn requests_or(&self, default: u64) -> u64 {
+        self.requests
+            .unwrap_or(if self.smoke { 20 } else { default })
+            .max(1)
+    }
+
+    /// Whether `conc` counts requests rather than seconds.
+    pub fn counts_requests(&self) -> bool {
+        self.conc_counts
+    }
+
+    /// Unmeasured requests sent first, so that lazily built state and allocator arenas exist
+    /// before the baseline is read.
+    pub fn warmup(&self, measured: u64) -> u64 {
+        (measured / 10).clamp(1, 500)
+    }
+
+    /// The store named in the report.
+    pub fn backend(&self) -> &'static str {
+        if self.database.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
+    }
+}
+
+/// `agentd` beside this example's binary: examples live in `target/<profile>/examples/`.
+fn default_agentd() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this program's path")?;
+    let profile_dir = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .context("this program does not sit in a target directory")?;
+    Ok(profile_dir.join("agentd"))
+}
+
+/// The command that reproduces this run, for the top of the report.
+fn command_line() -> String {
+    let profile = if cfg!(debug_assertions) {
+        ""
+    } else {
+        " --release"
+    };
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|arg| {
+            if arg.is_empty() || arg.contains(char::is_whitespace) {
+                format!("'{arg}'")
+            } else {
+                arg
+            }
+        })
+        .collect();
+    format!("cargo run{profile} --example load -- {}", args.join(" "))
+}
+
+fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(FLOOR_ARG) {
+        return floor::main();
+    }
+    let cli = Cli::parse();
+    let smoke = cli.smoke;
+    let agentd = match cli.agentd {
+        Some(path) => path,
+        None => default_agentd()?,
+    };
+    if !agentd.is_file() {
+        let build = if cfg!(debug_assertions) {
+            "cargo build --bin agentd"
+        } else {
+            "cargo build --release --bin agentd"
+        };
+        anyhow::bail!(
+            "no agentd binary at {}: build it first with `{build}`, or pass --agentd PATH",
+            agentd.display()
+        );
+    }
+    let settings = Settings {
+        requests: cli.requests,
+        connections: cli.connections.unwrap_or(if smoke { 2 } else { 50 }).max(1),
+        secs: Duration::from_secs_f64(cli.secs.unwrap_or(10.0).max(0.1)),
+        conc_counts: cli.requests.is_some() || (smoke && cli.secs.is_none()),
+        sessions: cli
+            .sessions
+            .unwrap_or(if smoke { 20 } else { 10_000 })
+            .max(1),
+        settle: Duration::from_secs_f64(
+            cli.settle_secs
+                .unwrap_or(if smoke { 1.0 } else { 30.0 })
+                .max(0.0),
+        ),
+        tool_calls: cli.tool_calls.unwrap_or(3).max(1),
+        smoke,
+        agentd,
+        database: cli.database,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let mut terminate = signal(SignalKind::terminate())?;
+        // Returning drops the servers, which kills them: none outlives an interrupted run.
+        tokio::select! {
+            outcome = run(cli.scenario, &settings) => outcome,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+            _ = terminate.recv() => anyhow::bail!("terminated"),
+        }
+    })
+}
+
+/// Prints the heading, then runs the scenarios one after the other.
+async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    println!("`{}`", command_line());
+    println!();
+    println!(
+        "{build} build, {cpus} CPUs, agentd store {}, agentd {}",
+        settings.backend(),
+        settings.agentd.display()
+    );
+    let all = [
+        Scenario::Rtt,
+        Scenario::Conc,
+        Scenario::Opens,
+        Scenario::Idle,
+        Scenario::Turns,
+    ];
+    let chosen: &[Scenario] = if scenario == Scenario::All {
+        &all
+    } else {
+        std::slice::from_ref(&scenario)
+    };
+    for scenario in chosen {
+        println!();
+        match scenario {
+            Scenario::Rtt => invoke::rtt(settings).await,
+            Scenario::Conc => invoke::conc(settings).await,
+            Scenario::Opens => opens::run(settings).await,
+            Scenario::Idle => idle::run(settings).await,
+            Scenario::Turns => turns::run(settings).await,
+            Scenario::All => unreachable!("`all` is expanded above"),
+        }
+        .with_context(|| format!("scenario {scenario:?}"))?;
+    }
+    Ok(())
+}
