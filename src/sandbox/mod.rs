@@ -7,10 +7,11 @@
 //!   session's own `/tmp`) writable, nothing else of the server's visible; `landlock_net`:
 //!   no TCP bind or connect without network; `landlock_scope`: no signals to, and no abstract
 //!   Unix sockets of, processes outside the sandbox.
-//! - `user_ns`, `mount_ns`, `pid_ns`, `net_ns`: a private `/tmp`, a `/proc` that shows only
-//!   the command's processes, a process tree that dies as one, no network interface at all.
+//! - `user_ns`, `mount_ns`, `pid_ns`: a private `/tmp`, a `/proc` that shows only the
+//!   command's processes, a process tree that dies as one; `net_ns` (no network interface)
+//!   only where seccomp is not available, since its socket ban is stronger.
 //! - `seccomp`: no ptrace, mount, bpf, kexec, module loading, new namespaces or io_uring, and
-//!   without network no socket but a Unix one; `no_new_privs` and an empty capability set.
+//!   without network no `socket(2)` at all; `no_new_privs` and an empty capability set.
 //! - `pids_cgroup` (or `rlimit_nproc`): `max_processes` per session.
 
 pub mod cgroup;
@@ -242,7 +243,7 @@ impl Sandbox {
         }
         if self.namespaces {
             layers.extend(["user_ns", "mount_ns", "pid_ns"]);
-            if self.probe.net_namespace && !self.network {
+            if self.probe.net_namespace && !self.network && !self.probe.seccomp {
                 layers.push("net_ns");
             }
             if self.probe.mount_proc {

@@ -112,7 +112,10 @@ pub fn programs(network: bool) -> Result<Vec<BpfProgram>, FilterError> {
         )
         .and_then(|condition| SeccompRule::new(vec![condition]))
         .map_err(err)?;
-        denied.insert(libc::SYS_socket, vec![not_unix.clone()]);
+        // No socket at all: Landlock does not guard connecting to a Unix socket by path (the
+        // database's, a container engine's), so a Unix socket could reach past the sandbox.
+        // A socketpair has no address and links only processes that share it.
+        denied.insert(libc::SYS_socket, Vec::new());
         denied.insert(libc::SYS_socketpair, vec![not_unix]);
     }
     let eperm = SeccompFilter::new(
@@ -156,5 +159,43 @@ mod tests {
         }
         // The socket rules make the no-network program longer.
         assert!(programs(false).unwrap()[0].len() > programs(true).unwrap()[0].len());
+    }
+
+    #[test]
+    fn without_network_the_filter_refuses_every_socket_but_a_socketpair() {
+        // Installed in a child process, which then reports what each call answered. The
+        // programs are built before the fork: the child of a multi-threaded test process may
+        // only make system calls.
+        let programs = programs(false).unwrap();
+        // SAFETY: the child only makes system calls and exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: each call only affects this child.
+            let code = unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                for program in &programs {
+                    if seccompiler::apply_filter(program).is_err() {
+                        libc::_exit(10);
+                    }
+                }
+                let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                let inet = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                let mut pair = [0; 2];
+                let paired =
+                    libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr());
+                i32::from(unix == -1) | i32::from(inet == -1) << 1 | i32::from(paired == 0) << 2
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0b111,
+            "unix refused, inet refused, pair made"
+        );
     }
 }

@@ -224,6 +224,16 @@ async fn without_network_no_socket_reaches_the_server_or_the_database() {
     }
     let output = shell(&mut ws, &session, "ls /run/postgresql /var/run/postgresql").await;
     assert!(!output.contains(".s.PGSQL"), "{output}");
+    // Nor does a Unix socket by its path, which Landlock does not guard: the database's.
+    let unix_socket = std::path::Path::new("/var/run/postgresql/.s.PGSQL.5432");
+    let psql = "psql -h /var/run/postgresql -U postgres -d postgres -tAc 'select 4200+42'";
+    let has_psql = std::path::Path::new("/usr/bin/psql").exists() && unix_socket.exists();
+    if has_psql {
+        let output = shell(&mut ws, &session, psql).await;
+        assert!(!output.contains("4242"), "{output}");
+    } else {
+        eprintln!("no psql or PostgreSQL socket here: the Unix-socket case is not tried");
+    }
 
     // The control: with network on, the same command reaches the server.
     let open = TestApp::spawn_with(|c| c.sandbox.network = true).await;
@@ -241,6 +251,11 @@ async fn without_network_no_socket_reaches_the_server_or_the_database() {
         open.get_json("/readyz", None).await["sandbox"]["network"],
         true
     );
+    if has_psql {
+        // The control for the Unix socket: with network on, the same query is answered.
+        let output = shell(&mut ws, &session, psql).await;
+        assert!(output.contains("4242"), "{output}");
+    }
 }
 
 #[tokio::test]
