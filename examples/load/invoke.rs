@@ -50,23 +50,9 @@ async fn sequential(
     for _ in 0..warmup {
         client.invoke().await?;
     }
-    let mut samples = Vec::with_capacity(requests as usize);
-    let before = server.usage()?;
-    let started = Instant::now();
-    for _ in 0..requests {
-        let sent = Instant::now();
-        client.invoke().await?;
-        samples.push(nanos(sent.elapsed()));
-    }
-    let elapsed = started.elapsed();
-    let after = server.usage()?;
+    let measured = Measured::sequential(server, requests, async || client.invoke().await).await?;
     client.close().await?;
-    Ok(Measured {
-        latencies: Latencies::new(samples),
-        elapsed,
-        before,
-        after,
-    })
+    Ok(measured)
 }
 
 /// How long each `conc` connection goes on.

@@ -1,11 +1,9 @@
 //! `opens`: sequential `session/open` of a new session on one connection, floor first.
 
-use std::time::Instant;
-
 use crate::Settings;
 use crate::child::ServerProcess;
 use crate::client::RpcClient;
-use crate::report::{Latencies, Measured, nanos, print_latency_table};
+use crate::report::{Measured, print_latency_table};
 
 /// Opens unless --requests says otherwise.
 const OPENS: u64 = 2_000;
@@ -37,21 +35,8 @@ async fn opens(server: &ServerProcess, requests: u64, warmup: u64) -> anyhow::Re
     for _ in 0..warmup {
         client.open().await?;
     }
-    let mut samples = Vec::with_capacity(requests as usize);
-    let before = server.usage()?;
-    let started = Instant::now();
-    for _ in 0..requests {
-        let sent = Instant::now();
-        client.open().await?;
-        samples.push(nanos(sent.elapsed()));
-    }
-    let elapsed = started.elapsed();
-    let after = server.usage()?;
+    let measured =
+        Measured::sequential(server, requests, async || client.open().await.map(drop)).await?;
     client.close().await?;
-    Ok(Measured {
-        latencies: Latencies::new(samples),
-        elapsed,
-        before,
-        after,
-    })
+    Ok(measured)
 }

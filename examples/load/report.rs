@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::child::Usage;
+use crate::child::{ServerProcess, Usage};
 
 /// Latencies of one run, sorted.
 #[derive(Debug, Clone, Default)]
@@ -63,6 +63,31 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// Times `requests` calls of `step`, one after another, with `server`'s CPU time and
+    /// memory read around them.
+    pub async fn sequential(
+        server: &ServerProcess,
+        requests: u64,
+        mut step: impl AsyncFnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Self> {
+        let mut samples = Vec::with_capacity(requests as usize);
+        let before = server.usage()?;
+        let started = std::time::Instant::now();
+        for _ in 0..requests {
+            let sent = std::time::Instant::now();
+            step().await?;
+            samples.push(nanos(sent.elapsed()));
+        }
+        let elapsed = started.elapsed();
+        let after = server.usage()?;
+        Ok(Self {
+            latencies: Latencies::new(samples),
+            elapsed,
+            before,
+            after,
+        })
+    }
+
     /// Requests per second over the run.
     pub fn throughput(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64().max(1e-9)
