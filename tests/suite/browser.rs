@@ -198,11 +198,15 @@ recheck();
     }
 
     async fn click(&self, selector: &str) {
-        self.find(selector)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|err| panic!("cannot click {selector}: {err}"));
+        // A list the page re-renders between the find and the click leaves a stale element:
+        // find it again, a bounded number of times.
+        for attempt in 1.. {
+            match self.find(selector).await.click().await {
+                Ok(_) => return,
+                Err(err) if attempt < 5 && err.to_string().contains("stale element") => continue,
+                Err(err) => panic!("cannot click {selector}: {err}"),
+            }
+        }
     }
 
     /// Replaces the text of an input or textarea.
@@ -663,10 +667,13 @@ async fn a_background_task_fills_its_panel_and_can_be_read_and_cancelled() {
     ]))
     .await;
     let configure = with_model(&mock);
+    let scratch_dir = scratch.path().to_path_buf();
     let app = TestApp::spawn_with(move |c| {
         configure(c);
         c.plugins.push(ticker);
         c.plugins.push(sleeper);
+        // The stop file lies outside the workspace, where only `extra_read` lets a command look.
+        c.sandbox.extra_read.push(scratch_dir);
     })
     .await;
     std::fs::create_dir_all(app.workspace()).unwrap();
