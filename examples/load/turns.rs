@@ -10,7 +10,7 @@ use crate::Settings;
 use crate::child::ServerProcess;
 use crate::client::{Incoming, RpcClient};
 use crate::mock_model::{MODEL, MockModel};
-use crate::report::{Latencies, Measured, Table, count, nanos, us};
+use crate::report::{Latencies, Measured, Table, latency_row, nanos, us};
 
 /// Turns of each kind unless --requests says otherwise.
 const TURNS: u64 = 500;
@@ -77,20 +77,15 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         "overhead p50 µs",
     ]);
     for (label, run) in [("text", &text), (&format!("{k} tool calls")[..], &tools)] {
-        let l = &run.measured.latencies;
-        table.row(vec![
-            label.to_string(),
-            count(l.len() as u64),
-            us(l.quantile(0.5)),
-            us(l.quantile(0.9)),
-            us(l.quantile(0.99)),
-            us(l.quantile(0.999)),
-            count(run.measured.throughput().round() as u64),
-            us(run.measured.cpu_per_request()),
+        // The common latency columns, less the RSS one this table does not show.
+        let mut row = latency_row(label, &run.measured);
+        row.pop();
+        row.extend([
             format!("{:.2}", run.model_calls_per_turn),
             us(run.mock_per_turn),
             us(run.overhead()),
         ]);
+        table.row(row);
     }
     table.print();
     println!();

@@ -272,11 +272,14 @@ impl Sandbox {
         session_id: &str,
         user_root: &Path,
     ) -> Arc<SessionSandbox> {
+        let user_root = std::path::absolute(user_root).unwrap_or_else(|_| user_root.to_path_buf());
         Arc::new(SessionSandbox {
             sandbox: Arc::clone(self),
             session_id: session_id.to_string(),
-            user_root: std::path::absolute(user_root).unwrap_or_else(|_| user_root.to_path_buf()),
-            procs: OnceLock::new(),
+            // Carved once: it may read the directory when the data dir lies inside the root.
+            root_grant: carve(&[user_root], &self.hidden),
+            tmp: self.tmp_root.join(session_id).join("tmp"),
+            prepared: OnceLock::new(),
         })
     }
 
@@ -290,7 +293,7 @@ impl Sandbox {
     async fn self_test(&self) -> Result<(), String> {
         let dir = self.tmp_root.join("self-test");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let spec = self.spec(&dir, Path::new("/"), Some(dir.clone()), &[], None);
+        let spec = self.spec(&[], Path::new("/"), Some(dir.clone()), &[], None);
         let output = self
             .command(
                 &spec,
@@ -315,7 +318,7 @@ impl Sandbox {
 
     fn spec(
         &self,
-        user_root: &Path,
+        root_grant: &[PathBuf],
         cwd: &Path,
         tmp: Option<PathBuf>,
         extra_read: &[PathBuf],
@@ -324,10 +327,9 @@ impl Sandbox {
         let mut read = self.read.clone();
         read.extend(carve(extra_read, &self.hidden));
         let mut write = self.extra_write.clone();
-        let root = carve(&[user_root.to_path_buf()], &self.hidden);
         match self.mode {
-            SandboxMode::ReadOnly => read.extend(root),
-            _ => write.extend(root),
+            SandboxMode::ReadOnly => read.extend_from_slice(root_grant),
+            _ => write.extend_from_slice(root_grant),
         }
         LaunchSpec {
             read,
@@ -377,9 +379,13 @@ impl Sandbox {
 pub struct SessionSandbox {
     sandbox: Arc<Sandbox>,
     session_id: String,
-    user_root: PathBuf,
-    /// The session cgroup's `cgroup.procs`, made at the first command.
-    procs: OnceLock<Option<PathBuf>>,
+    /// The user's workspace root as granted, with hidden paths carved out.
+    root_grant: Vec<PathBuf>,
+    /// The session's private `/tmp` on disk.
+    tmp: PathBuf,
+    /// Done at the first command: the tmp directory made, and the session cgroup's
+    /// `cgroup.procs` (when there is a cgroup).
+    prepared: OnceLock<std::io::Result<Option<PathBuf>>>,
 }
 
 impl SessionSandbox {
@@ -392,24 +398,30 @@ impl SessionSandbox {
         cwd: &Path,
         extra_read: &[PathBuf],
     ) -> std::io::Result<tokio::process::Command> {
-        let tmp = self.sandbox.tmp_root.join(&self.session_id).join("tmp");
-        std::fs::create_dir_all(&tmp)?;
-        let procs = self
-            .procs
-            .get_or_init(|| {
-                let cgroup = self.sandbox.cgroup.as_ref()?;
-                match cgroup.session(&self.session_id, self.sandbox.max_processes) {
-                    Ok(procs) => Some(procs),
-                    Err(err) => {
-                        tracing::warn!(session_id = %self.session_id, error = %err, "cannot make the session's pids cgroup");
-                        None
-                    }
+        let prepared = self.prepared.get_or_init(|| {
+            std::fs::create_dir_all(&self.tmp)?;
+            let Some(cgroup) = self.sandbox.cgroup.as_ref() else {
+                return Ok(None);
+            };
+            match cgroup.session(&self.session_id, self.sandbox.max_processes) {
+                Ok(procs) => Ok(Some(procs)),
+                Err(err) => {
+                    tracing::warn!(session_id = %self.session_id, error = %err, "cannot make the session's pids cgroup");
+                    Ok(None)
                 }
-            })
-            .clone();
-        let spec = self
-            .sandbox
-            .spec(&self.user_root, cwd, Some(tmp.clone()), extra_read, procs);
+            }
+        });
+        let procs = match prepared {
+            Ok(procs) => procs.clone(),
+            Err(err) => return Err(std::io::Error::new(err.kind(), err.to_string())),
+        };
+        let spec = self.sandbox.spec(
+            &self.root_grant,
+            cwd,
+            Some(self.tmp.clone()),
+            extra_read,
+            procs,
+        );
         self.sandbox.command(&spec, program, args)
     }
 
@@ -420,7 +432,7 @@ impl SessionSandbox {
         let tmp = if self.sandbox.namespaces {
             PathBuf::from("/tmp")
         } else {
-            self.sandbox.tmp_root.join(&self.session_id).join("tmp")
+            self.tmp.clone()
         };
         command.env("TMPDIR", &tmp).env("HOME", &tmp);
     }
@@ -436,7 +448,7 @@ impl Drop for SessionSandbox {
     /// A session that ends (unloaded, deleted, the server stopping) leaves no process behind.
     fn drop(&mut self) {
         if let Some(cgroup) = &self.sandbox.cgroup
-            && self.procs.get().is_some_and(Option::is_some)
+            && matches!(self.prepared.get(), Some(Ok(Some(_))))
         {
             cgroup.end_session(&self.session_id);
         }
