@@ -11,12 +11,14 @@
 //!   JSON-RPC, REST, health, metrics, auth.
 //! - [`llm`]: the model provider (OpenAI-compatible chat completions) and pricing.
 //! - [`metrics`]: the Prometheus metrics of one server.
+//! - [`heap`]: giving memory freed by closed sessions and connections back to the system.
 //! - [`sandbox`]: the confinement of every process a session starts, and its launcher.
 //! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
 //!   migrations.
 
 pub mod agent;
 pub mod config;
+pub mod heap;
 pub mod http;
 pub mod llm;
 pub mod metrics;

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub connections: Gauge,
     /// Events persisted and streamed.
     pub events_written: Counter,
+    /// Commits of the event writer; `events_written` over this is the mean batch size.
+    pub event_batches: Counter,
     /// Tool calls by tool and outcome.
     pub tool_calls: Family<ToolCallLabels, Counter>,
     /// Calls refused by a policy, by reason.
@@ -96,6 +98,7 @@ impl Metrics {
         let actors_live = Gauge::default();
         let connections = Gauge::default();
         let events_written = Counter::default();
+        let event_batches = Counter::default();
         let tool_calls = Family::<ToolCallLabels, Counter>::default();
         let policy_denials = Family::<ReasonLabels, Counter>::default();
         let evictions = Counter::default();
@@ -147,6 +150,11 @@ impl Metrics {
             events_written.clone(),
         );
         registry.register(
+            "event_batches",
+            "Commits of the event writer, each holding every event queued meanwhile",
+            event_batches.clone(),
+        );
+        registry.register(
             "tool_calls",
             "Tool calls by tool and outcome",
             tool_calls.clone(),
@@ -162,6 +170,7 @@ impl Metrics {
             actors_live,
             connections,
             events_written,
+            event_batches,
             tool_calls,
             policy_denials,
             evictions,

@@ -76,6 +76,11 @@ impl ServerProcess {
         if let Some(url) = &settings.database {
             command.env("DATABASE_URL", url);
         }
+        if let Some(secs) = settings.idle_unload_secs {
+            let config = dir.path().join("agentd.toml");
+            std::fs::write(&config, format!("[server]\nidle_unload_secs = {secs}\n"))?;
+            command.env("AGENTD_CONFIG", config);
+        }
         if let Some((base_url, model)) = model {
             command
                 .env("AGENTD_LLM_BASE_URL", base_url)

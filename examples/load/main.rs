@@ -74,6 +74,10 @@ struct Cli {
     /// Tool calls per model answer in `turns`.
     #[arg(long)]
     tool_calls: Option<usize>,
+    /// agentd's `server.idle_unload_secs` (default: agentd's own, 1800): how long a session's
+    /// actor stays loaded once its connection is gone, which `idle` sees after the close.
+    #[arg(long)]
+    idle_unload_secs: Option<u64>,
     /// Tiny counts, so that every scenario finishes in seconds (a check, not a measurement).
     #[arg(long)]
     smoke: bool,
@@ -105,6 +109,8 @@ pub struct Settings {
     pub agentd: PathBuf,
     /// agentd's database URL, when not SQLite.
     pub database: Option<String>,
+    /// agentd's `server.idle_unload_secs`, when not its default.
+    pub idle_unload_secs: Option<u64>,
 }
 
 impl Settings {
@@ -205,6 +211,7 @@ fn main() -> anyhow::Result<()> {
         smoke,
         agentd,
         database: cli.database,
+        idle_unload_secs: cli.idle_unload_secs,
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {

@@ -1,7 +1,7 @@
-//! `GET /api/ws`: one JSON-RPC 2.0 connection. A writer task owns the socket's send half and
-//! drains one bounded queue; the reader loop parses requests and answers through that queue.
-//! Each watched session has its own bounded live queue feeding the writer, so a session's
-//! events and the answers to that session's requests keep their order.
+//! `GET /api/ws`: one JSON-RPC 2.0 connection. A writer task ([`writer`]) owns the socket's
+//! send half and drains one bounded queue; the reader loop parses requests and answers through
+//! that queue. Each watched session has its own bounded live queue, which the writer drains
+//! beside it, so a session's events and the answers to that session's requests keep their order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,16 +9,18 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+mod writer;
 
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
@@ -39,6 +41,8 @@ pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 const STUCK_CLIENT: std::time::Duration = std::time::Duration::from_secs(30);
 /// How long a close frame may wait for a client that does not read.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Frames are written to the socket when this much is buffered, or at a flush.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Events read from the store per replay page.
 const REPLAY_PAGE: i64 = 500;
 
@@ -64,8 +68,10 @@ pub async fn upgrade(
     if !origin_allowed(origin, host, &app.config().server.allowed_origins) {
         return ApiError::ForbiddenOrigin.into_response();
     }
+    // Frames queue in the write buffer until the writer flushes the ones that are ready
+    // together; it grows only to what one flush holds.
     ws.read_buffer_size(4096)
-        .write_buffer_size(0)
+        .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| Connection::new(app, caller).serve(socket))
@@ -190,7 +196,13 @@ struct Connection {
     caller: Caller,
     id: u64,
     out: mpsc::Sender<Outbound>,
-    out_rx: Option<mpsc::Receiver<Outbound>>,
+    /// Hands the writer a watched session's live queue, once what precedes it is in `out`.
+    follow: mpsc::UnboundedSender<mpsc::Receiver<Outbound>>,
+    /// The writer's ends of `out` and `follow`, until it starts.
+    queues: Option<(
+        mpsc::Receiver<Outbound>,
+        mpsc::UnboundedReceiver<mpsc::Receiver<Outbound>>,
+    )>,
     lagged: CancellationToken,
     attached: HashMap<String, Attachment>,
 }
@@ -251,13 +263,15 @@ fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
 impl Connection {
     fn new(app: AppState, caller: Caller) -> Self {
         let (out, out_rx) = mpsc::channel(app.config().server.ws_queue_frames);
+        let (follow, follow_rx) = mpsc::unbounded_channel();
         let id = app.next_connection_id();
         Self {
             app,
             caller,
             id,
             out,
-            out_rx: Some(out_rx),
+            follow,
+            queues: Some((out_rx, follow_rx)),
             lagged: CancellationToken::new(),
             attached: HashMap::new(),
         }
@@ -270,69 +284,22 @@ impl Connection {
 
     async fn serve_inner(mut self, socket: WebSocket) {
         self.app.metrics().connections.inc();
-        let (mut sink, mut stream) = socket.split();
-        let Some(mut out_rx) = self.out_rx.take() else {
+        let (sink, mut stream) = socket.split();
+        let Some((out, follow)) = self.queues.take() else {
             return;
         };
-        let lagged = self.lagged.clone();
-        let shutdown = self.app.shutdown().clone();
         // The reader asks the writer for a ping when the client has been quiet.
         let ping = Arc::new(Notify::new());
-        let pings = Arc::clone(&ping);
-        let mut writer = tokio::spawn(async move {
-            let close = |code: u16, reason: &'static str| {
-                Message::Close(Some(CloseFrame {
-                    code,
-                    reason: Utf8Bytes::from_static(reason),
-                }))
-            };
-            loop {
-                let frame = tokio::select! {
-                    biased;
-                    () = lagged.cancelled() => {
-                        let closing = sink.send(close(1013, "too far behind; reconnect with after_seq"));
-                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
-                        break;
-                    }
-                    () = shutdown.cancelled() => {
-                        let closing = sink.send(close(1001, "server shutting down"));
-                        let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
-                        break;
-                    }
-                    () = pings.notified() => Some(Message::Ping(Default::default())),
-                    frame = out_rx.recv() => match frame {
-                        Some(Outbound::Text(text)) => Some(Message::Text(text.as_ref().into())),
-                        Some(Outbound::Close(code, reason)) => {
-                            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason)))
-                                .await;
-                            break;
-                        }
-                        None => None,
-                    },
-                };
-                let Some(frame) = frame else {
-                    break;
-                };
-                // A client that stops reading blocks the send. Cut off (or stopping), it still
-                // gets a while to take the frame in flight, so the close that follows is well
-                // formed; one that never reads again ends this task.
-                let send = sink.send(frame);
-                tokio::pin!(send);
-                let sent = tokio::select! {
-                    sent = &mut send => sent.is_ok(),
-                    () = async { tokio::select! {
-                        () = lagged.cancelled() => {}
-                        () = shutdown.cancelled() => {}
-                    } } => {
-                        matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
-                    }
-                };
-                if !sent {
-                    break;
-                }
-            }
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
-        });
+        let mut writer = tokio::spawn(writer::write_frames(
+            sink,
+            writer::FrameSources {
+                out,
+                follow,
+                ping: Arc::clone(&ping),
+                lagged: self.lagged.clone(),
+                shutdown: self.app.shutdown().clone(),
+            },
+        ));
         // Every whole frame (a pong included) shows the client is alive and not stuck inside
         // a frame. After `quiet` without one it is pinged; after as long again it is closed. A
         // client cannot answer a ping in the middle of a frame, so a frame that stalls, or
@@ -365,7 +332,8 @@ impl Connection {
             heard = Instant::now();
             pinged = false;
             match message {
-                Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
+                // Boxed, so an idle connection's future does not keep room for a request's.
+                Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                 Some(Ok(Message::Binary(_))) => {
                     let error = RpcError::new(
                         PARSE_ERROR,
@@ -404,6 +372,7 @@ impl Connection {
             writer.abort();
         }
         self.app.metrics().connections.dec();
+        crate::heap::trim_soon();
         tracing::debug!("connection closed");
     }
 
@@ -659,16 +628,10 @@ impl Connection {
         }
     }
 
-    /// Moves a session's live frames into the connection's queue, in order.
-    fn forward(&self, mut live_rx: mpsc::Receiver<Outbound>) {
-        let out = self.out.clone();
-        tokio::spawn(async move {
-            while let Some(frame) = live_rx.recv().await {
-                if out.send(frame).await.is_err() {
-                    break;
-                }
-            }
-        });
+    /// Lets the writer drain a session's live frames, after everything queued so far.
+    fn forward(&self, live_rx: mpsc::Receiver<Outbound>) {
+        // Fails only once the writer has ended, and then nothing more is written anyway.
+        let _ = self.follow.send(live_rx);
     }
 
     /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.

@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::{
-    Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_frame, stamp,
+    Command, InvokeResult, Outbound, SessionError, ToolNames, Watcher, notification_text, stamp,
 };
 use crate::agent::{
     ActorLink, AgentSettings, BudgetHolds, CostLabels, SpawnRequest, Turn, TurnRequest,
@@ -23,15 +23,18 @@ use crate::agent::{
 };
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
-use crate::store::Store;
-use crate::store::{TaskRow, timestamp_now};
+use crate::store::journal::EventJournal;
+use crate::store::{NewEvent, Store, TaskRow, timestamp_now};
 use crate::tasks::supervisor::{TaskEnd, TaskReport, TaskSupervisor};
 use crate::tools::args::arguments_for_event;
 use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::{
-    DispatchError, PreparedCall, ToolContext, ToolEvent, ToolRegistry, ToolResult, ToolState,
+    DispatchError, PreparedCall, ToolCatalog, ToolContext, ToolEvent, ToolRegistry, ToolResult,
+    ToolState,
 };
 
+/// How long an event may wait for the next one to share its commit (see `SessionActor::linger`).
+const LINGER: Duration = Duration::from_millis(1);
 /// How much of a tool's output `tool/completed` carries.
 const OUTPUT_PREVIEW_BYTES: usize = 2048;
 /// Queue depth for commands sent to one actor.
@@ -50,6 +53,8 @@ struct Finished {
 pub(crate) struct ActorSetup {
     pub session_id: Arc<str>,
     pub store: Arc<dyn Store>,
+    /// The store's event writer, shared by every session.
+    pub journal: EventJournal,
     pub registry: ToolRegistry,
     pub last_seq: i64,
     pub idle_unload: Duration,
@@ -73,8 +78,12 @@ struct RunningTurn {
 pub(crate) struct SessionActor {
     session_id: Arc<str>,
     store: Arc<dyn Store>,
+    journal: EventJournal,
     registry: ToolRegistry,
     last_seq: i64,
+    /// Events accepted but not yet committed (see `linger`), in order, and when they must be.
+    lingering: Vec<(&'static str, Value)>,
+    linger_until: Option<Instant>,
     watchers: Vec<Watcher>,
     idle_unload: Duration,
     cancel: CancellationToken,
@@ -114,8 +123,11 @@ impl SessionActor {
             pending_notes: Vec::new(),
             session_id: setup.session_id,
             store: setup.store,
+            journal: setup.journal,
             registry: setup.registry,
             last_seq: setup.last_seq,
+            lingering: Vec::new(),
+            linger_until: None,
             watchers: Vec::new(),
             idle_unload: setup.idle_unload,
             cancel: setup.cancel,
@@ -144,6 +156,10 @@ impl SessionActor {
             loop {
                 // Questions whose tool gave up (timeout, interruption) no longer wait.
                 self.pending_input.retain(|_, waiting| !waiting.is_closed());
+                self.events.release_if_unused();
+                self.finished.release_if_unused();
+                self.reports.release_if_unused();
+                self.turns.release_if_unused();
                 let idle = self.watchers.is_empty()
                     && self.running == 0
                     && self.turn.is_none()
@@ -151,29 +167,37 @@ impl SessionActor {
                     && !self.children_running()
                     && self.pending_input.is_empty();
                 let idle_timer = tokio::time::sleep(self.idle_unload);
+                let linger_until = self.linger_until;
                 tokio::select! {
                     () = self.cancel.cancelled() => break,
+                    // Each arm's work is boxed: the loop's own future then holds one pointer
+                    // while a message is handled, not room for the largest handler's state,
+                    // and an idle session costs that much less.
+                    () = sleep_until_some(linger_until), if linger_until.is_some() => {
+                        Box::pin(self.commit_lingering()).await;
+                    }
                     command = commands.recv() => match command {
                         Some(Command::Close) | None => break,
-                        Some(command) => self.handle(command).await,
+                        Some(command) => Box::pin(self.handle(command)).await,
                     },
-                    Some(finished) = self.finished.recv() => self.finish_tool(finished).await,
-                    Some(event) = self.events.recv() => self.on_tool_event(event).await,
-                    Some(request) = self.turns.recv() => self.on_turn_request(request).await,
-                    Some(report) = self.reports.recv() => self.on_task_report(report).await,
+                    Some(finished) = self.finished.recv() => Box::pin(self.finish_tool(finished)).await,
+                    Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).await,
+                    Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).await,
+                    Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
                         break;
                     }
                 }
             }
+            Box::pin(self.commit_lingering()).await;
             if let Some(turn) = &self.turn {
                 turn.cancel.cancel();
             }
             // In-flight tool/invoke calls hold child tokens of this one.
             self.cancel.cancel();
-            self.close_children("the session stopped").await;
-            self.cancel_tasks_on_stop().await;
+            Box::pin(self.close_children("the session stopped")).await;
+            Box::pin(self.cancel_tasks_on_stop()).await;
             self.kill_processes();
             tracing::debug!("actor stopped");
         }
@@ -599,9 +623,9 @@ impl SessionActor {
 
     async fn on_turn_request(&mut self, request: TurnRequest) {
         match request {
-            TurnRequest::Emit { method, params } => self.emit(method, params).await,
+            TurnRequest::Emit { method, params } => self.linger(method, params),
             TurnRequest::BeginIteration { reply } => {
-                let before = self.tool_names();
+                let before = self.registry.catalog();
                 self.registry.tick();
                 let evicted = self.registry.auto_evict();
                 self.metrics.evictions.inc_by(evicted.len() as u64);
@@ -613,7 +637,7 @@ impl SessionActor {
                 arguments,
                 reply,
             } => {
-                let before = self.tool_names();
+                let before = self.registry.catalog();
                 let prepared = self.registry.prepare(&name, &arguments);
                 self.announce_tool_changes(before).await;
                 let _ = reply.send(prepared);
@@ -641,6 +665,8 @@ impl SessionActor {
                 let _ = reply.send(result);
             }
             TurnRequest::Finished { turn_id } => {
+                // Whoever is told the turn ended must be able to see how.
+                self.commit_lingering().await;
                 if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
                     && let Some(turn) = self.turn.take()
                 {
@@ -656,7 +682,7 @@ impl SessionActor {
                     self.remember(&note).await;
                 }
                 // Activations a tool asked for during the turn show up now.
-                let before = self.tool_names();
+                let before = self.registry.catalog();
                 self.registry.apply_activation_requests();
                 self.announce_tool_changes(before).await;
             }
@@ -671,56 +697,81 @@ impl SessionActor {
         }
     }
 
-    fn tool_names(&self) -> ToolNames {
-        ToolNames::of(&self.registry.catalog())
+    /// Persists one event, after any that linger, then hands them to every watcher.
+    async fn emit(&mut self, method: &'static str, params: Value) {
+        self.lingering.push((method, params));
+        self.commit_lingering().await;
     }
 
-    /// Persists one event with the next seq, then hands it to every watcher. A watcher whose
-    /// queue is full is cut off (it resumes from the store); the actor never waits on a socket.
-    async fn emit(&mut self, method: &str, params: Value) {
-        let seq = self.last_seq + 1;
-        let params = stamp(&self.session_id, seq, params);
-        let mut seq = seq;
-        let mut params = params;
-        if let Err(err) = self
-            .store
-            .append_event(&self.session_id, seq, method, &params)
-            .await
-        {
+    /// Accepts an event that may wait up to [`LINGER`] for the next one, so the two are
+    /// committed together: a fast tool's `tool/started` goes with its `tool/completed`, a
+    /// turn's events in a few batches. No one sees it before it is committed; every later
+    /// event commits it first, so the order holds.
+    fn linger(&mut self, method: &'static str, params: Value) {
+        self.lingering.push((method, params));
+        if self.linger_until.is_none() {
+            self.linger_until = Some(Instant::now() + LINGER);
+        }
+    }
+
+    /// Persists the lingering events with the next seqs in one append, then hands them to
+    /// every watcher. A watcher whose queue is full is cut off (it resumes from the store); the
+    /// actor never waits on a socket.
+    async fn commit_lingering(&mut self) {
+        self.linger_until = None;
+        let held = std::mem::take(&mut self.lingering);
+        if held.is_empty() {
+            return;
+        }
+        let mut first = self.last_seq + 1;
+        let mut events = self.stamped(first, &held);
+        if let Err(err) = self.journal.append_all(events.clone()).await {
             // A write that committed but reported failure leaves the store ahead of us: catch
             // up once and retry, rather than refusing every later event.
             let retried = match (&err, self.store.get_session(&self.session_id).await) {
                 (crate::store::StoreError::Conflict(_), Ok(Some(row))) => {
-                    seq = row.last_seq + 1;
-                    params = stamp(&self.session_id, seq, params);
-                    self.store
-                        .append_event(&self.session_id, seq, method, &params)
-                        .await
+                    first = row.last_seq + 1;
+                    events = self.stamped(first, &held);
+                    self.journal.append_all(events.clone()).await
                 }
                 _ => Err(err),
             };
             if let Err(err) = retried {
                 // Unpersisted events are not sent: a client must be able to replay what it saw.
-                tracing::error!(%err, method, seq, "event not persisted");
+                let methods: Vec<&str> = held.iter().map(|(method, _)| *method).collect();
+                tracing::error!(%err, ?methods, seq = first, "events not persisted");
                 return;
             }
         }
-        self.last_seq = seq;
-        self.metrics.events_written.inc();
-        let frame = Outbound::Text(notification_frame(method, &params));
-        self.watchers
-            .retain(|watcher| match watcher.tx.try_send(frame.clone()) {
-                Ok(()) => true,
-                Err(TrySendError::Full(_)) => {
-                    tracing::info!(
-                        connection = watcher.connection_id,
-                        "watcher lagged; cut off"
-                    );
-                    watcher.lagged.cancel();
-                    false
-                }
-                Err(TrySendError::Closed(_)) => false,
-            });
+        for event in &events {
+            self.last_seq = event.seq;
+            self.metrics.events_written.inc();
+            let frame = Outbound::Text(notification_text(&event.method, &event.params_json));
+            self.watchers
+                .retain(|watcher| match watcher.tx.try_send(frame.clone()) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) => {
+                        tracing::info!(
+                            connection = watcher.connection_id,
+                            "watcher lagged; cut off"
+                        );
+                        watcher.lagged.cancel();
+                        false
+                    }
+                    Err(TrySendError::Closed(_)) => false,
+                });
+        }
+    }
+
+    /// `held` as events numbered from `first`, their params carrying session and seq.
+    fn stamped(&self, first: i64, held: &[(&'static str, Value)]) -> Vec<NewEvent> {
+        held.iter()
+            .zip(first..)
+            .map(|((method, params), seq)| {
+                let params = stamp(&self.session_id, seq, params.clone());
+                NewEvent::now(Arc::clone(&self.session_id), seq, method, &params)
+            })
+            .collect()
     }
 
     async fn invoke_tool(
@@ -729,7 +780,7 @@ impl SessionActor {
         arguments: Value,
         reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
     ) {
-        let before = self.tool_names();
+        let before = self.registry.catalog();
         let prepared = self.registry.prepare(&name, &arguments);
         self.announce_tool_changes(before).await;
         let call = match prepared {
@@ -741,12 +792,12 @@ impl SessionActor {
             }
         };
         let tool_call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
-        self.emit(
+        // A fast tool's start is committed with its completion.
+        self.linger(
             "tool/started",
             json!({"tool_call_id": tool_call_id, "tool_name": name,
                    "arguments": arguments_for_event(&arguments)}),
-        )
-        .await;
+        );
         if call.spawn_only() {
             let started = Instant::now();
             let result = self
@@ -826,7 +877,7 @@ impl SessionActor {
         let params = completed_params(&tool_call_id, &tool_name, &result, duration);
         self.emit("tool/completed", params).await;
         // Activations a tool asked for show up in the next listing.
-        let before = self.tool_names();
+        let before = self.registry.catalog();
         self.registry.apply_activation_requests();
         self.announce_tool_changes(before).await;
         let _ = reply.send(Ok(InvokeResult {
@@ -838,8 +889,14 @@ impl SessionActor {
     }
 
     /// Emits `tools/changed` when the visible or deferred set differs from `before`.
-    async fn announce_tool_changes(&mut self, before: ToolNames) {
-        let after = self.tool_names();
+    async fn announce_tool_changes(&mut self, before: Arc<ToolCatalog>) {
+        let after = self.registry.catalog();
+        // The registry makes a new catalog only when something changed: the common case costs
+        // a pointer comparison, not two lists of names.
+        if Arc::ptr_eq(&before, &after) {
+            return;
+        }
+        let (before, after) = (ToolNames::of(&before), ToolNames::of(&after));
         if after.active == before.active && after.deferred == before.deferred {
             return;
         }
@@ -972,6 +1029,17 @@ impl<T> LazyChannel<T> {
     fn try_recv(&mut self) -> Option<T> {
         self.rx.as_mut().and_then(|rx| rx.try_recv().ok())
     }
+
+    /// Drops the channel once nobody else can send on it and nothing is queued, so a session
+    /// that went quiet gives back its slots; the next `sender` makes a new one.
+    fn release_if_unused(&mut self) {
+        let unused = self.tx.as_ref().is_some_and(|tx| tx.strong_count() == 1)
+            && self.rx.as_ref().is_some_and(mpsc::Receiver::is_empty);
+        if unused {
+            self.tx = None;
+            self.rx = None;
+        }
+    }
 }
 
 /// How much of a background task's result `turn/spawn_complete` carries.
@@ -1033,4 +1101,12 @@ pub(crate) fn tool_list(registry: &ToolRegistry) -> Value {
             "last_used": last_used,
         },
     })
+}
+
+/// Sleeps until `deadline`; never ends without one (the caller guards the branch).
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
 }

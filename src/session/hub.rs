@@ -16,6 +16,7 @@ use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::{Caller, InflightCalls, SessionError, SessionHandle};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
+use crate::store::journal::EventJournal;
 use crate::store::{NewSession, SessionRow, Store};
 use crate::tools::fs_safe::{self, RootPath};
 use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
@@ -86,6 +87,7 @@ struct Live {
 
 struct Inner {
     store: Arc<dyn Store>,
+    journal: EventJournal,
     base: Arc<ToolRegistry>,
     config: SessionsConfig,
     metrics: Arc<Metrics>,
@@ -119,6 +121,7 @@ impl Sessions {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
+                journal: EventJournal::start(Arc::clone(&store), metrics.event_batches.clone()),
                 store,
                 base,
                 config,
@@ -291,6 +294,7 @@ impl Sessions {
         let actor = SessionActor::new(ActorSetup {
             session_id,
             store: Arc::clone(&self.inner.store),
+            journal: self.inner.journal.clone(),
             registry,
             last_seq: row.last_seq,
             idle_unload: self.inner.config.idle_unload,
@@ -319,6 +323,8 @@ impl Sessions {
             if live.get(&id).is_some_and(|l| l.generation == generation) {
                 live.remove(&id);
             }
+            drop(live);
+            crate::heap::trim_soon();
         });
         Ok(handle)
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -174,9 +174,21 @@ pub struct InvokeResult {
 
 /// Builds the JSON-RPC notification frame for one event.
 pub fn notification_frame(method: &str, params: &Value) -> Arc<str> {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
-        .to_string()
-        .into()
+    notification_text(method, &params.to_string())
+}
+
+/// The notification frame around params already serialised, as the event log stores them: the
+/// params are written once, not copied into a new object and serialised again.
+pub fn notification_text(method: &str, params_json: &str) -> Arc<str> {
+    // Keys in the order serde_json writes an object's: sorted.
+    let method = Value::from(method).to_string();
+    let mut frame = String::with_capacity(36 + method.len() + params_json.len());
+    frame.push_str(r#"{"jsonrpc":"2.0","method":"#);
+    frame.push_str(&method);
+    frame.push_str(r#","params":"#);
+    frame.push_str(params_json);
+    frame.push('}');
+    frame.into()
 }
 
 /// Adds `session_id` and `seq` to notification params.

@@ -1,13 +1,15 @@
 //! Persistence: the [`Store`] trait every other module talks to, the rows it reads and writes,
 //! and [`connect`], which picks the backend from the database URL and runs its migrations.
 //!
-//! - [`sqlite`]: the default backend, one file under the data dir (WAL, a small pool).
+//! - [`sqlite`]: the default backend, one file under the data dir (WAL, one writer, few readers).
 //! - [`postgres`]: the same schema on PostgreSQL (JSONB, TIMESTAMPTZ).
+//! - [`journal`]: the group-commit writer session events go through.
 //!
 //! Timestamps are UTC at microsecond precision in both backends: values are truncated to the
 //! microsecond when stored, so build them with [`timestamp_now`] (or [`truncate_to_micros`]) when
 //! a row must compare equal to what is read back.
 
+pub mod journal;
 pub mod postgres;
 pub mod sqlite;
 
@@ -53,6 +55,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// the same way.
 pub(crate) fn db_error(err: sqlx::Error) -> StoreError {
     if let Some(db) = err.as_database_error() {
+        if db.message().contains(SEQ_NOT_PAST_LAST) {
+            return StoreError::Conflict(db.message().to_owned());
+        }
         match db.kind() {
             sqlx::error::ErrorKind::UniqueViolation => {
                 return StoreError::Conflict(db.message().to_owned());
@@ -65,6 +70,10 @@ pub(crate) fn db_error(err: sqlx::Error) -> StoreError {
     }
     StoreError::Database(err)
 }
+
+/// What the schema's event trigger says when a `seq` is not past its session's `last_seq`
+/// (see the migrations `0002_event_log.sql`).
+const SEQ_NOT_PAST_LAST: &str = "event seq is not past last_seq";
 
 /// A decoding failure of stored data (bad JSON text, a malformed timestamp) as a store error.
 pub(crate) fn decode_error(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
@@ -132,6 +141,36 @@ pub struct EventRow {
     /// When it was stored.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
+}
+
+/// One event to append. Its params are serialised once, by the caller, so the text that is
+/// stored is the text watchers are sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// The session the event belongs to.
+    pub session_id: Arc<str>,
+    /// Its per-session sequence number: the session's `last_seq + 1`.
+    pub seq: i64,
+    /// The notification's JSON-RPC method.
+    pub method: String,
+    /// The notification's params as JSON text.
+    pub params_json: String,
+    /// When it happened; also the session's new `updated_at`.
+    pub created_at: OffsetDateTime,
+}
+
+impl NewEvent {
+    /// An event happening now, serialising `params`.
+    pub fn now(session_id: Arc<str>, seq: i64, method: &str, params: &Value) -> Self {
+        Self {
+            session_id,
+            seq,
+            method: method.to_owned(),
+            // A `Value` always serialises: its keys are strings.
+            params_json: params.to_string(),
+            created_at: timestamp_now(),
+        }
+    }
 }
 
 /// One background task; serialises as CONTRACT's `Task` (the output path stays internal).
@@ -248,17 +287,31 @@ pub trait Store: Send + Sync + 'static {
     /// Sets a session's title (`updated_at` is left alone); `NotFound` if there is no session.
     async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()>;
 
-    /// Appends one event with exactly `seq` and, in the same transaction, sets the session's
-    /// `last_seq` to it and `updated_at` to now. The caller owns the counter and should pass
-    /// `last_seq + 1`; a `seq` not greater than `last_seq` (a duplicate, a reordering) is
-    /// `Conflict` and stores nothing. `NotFound` if there is no session.
+    /// Appends events in one statement, all or none, in the order given (several of one
+    /// session in ascending `seq`). Each sets its session's `last_seq` to its `seq` and
+    /// `updated_at` to its `created_at`. The caller owns the counter and passes `last_seq + 1`;
+    /// a `seq` not greater than `last_seq` (a duplicate, a reordering) is `Conflict`, a missing
+    /// session `NotFound`, and either stores nothing of the batch.
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()>;
+
+    /// Appends one event happening now (see [`Store::append_events`]) and returns it as stored.
     async fn append_event(
         &self,
         session_id: &str,
         seq: i64,
         method: &str,
         params: &Value,
-    ) -> StoreResult<EventRow>;
+    ) -> StoreResult<EventRow> {
+        let event = NewEvent::now(Arc::from(session_id), seq, method, params);
+        self.append_events(std::slice::from_ref(&event)).await?;
+        Ok(EventRow {
+            session_id: session_id.to_owned(),
+            seq,
+            method: event.method,
+            params: params.clone(),
+            created_at: event.created_at,
+        })
+    }
 
     /// Up to `limit` events with `seq > after_seq`, ascending; empty when `limit <= 0`.
     async fn events_after(

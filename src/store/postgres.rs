@@ -12,10 +12,11 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{Connection, Row};
+use time::OffsetDateTime;
 
 use super::{
-    CostRow, EventRow, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow, db_error,
-    json_without_nul, timestamp_now, without_nul,
+    CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
+    db_error, decode_error, json_without_nul, timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -60,9 +61,12 @@ impl PostgresStore {
                 .map_err(StoreError::Connect)?;
         // Closing is a courtesy to the server; the probe has done its job either way.
         let _ = probe.close().await;
+        // Not pinged before each use: that would be a second round trip for every statement. A
+        // connection the server dropped fails the one statement that finds it and is replaced.
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(StoreError::Connect)?;
@@ -188,19 +192,7 @@ impl Store for PostgresStore {
         let now = timestamp_now();
         let user_name = opt_text(&new.user_name);
         let title = opt_text(&new.title);
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        if let Some(user) = &user_name {
-            sqlx::query(
-                "INSERT INTO users (name, created_at) VALUES ($1, $2) \
-                 ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(user)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        }
-        sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
              last_seq) VALUES ($1, $2, $3, $4, $5, $5, 0)",
         )
@@ -208,11 +200,27 @@ impl Store for PostgresStore {
         .bind(&user_name)
         .bind(&title)
         .bind(without_nul(&new.cwd))
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        .bind(now);
+        match &user_name {
+            // Without a user the session is one statement, in autocommit.
+            None => {
+                insert.execute(&self.pool).await.map_err(db_error)?;
+            }
+            Some(user) => {
+                let mut tx = self.pool.begin().await.map_err(db_error)?;
+                sqlx::query(
+                    "INSERT INTO users (name, created_at) VALUES ($1, $2) \
+                     ON CONFLICT (name) DO NOTHING",
+                )
+                .bind(user)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                insert.execute(&mut *tx).await.map_err(db_error)?;
+                tx.commit().await.map_err(db_error)?;
+            }
+        }
         Ok(SessionRow {
             session_id: without_nul(&new.session_id).into_owned(),
             user_name,
@@ -279,63 +287,44 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn append_event(
-        &self,
-        session_id: &str,
-        seq: i64,
-        method: &str,
-        params: &Value,
-    ) -> StoreResult<EventRow> {
-        let now = timestamp_now();
-        let id = without_nul(session_id);
-        let method = without_nul(method);
-        let params = json_without_nul(params);
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        // The row lock this UPDATE takes serialises appenders of one session until commit.
-        let bumped = sqlx::query(
-            "UPDATE sessions SET last_seq = $1, updated_at = $2 \
-             WHERE session_id = $3 AND last_seq < $1",
-        )
-        .bind(seq)
-        .bind(now)
-        .bind(&id)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if bumped.rows_affected() == 0 {
-            let last: Option<i64> =
-                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE session_id = $1")
-                    .bind(&id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-            return Err(match last {
-                None => StoreError::NotFound(format!("session {session_id}")),
-                Some(last) => StoreError::Conflict(format!(
-                    "event seq {seq} is not past last_seq {last} of session {session_id}"
-                )),
-            });
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
         }
+        let owned: Vec<_> = events
+            .iter()
+            .map(|event| {
+                Ok((
+                    without_nul(&event.session_id),
+                    without_nul(&event.method),
+                    json_text_without_nul(&event.params_json)?,
+                ))
+            })
+            .collect::<StoreResult<_>>()?;
+        let ids: Vec<&str> = owned.iter().map(|(id, _, _)| id.as_ref()).collect();
+        let methods: Vec<&str> = owned.iter().map(|(_, m, _)| m.as_ref()).collect();
+        let params: Vec<&str> = owned.iter().map(|(_, _, p)| p.as_ref()).collect();
+        let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
+        let times: Vec<OffsetDateTime> = events.iter().map(|event| event.created_at).collect();
+        // One statement of fixed text (prepared once) for any batch; WITH ORDINALITY keeps
+        // the rows in the order given, which the seq trigger of `0002_event_log.sql`
+        // relies on for several events of one session.
         sqlx::query(
             "INSERT INTO events (session_id, seq, method, params, created_at) \
-             VALUES ($1, $2, $3, $4, $5)",
+             SELECT e.session_id, e.seq, e.method, e.params::jsonb, e.created_at \
+             FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::timestamptz[]) \
+                  WITH ORDINALITY AS e (session_id, seq, method, params, created_at, n) \
+             ORDER BY e.n",
         )
-        .bind(&id)
-        .bind(seq)
-        .bind(&method)
-        .bind(Json(params.as_ref()))
-        .bind(now)
-        .execute(&mut *tx)
+        .bind(&ids)
+        .bind(&seqs)
+        .bind(&methods)
+        .bind(&params)
+        .bind(&times)
+        .execute(&self.pool)
         .await
         .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(EventRow {
-            session_id: id.into_owned(),
-            seq,
-            method: method.into_owned(),
-            params: params.into_owned(),
-            created_at: now,
-        })
+        Ok(())
     }
 
     async fn events_after(
@@ -481,4 +470,16 @@ impl Store for PostgresStore {
         .map_err(db_error)?;
         rows.iter().map(cost_row).collect()
     }
+}
+
+/// JSON text PostgreSQL's JSONB can hold: escaped NULs (`\u0000`) become U+FFFD. The scan is
+/// of the text; only text that may hold one is parsed.
+fn json_text_without_nul(text: &str) -> StoreResult<std::borrow::Cow<'_, str>> {
+    if !text.contains("\\u0000") {
+        return Ok(std::borrow::Cow::Borrowed(text));
+    }
+    let value: Value = serde_json::from_str(text).map_err(decode_error)?;
+    Ok(std::borrow::Cow::Owned(
+        json_without_nul(&value).to_string(),
+    ))
 }

@@ -1,6 +1,6 @@
-//! The SQLite backend: one database file (WAL, `synchronous = NORMAL`, foreign keys on) behind a
-//! small pool. Timestamps are fixed-width RFC 3339 TEXT (`2026-01-02T03:04:05.123456Z`) so that
-//! text order is time order; JSON is TEXT.
+//! The SQLite backend: one database file (WAL, `synchronous = NORMAL`, foreign keys on) behind
+//! one writing connection and a small pool of readers. Timestamps are fixed-width RFC 3339 TEXT
+//! (`2026-01-02T03:04:05.123456Z`) so that text order is time order; JSON is TEXT.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -18,14 +18,16 @@ use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
 use super::{
-    CostRow, EventRow, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow, db_error,
-    decode_error, timestamp_now,
+    CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
+    db_error, decode_error, timestamp_now,
 };
 
-/// Connections in the pool: WAL lets readers run beside the one writer.
+/// Reading connections: WAL lets readers run beside the one writer.
 const MAX_CONNECTIONS: u32 = 4;
 /// How long a writer waits for the database lock before failing with "database is locked".
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the WAL is copied back into the database file (see `checkpoint_periodically`).
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// How long a call waits for a free connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -33,7 +35,14 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// The store on a SQLite file (or an in-memory database, for tests and throwaway servers).
 pub struct SqliteStore {
+    /// Readers: WAL lets them run beside the writer.
     pool: SqlitePool,
+    /// The one connection every write goes through. SQLite admits one writer at a time; a
+    /// second writing connection would meet the lock and sleep in the busy handler (1 ms, then
+    /// longer), while waiting for this pool is a queue that wakes as soon as it is free.
+    writer: SqlitePool,
+    /// Stops the checkpointer when the store goes.
+    _checkpointer: Option<tokio_util::sync::DropGuard>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -57,9 +66,12 @@ impl SqliteStore {
         if !in_memory {
             create_parent_dir(options.get_filename()).await?;
         }
+        // A connection to a local file does not go stale: testing it before each use would be
+        // one more round trip to its worker thread for every statement.
         let mut pool_options = SqlitePoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT);
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false);
         if in_memory {
             // A shared-cache in-memory database lives only while a connection is open.
             pool_options = pool_options
@@ -67,12 +79,57 @@ impl SqliteStore {
                 .idle_timeout(None)
                 .max_lifetime(None);
         }
+        let writer_options = pool_options.clone().max_connections(1);
         let pool = pool_options
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(StoreError::Connect)?;
         MIGRATOR.run(&pool).await.map_err(StoreError::Migrate)?;
-        Ok(Self { pool })
+        // An in-memory database is one per pool: both roles share the one pool there, and it
+        // has no WAL to checkpoint.
+        if in_memory {
+            return Ok(Self {
+                writer: pool.clone(),
+                pool,
+                _checkpointer: None,
+            });
+        }
+        // The writer never checkpoints: a checkpoint copies the WAL into the database file and
+        // syncs both, which would hold every queued write behind the disk. A reader does it.
+        let writer = writer_options
+            .connect_with(options.pragma("wal_autocheckpoint", "0"))
+            .await
+            .map_err(StoreError::Connect)?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(checkpoint_periodically(pool.clone(), stop.clone()));
+        Ok(Self {
+            pool,
+            writer,
+            _checkpointer: Some(stop.drop_guard()),
+        })
+    }
+}
+
+/// Copies the WAL back into the database file every [`CHECKPOINT_EVERY`], on a reading
+/// connection, without waiting for readers or the writer (a passive checkpoint), until `stop`.
+async fn checkpoint_periodically(pool: SqlitePool, stop: tokio_util::sync::CancellationToken) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        if pool.is_closed() {
+            break;
+        }
+        if let Err(err) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&pool)
+            .await
+            && !pool.is_closed()
+        {
+            tracing::warn!(%err, "WAL checkpoint failed; retrying at the next tick");
+        }
     }
 }
 
@@ -124,6 +181,41 @@ fn get_opt_ts(row: &SqliteRow, column: &str) -> StoreResult<Option<OffsetDateTim
 fn get_json(row: &SqliteRow, column: &str) -> StoreResult<Value> {
     let text: String = row.try_get(column).map_err(db_error)?;
     serde_json::from_str(&text).map_err(decode_error)
+}
+
+/// Rows in one INSERT of events: 5 parameters each, far below SQLite's limit of 32,766.
+const ROWS_PER_INSERT: usize = 64;
+
+/// One INSERT of `events` (at most [`ROWS_PER_INSERT`]).
+async fn insert_events<'c, E>(executor: E, events: &[NewEvent]) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    let sql = insert_events_sql(events.len());
+    let mut query = sqlx::query(&sql);
+    for event in events {
+        query = query
+            .bind(&*event.session_id)
+            .bind(event.seq)
+            .bind(&event.method)
+            .bind(&event.params_json)
+            .bind(ts(event.created_at)?);
+    }
+    query.execute(executor).await.map_err(db_error)?;
+    Ok(())
+}
+
+/// The INSERT of `rows` events.
+fn insert_events_sql(rows: usize) -> String {
+    let mut sql =
+        String::from("INSERT INTO events (session_id, seq, method, params, created_at) VALUES ");
+    for row in 0..rows {
+        if row > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?, ?, ?, ?, ?)");
+    }
+    sql
 }
 
 fn json_text(value: &Value) -> StoreResult<String> {
@@ -211,6 +303,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 
@@ -220,7 +313,7 @@ impl Store for SqliteStore {
         )
         .bind(name)
         .bind(ts(timestamp_now())?)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(db_error)?;
         Ok(())
@@ -229,18 +322,7 @@ impl Store for SqliteStore {
     async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
         let now = timestamp_now();
         let now_text = ts(now)?;
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        if let Some(user) = &new.user_name {
-            sqlx::query(
-                "INSERT INTO users (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(user)
-            .bind(&now_text)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        }
-        sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
              last_seq) VALUES (?, ?, ?, ?, ?, ?, 0)",
         )
@@ -249,11 +331,27 @@ impl Store for SqliteStore {
         .bind(&new.title)
         .bind(&new.cwd)
         .bind(&now_text)
-        .bind(&now_text)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        .bind(&now_text);
+        match &new.user_name {
+            // Without a user the session is one statement, in autocommit.
+            None => {
+                insert.execute(&self.writer).await.map_err(db_error)?;
+            }
+            Some(user) => {
+                let mut tx = self.writer.begin().await.map_err(db_error)?;
+                sqlx::query(
+                    "INSERT INTO users (name, created_at) VALUES (?, ?) \
+                     ON CONFLICT (name) DO NOTHING",
+                )
+                .bind(user)
+                .bind(&now_text)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+                insert.execute(&mut *tx).await.map_err(db_error)?;
+                tx.commit().await.map_err(db_error)?;
+            }
+        }
         Ok(SessionRow {
             session_id: new.session_id.clone(),
             user_name: new.user_name.clone(),
@@ -292,7 +390,7 @@ impl Store for SqliteStore {
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
         let done = sqlx::query("DELETE FROM sessions WHERE session_id = ?")
             .bind(session_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
@@ -302,7 +400,7 @@ impl Store for SqliteStore {
         let done = sqlx::query("UPDATE sessions SET title = ? WHERE session_id = ?")
             .bind(title)
             .bind(session_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(db_error)?;
         if done.rows_affected() == 0 {
@@ -311,62 +409,24 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn append_event(
-        &self,
-        session_id: &str,
-        seq: i64,
-        method: &str,
-        params: &Value,
-    ) -> StoreResult<EventRow> {
-        let now = timestamp_now();
-        let now_text = ts(now)?;
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        // Writing first takes the write lock at once, so two appenders cannot both read an old
-        // last_seq and then deadlock upgrading their locks.
-        let bumped = sqlx::query(
-            "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE session_id = ? AND last_seq < ?",
-        )
-        .bind(seq)
-        .bind(&now_text)
-        .bind(session_id)
-        .bind(seq)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if bumped.rows_affected() == 0 {
-            let last: Option<i64> =
-                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE session_id = ?")
-                    .bind(session_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-            return Err(match last {
-                None => StoreError::NotFound(format!("session {session_id}")),
-                Some(last) => StoreError::Conflict(format!(
-                    "event seq {seq} is not past last_seq {last} of session {session_id}"
-                )),
-            });
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
+        // One multi-row INSERT in autocommit: a single round trip to the connection's worker
+        // thread. The triggers of `0002_event_log.sql` order and count the seqs. Rows go in
+        // statements of at most ROWS_PER_INSERT, so the statement cache holds every variant; a
+        // longer batch is several in one transaction.
+        let mut chunks = events.chunks(ROWS_PER_INSERT);
+        match (chunks.next(), chunks.len()) {
+            (None, _) => Ok(()),
+            (Some(only), 0) => insert_events(&self.writer, only).await,
+            (Some(first), _) => {
+                let mut tx = self.writer.begin().await.map_err(db_error)?;
+                insert_events(&mut *tx, first).await?;
+                for chunk in chunks {
+                    insert_events(&mut *tx, chunk).await?;
+                }
+                tx.commit().await.map_err(db_error)
+            }
         }
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, method, params, created_at) \
-             VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(session_id)
-        .bind(seq)
-        .bind(method)
-        .bind(json_text(params)?)
-        .bind(&now_text)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(EventRow {
-            session_id: session_id.to_owned(),
-            seq,
-            method: method.to_owned(),
-            params: params.clone(),
-            created_at: now,
-        })
     }
 
     async fn events_after(
@@ -401,7 +461,7 @@ impl Store for SqliteStore {
         .bind(json_text(message)?)
         .bind(ts(timestamp_now())?)
         .bind(session_id)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.writer)
         .await
         .map_err(db_error)?;
         Ok(idx)
@@ -438,7 +498,7 @@ impl Store for SqliteStore {
         .bind(&task.output_path)
         .bind(ts(task.created_at)?)
         .bind(finished_at)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(db_error)?;
         Ok(())
@@ -473,7 +533,7 @@ impl Store for SqliteStore {
         )
         .bind(reason)
         .bind(ts(timestamp_now())?)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(db_error)?;
         Ok(done.rows_affected())
@@ -496,7 +556,7 @@ impl Store for SqliteStore {
         .bind(&row.turn_id)
         .bind(&row.task_id)
         .bind(ts(row.created_at)?)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(db_error)?;
         Ok(())

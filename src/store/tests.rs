@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use super::postgres::{PostgresStore, parse_url};
 use super::{
-    CostRow, NewSession, SessionRow, Store, StoreError, TaskRow, connect, timestamp_now,
+    CostRow, NewEvent, NewSession, SessionRow, Store, StoreError, TaskRow, connect, timestamp_now,
     truncate_to_micros,
 };
 
@@ -130,6 +130,8 @@ store_cases!(
     json_round_trips_exactly,
     nul_characters_are_stored,
     concurrent_appends_to_many_sessions_all_land,
+    a_batch_of_many_sessions_lands_in_order_or_not_at_all,
+    the_journal_answers_each_event_of_a_failing_batch_alone,
 );
 
 fn new_session(id: &str, user: Option<&str>) -> NewSession {
@@ -809,6 +811,181 @@ async fn concurrent_appends_to_many_sessions_all_land(store: Arc<dyn Store>, _: 
         assert_eq!(
             store.messages(&id).await.expect("messages").len(),
             usize::try_from(EVENTS).expect("small")
+        );
+    }
+}
+
+fn event(session_id: &str, seq: i64) -> NewEvent {
+    NewEvent::now(
+        Arc::from(session_id),
+        seq,
+        "message/delta",
+        &json!({"seq": seq, "of": session_id}),
+    )
+}
+
+fn seqs_of(events: &[super::EventRow]) -> Vec<i64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+async fn a_batch_of_many_sessions_lands_in_order_or_not_at_all(store: Arc<dyn Store>, _: Reopen) {
+    for id in ["a", "b"] {
+        store
+            .create_session(&new_session(id, None))
+            .await
+            .expect("create");
+    }
+    // Interleaved sessions, several events of each: every seq checked against the one before.
+    let batch = [
+        event("a", 1),
+        event("b", 1),
+        event("a", 2),
+        event("a", 3),
+        event("b", 2),
+    ];
+    store.append_events(&batch).await.expect("batch");
+    let a = store.events_after("a", 0, 100).await.expect("a");
+    assert_eq!(seqs_of(&a), [1, 2, 3]);
+    assert_eq!(a[2].params, json!({"seq": 3, "of": "a"}));
+    let row = store.get_session("a").await.expect("get").expect("a");
+    assert_eq!((row.last_seq, row.updated_at), (3, batch[3].created_at));
+    assert_eq!(
+        store
+            .get_session("b")
+            .await
+            .expect("get")
+            .expect("b")
+            .last_seq,
+        2
+    );
+
+    // A stale seq anywhere fails the whole batch, and nothing of it is stored.
+    let stale = [event("b", 3), event("a", 3)];
+    let err = store.append_events(&stale).await.expect_err("stale");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    // Out of order within one batch is stale too.
+    let reordered = [event("a", 5), event("a", 4)];
+    let err = store
+        .append_events(&reordered)
+        .await
+        .expect_err("reordered");
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    // A missing session fails it as well.
+    let orphan = [event("b", 3), event("gone", 1)];
+    let err = store.append_events(&orphan).await.expect_err("orphan");
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(
+        seqs_of(&store.events_after("b", 0, 100).await.expect("b")),
+        [1, 2]
+    );
+    assert_eq!(
+        store
+            .get_session("b")
+            .await
+            .expect("get")
+            .expect("b")
+            .last_seq,
+        2
+    );
+    assert_eq!(
+        seqs_of(&store.events_after("a", 0, 100).await.expect("a")),
+        [1, 2, 3]
+    );
+}
+
+async fn the_journal_answers_each_event_of_a_failing_batch_alone(store: Arc<dyn Store>, _: Reopen) {
+    use super::journal::EventJournal;
+    const SESSIONS: usize = 6;
+    const EVENTS: i64 = 30;
+    let batches = prometheus_client::metrics::counter::Counter::<u64>::default();
+    let journal = EventJournal::start(store.clone(), batches.clone());
+    for n in 0..SESSIONS {
+        store
+            .create_session(&new_session(&format!("s{n}"), None))
+            .await
+            .expect("create");
+    }
+    // Many sessions appending at once, each in order, while one appender sends only events
+    // that fail: the others' events still land, and each failure is that event's own.
+    let mut writers = tokio::task::JoinSet::new();
+    for n in 0..SESSIONS {
+        let journal = journal.clone();
+        writers.spawn(async move {
+            for seq in 1..=EVENTS {
+                journal
+                    .append(event(&format!("s{n}"), seq))
+                    .await
+                    .expect("append");
+            }
+        });
+    }
+    let failing = {
+        let journal = journal.clone();
+        tokio::spawn(async move {
+            let mut errors = Vec::new();
+            for seq in 1..=EVENTS {
+                errors.push(journal.append(event("missing", seq)).await);
+            }
+            errors
+        })
+    };
+    while let Some(done) = writers.join_next().await {
+        done.expect("writer");
+    }
+    for outcome in failing.await.expect("failing appender") {
+        assert!(
+            matches!(outcome, Err(StoreError::NotFound(_))),
+            "{outcome:?}"
+        );
+    }
+    for n in 0..SESSIONS {
+        let id = format!("s{n}");
+        let events = store.events_after(&id, 0, 1_000).await.expect("events");
+        assert_eq!(seqs_of(&events), (1..=EVENTS).collect::<Vec<_>>());
+        assert_eq!(
+            store
+                .get_session(&id)
+                .await
+                .expect("get")
+                .expect("s")
+                .last_seq,
+            EVENTS
+        );
+    }
+
+    // Appends queued together (here: all before the writer first runs, on this test's one
+    // thread) are one commit; a failing one among them costs a retry of each alone.
+    let before = batches.get();
+    let together: Vec<_> = (0..SESSIONS)
+        .map(|n| journal.append(event(&format!("s{n}"), EVENTS + 1)))
+        .collect();
+    for outcome in futures_util::future::join_all(together).await {
+        outcome.expect("batched append");
+    }
+    assert_eq!(batches.get() - before, 1, "one commit for the batch");
+    let before = batches.get();
+    let mixed = [
+        event("s0", EVENTS + 2),
+        event("missing", 1),
+        event("s1", EVENTS + 2),
+    ];
+    let outcomes =
+        futures_util::future::join_all(mixed.into_iter().map(|e| journal.append(e))).await;
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(
+        matches!(outcomes[1], Err(StoreError::NotFound(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(batches.get() - before, 2, "the good two, each alone");
+    for id in ["s0", "s1"] {
+        assert_eq!(
+            store
+                .get_session(id)
+                .await
+                .expect("get")
+                .expect("s")
+                .last_seq,
+            EVENTS + 2
         );
     }
 }

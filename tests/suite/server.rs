@@ -945,3 +945,71 @@ async fn a_loopback_server_without_a_token_refuses_rebound_host_names() {
         "public routes stay public"
     );
 }
+
+/// The value of one unlabelled counter in a Prometheus exposition.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+}
+
+#[tokio::test]
+async fn events_of_many_sessions_at_once_are_stored_and_streamed_in_order() {
+    const SESSIONS: usize = 6;
+    const CALLS: usize = 8;
+    let app = TestApp::spawn().await;
+    std::fs::write(app.workspace().join("note.txt"), "hello").unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        let mut ws = app.ws().await;
+        let session = ws.open().await;
+        clients.push((ws, session));
+    }
+    // All sessions call at once, so their events meet in the event writer's batches.
+    let runs = clients.into_iter().map(|(mut ws, session)| async move {
+        let mut streamed = Vec::new();
+        for _ in 0..CALLS {
+            let (notes, answer) =
+                invoke(&mut ws, &session, "read_file", json!({"path": "note.txt"})).await;
+            assert_eq!(answer["result"]["success"], true, "{answer}");
+            streamed.extend(notes);
+        }
+        (session, streamed)
+    });
+    let mut total = 0;
+    for (session, streamed) in futures_util::future::join_all(runs).await {
+        let seqs_seen = seqs(&streamed);
+        assert_eq!(
+            seqs_seen,
+            (1..=seqs_seen.len() as i64).collect::<Vec<_>>(),
+            "{streamed:?}"
+        );
+        assert_eq!(
+            methods(&streamed)
+                .iter()
+                .filter(|m| **m == "tool/completed")
+                .count(),
+            CALLS
+        );
+        // What was streamed is exactly what is stored.
+        let mut ws = app.ws().await;
+        let (replayed, answer) = ws
+            .call(
+                "session/open",
+                json!({"session_id": session, "after_seq": 0}),
+            )
+            .await;
+        assert_eq!(replayed, streamed);
+        assert_eq!(answer["result"]["last_seq"], seqs_seen.len());
+        total += seqs_seen.len() as u64;
+    }
+    let metrics = app.get("/metrics", None).await.1;
+    assert_eq!(counter(&metrics, "agentd_events_written_total"), total);
+    let batches = counter(&metrics, "agentd_event_batches_total");
+    assert!(
+        (1..=total).contains(&batches),
+        "{batches} commits for {total} events"
+    );
+}
