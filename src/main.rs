@@ -7,6 +7,10 @@ use agentd::config::{Cli, Command, Config};
 use clap::Parser;
 use tokio::net::TcpListener;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // The sandbox launcher runs in front of every command: no configuration, no logging.
     let mut argv = std::env::args_os().skip(1);

@@ -229,7 +229,11 @@ impl Server {
                 );
             }
         }
-        let store = store::connect(&config.server.database_url()).await?;
+        let metrics = Arc::new(Metrics::new());
+        let store = store::journal::GroupCommit::wrap(
+            store::connect(&config.server.database_url()).await?,
+            metrics.event_batches.clone(),
+        );
         let failed = store
             .fail_running_tasks("agentd stopped while the task was running")
             .await?;
@@ -243,7 +247,6 @@ impl Server {
             agent.as_deref(),
             extra_tools,
         )?);
-        let metrics = Arc::new(Metrics::new());
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut unsupported = vec!["image_generation".to_string()];

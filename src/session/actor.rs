@@ -23,7 +23,6 @@ use crate::agent::{
 };
 use crate::llm::ChatMessage;
 use crate::metrics::Metrics;
-use crate::store::journal::EventJournal;
 use crate::store::{NewEvent, Store, TaskRow, timestamp_now};
 use crate::tasks::supervisor::{TaskEnd, TaskReport, TaskSupervisor};
 use crate::tools::args::arguments_for_event;
@@ -53,8 +52,6 @@ struct Finished {
 pub(crate) struct ActorSetup {
     pub session_id: Arc<str>,
     pub store: Arc<dyn Store>,
-    /// The store's event writer, shared by every session.
-    pub journal: EventJournal,
     pub registry: ToolRegistry,
     pub last_seq: i64,
     pub idle_unload: Duration,
@@ -78,7 +75,6 @@ struct RunningTurn {
 pub(crate) struct SessionActor {
     session_id: Arc<str>,
     store: Arc<dyn Store>,
-    journal: EventJournal,
     registry: ToolRegistry,
     last_seq: i64,
     /// Events accepted but not yet committed (see `linger`), in order, and when they must be.
@@ -123,7 +119,6 @@ impl SessionActor {
             pending_notes: Vec::new(),
             session_id: setup.session_id,
             store: setup.store,
-            journal: setup.journal,
             registry: setup.registry,
             last_seq: setup.last_seq,
             lingering: Vec::new(),
@@ -725,14 +720,14 @@ impl SessionActor {
         }
         let mut first = self.last_seq + 1;
         let mut events = self.stamped(first, &held);
-        if let Err(err) = self.journal.append_all(events.clone()).await {
+        if let Err(err) = self.store.append_events(&events).await {
             // A write that committed but reported failure leaves the store ahead of us: catch
             // up once and retry, rather than refusing every later event.
             let retried = match (&err, self.store.get_session(&self.session_id).await) {
                 (crate::store::StoreError::Conflict(_), Ok(Some(row))) => {
                     first = row.last_seq + 1;
                     events = self.stamped(first, &held);
-                    self.journal.append_all(events.clone()).await
+                    self.store.append_events(&events).await
                 }
                 _ => Err(err),
             };

@@ -16,7 +16,6 @@ use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::{Caller, InflightCalls, SessionError, SessionHandle};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
-use crate::store::journal::EventJournal;
 use crate::store::{NewSession, SessionRow, Store};
 use crate::tools::fs_safe::{self, RootPath};
 use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
@@ -87,7 +86,6 @@ struct Live {
 
 struct Inner {
     store: Arc<dyn Store>,
-    journal: EventJournal,
     base: Arc<ToolRegistry>,
     config: SessionsConfig,
     metrics: Arc<Metrics>,
@@ -121,7 +119,6 @@ impl Sessions {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                journal: EventJournal::start(Arc::clone(&store), metrics.event_batches.clone()),
                 store,
                 base,
                 config,
@@ -294,7 +291,6 @@ impl Sessions {
         let actor = SessionActor::new(ActorSetup {
             session_id,
             store: Arc::clone(&self.inner.store),
-            journal: self.inner.journal.clone(),
             registry,
             last_seq: row.last_seq,
             idle_unload: self.inner.config.idle_unload,

@@ -1,65 +1,61 @@
-//! Group commit for the event log: one writer per store takes the events of every session and
-//! commits whatever queued while its previous commit ran as one statement, so a busy server
-//! pays for one database round trip per batch instead of one transaction per event.
+//! Group commit: [`GroupCommit`] is a [`Store`] whose writes on the turn's path — events,
+//! history messages, cost rows — go through one writer, which commits whatever queued while its
+//! previous commit ran together, so a busy server pays one commit per batch instead of one per
+//! write. Everything else passes straight to the backend.
 //!
-//! The guarantee callers build on is unchanged: [`EventJournal::append`] returns only once the
-//! event is committed (or has failed), so an event is durable before anyone is shown it. Events
-//! are committed in the order they were queued; a session's actor awaits each append before
-//! making the next, so its `seq` order holds within and across batches.
+//! The guarantee callers build on is unchanged: a write returns only once it is committed (or
+//! has failed), so an event is durable before anyone is shown it. Writes are committed in the
+//! order they were queued; a session's actor awaits each append before making the next, so its
+//! `seq` order holds within and across batches.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use prometheus_client::metrics::counter::Counter;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{NewEvent, Store, StoreError, StoreResult};
+use super::{
+    CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
+    Write,
+};
 
-/// The most events one statement carries; more waiting go in the next batch.
+/// About the most writes one batch carries; more waiting go in the next.
 pub const MAX_BATCH: usize = 64;
 
-/// Events of one caller waiting for their batch, stored all or none, with where to say how it
-/// went.
+/// One caller's write waiting for its batch, with where to say how it went (a message's index,
+/// else 0).
 struct Pending {
-    events: Vec<NewEvent>,
-    done: oneshot::Sender<StoreResult<()>>,
+    write: Write,
+    done: oneshot::Sender<StoreResult<i64>>,
 }
 
-/// A handle to a store's event writer; cloning shares the writer.
-#[derive(Clone)]
-pub struct EventJournal {
+/// A store whose event, history and cost writes are group-committed by one writer.
+pub struct GroupCommit {
+    inner: Arc<dyn Store>,
     queue: mpsc::UnboundedSender<Pending>,
 }
 
-impl std::fmt::Debug for EventJournal {
+impl std::fmt::Debug for GroupCommit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventJournal").finish_non_exhaustive()
+        f.debug_struct("GroupCommit").finish_non_exhaustive()
     }
 }
 
-impl EventJournal {
-    /// Starts the writer of `store` on the current runtime, counting its commits in `batches`.
-    /// It ends when the last handle is dropped, after committing what is queued.
-    pub fn start(store: Arc<dyn Store>, batches: Counter) -> Self {
+impl GroupCommit {
+    /// `inner` with its writer started on the current runtime, counting commits in `batches`.
+    /// The writer ends when this store is dropped, after committing what is queued.
+    pub fn wrap(inner: Arc<dyn Store>, batches: Counter) -> Arc<dyn Store> {
         let (queue, pending) = mpsc::unbounded_channel();
-        tokio::spawn(write_batches(store, pending, batches));
-        Self { queue }
+        tokio::spawn(write_batches(Arc::clone(&inner), pending, batches));
+        Arc::new(Self { inner, queue })
     }
 
-    /// Appends `event` with the next batch; returns once it is committed. The errors are those
-    /// of [`Store::append_events`] for this event alone.
-    pub async fn append(&self, event: NewEvent) -> StoreResult<()> {
-        self.append_all(vec![event]).await
-    }
-
-    /// Appends `events` together, all or none, with the next batch; returns once they are
-    /// committed. The errors are those of [`Store::append_events`] for these events alone.
-    pub async fn append_all(&self, events: Vec<NewEvent>) -> StoreResult<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
+    /// Queues `write` for the next batch and waits for its commit.
+    async fn commit(&self, write: Write) -> StoreResult<i64> {
         let (done, outcome) = oneshot::channel();
         self.queue
-            .send(Pending { events, done })
+            .send(Pending { write, done })
             .map_err(|_| writer_gone())?;
         outcome.await.unwrap_or_else(|_| Err(writer_gone()))
     }
@@ -69,51 +65,184 @@ fn writer_gone() -> StoreError {
     StoreError::Database(sqlx::Error::PoolClosed)
 }
 
-/// The writer: waits for one append, takes every other one already queued (up to about
-/// [`MAX_BATCH`] events), commits them as one statement.
+/// How many rows a write adds, for the batch limit.
+fn rows(write: &Write) -> usize {
+    match write {
+        Write::Events(events) => events.len(),
+        Write::Message { .. } | Write::Cost(_) => 1,
+    }
+}
+
+/// The writer: waits for one write, takes every other one already queued (up to about
+/// [`MAX_BATCH`] rows), commits them together — events alone as one statement, a mix as one
+/// transaction.
 async fn write_batches(
     store: Arc<dyn Store>,
     mut pending: mpsc::UnboundedReceiver<Pending>,
     batches: Counter,
 ) {
-    let mut events: Vec<NewEvent> = Vec::with_capacity(MAX_BATCH);
-    // Each caller's waiter with how many of `events` are its, in order.
-    let mut waiters: Vec<(oneshot::Sender<StoreResult<()>>, usize)> = Vec::new();
+    let mut writes: Vec<Write> = Vec::new();
+    let mut waiters: Vec<oneshot::Sender<StoreResult<i64>>> = Vec::new();
     while let Some(first) = pending.recv().await {
+        let mut count = 0;
         let mut next = Some(first);
-        while let Some(Pending { events: more, done }) = next.take() {
-            waiters.push((done, more.len()));
-            events.extend(more);
-            if events.len() < MAX_BATCH {
+        while let Some(Pending { write, done }) = next.take() {
+            count += rows(&write);
+            writes.push(write);
+            waiters.push(done);
+            if count < MAX_BATCH {
                 next = pending.try_recv().ok();
             }
         }
-        match store.append_events(&events).await {
-            Ok(()) => {
+        match commit_batch(&*store, &writes).await {
+            Ok(answers) => {
                 batches.inc();
-                for (done, _) in waiters.drain(..) {
-                    let _ = done.send(Ok(()));
+                for (done, answer) in waiters.drain(..).zip(answers) {
+                    let _ = done.send(Ok(answer));
                 }
             }
-            // One bad append (its session deleted meanwhile, a stale seq) must not fail the
+            // One bad write (its session deleted meanwhile, a stale seq) must not fail the
             // others: nothing of the batch was stored, so each is tried alone for its own answer.
             Err(err) if waiters.len() == 1 => {
-                if let Some((done, _)) = waiters.pop() {
+                if let Some(done) = waiters.pop() {
                     let _ = done.send(Err(err));
                 }
             }
             Err(_) => {
-                let mut start = 0;
-                for (done, len) in waiters.drain(..) {
-                    let outcome = store.append_events(&events[start..start + len]).await;
-                    start += len;
+                for (write, done) in writes.iter().zip(waiters.drain(..)) {
+                    let outcome = commit_batch(&*store, std::slice::from_ref(write)).await;
                     if outcome.is_ok() {
                         batches.inc();
                     }
-                    let _ = done.send(outcome);
+                    let _ = done.send(outcome.map(|answers| answers.first().copied().unwrap_or(0)));
                 }
             }
         }
-        events.clear();
+        writes.clear();
+    }
+}
+
+/// Commits `writes` together: only events, as one statement; one write, as itself; a mix, as
+/// one transaction.
+async fn commit_batch(store: &dyn Store, writes: &[Write]) -> StoreResult<Vec<i64>> {
+    if writes.iter().all(|w| matches!(w, Write::Events(_))) {
+        let events: Vec<NewEvent> = writes
+            .iter()
+            .flat_map(|w| match w {
+                Write::Events(events) => events.as_slice(),
+                Write::Message { .. } | Write::Cost(_) => &[],
+            })
+            .cloned()
+            .collect();
+        store.append_events(&events).await?;
+        return Ok(vec![0; writes.len()]);
+    }
+    match writes {
+        [
+            Write::Message {
+                session_id,
+                message,
+            },
+        ] => Ok(vec![store.append_message(session_id, message).await?]),
+        [Write::Cost(row)] => {
+            store.insert_cost_row(row).await?;
+            Ok(vec![0])
+        }
+        _ => store.write_all(writes).await,
+    }
+}
+
+#[async_trait]
+impl Store for GroupCommit {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.inner.ping().await
+    }
+
+    async fn close(&self) {
+        self.inner.close().await;
+    }
+
+    async fn upsert_user(&self, name: &str) -> StoreResult<()> {
+        self.inner.upsert_user(name).await
+    }
+
+    async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
+        self.inner.create_session(new).await
+    }
+
+    async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
+        self.inner.get_session(session_id).await
+    }
+
+    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
+        self.inner.list_sessions(user).await
+    }
+
+    async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
+        self.inner.delete_session(session_id).await
+    }
+
+    async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {
+        self.inner.set_session_title(session_id, title).await
+    }
+
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.commit(Write::Events(events.to_vec())).await.map(drop)
+    }
+
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<EventRow>> {
+        self.inner.events_after(session_id, after_seq, limit).await
+    }
+
+    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
+        self.commit(Write::Message {
+            session_id: session_id.to_owned(),
+            message: message.clone(),
+        })
+        .await
+    }
+
+    async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
+        self.inner.messages(session_id).await
+    }
+
+    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {
+        self.inner.upsert_task(task).await
+    }
+
+    async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>> {
+        self.inner.get_task(task_id).await
+    }
+
+    async fn list_tasks(&self, session_id: &str) -> StoreResult<Vec<TaskRow>> {
+        self.inner.list_tasks(session_id).await
+    }
+
+    async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
+        self.inner.fail_running_tasks(reason).await
+    }
+
+    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
+        self.commit(Write::Cost(row.clone())).await.map(drop)
+    }
+
+    async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
+        self.inner.cost_rows(session_id).await
+    }
+
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
+        self.inner.write_all(writes).await
     }
 }

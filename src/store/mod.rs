@@ -153,8 +153,8 @@ pub struct NewEvent {
     pub seq: i64,
     /// The notification's JSON-RPC method.
     pub method: String,
-    /// The notification's params as JSON text.
-    pub params_json: String,
+    /// The notification's params as JSON text, shared: a queued copy costs no allocation.
+    pub params_json: Arc<str>,
     /// When it happened; also the session's new `updated_at`.
     pub created_at: OffsetDateTime,
 }
@@ -167,10 +167,26 @@ impl NewEvent {
             seq,
             method: method.to_owned(),
             // A `Value` always serialises: its keys are strings.
-            params_json: params.to_string(),
+            params_json: params.to_string().into(),
             created_at: timestamp_now(),
         }
     }
+}
+
+/// One write of the turn's path that a group commit can carry, with others, in one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Events, as [`Store::append_events`].
+    Events(Vec<NewEvent>),
+    /// One history message, as [`Store::append_message`].
+    Message {
+        /// The session whose history it extends.
+        session_id: String,
+        /// The message.
+        message: Value,
+    },
+    /// One cost row, as [`Store::insert_cost_row`].
+    Cost(CostRow),
 }
 
 /// One background task; serialises as CONTRACT's `Task` (the output path stays internal).
@@ -346,6 +362,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// A session's cost rows, oldest first (insertion order among equal timestamps).
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>>;
+
+    /// Does `writes` in order in one transaction, all or none, with the errors each would have
+    /// alone; answers, per write, the message index of a `Message` and 0 for the others.
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>>;
 }
 
 /// Opens the backend named by the URL scheme (`sqlite://path`, `sqlite:path`, `sqlite::memory:`,

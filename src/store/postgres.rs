@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    db_error, decode_error, json_without_nul, timestamp_now, without_nul,
+    Write, db_error, decode_error, json_without_nul, timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -288,43 +288,7 @@ impl Store for PostgresStore {
     }
 
     async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let owned: Vec<_> = events
-            .iter()
-            .map(|event| {
-                Ok((
-                    without_nul(&event.session_id),
-                    without_nul(&event.method),
-                    json_text_without_nul(&event.params_json)?,
-                ))
-            })
-            .collect::<StoreResult<_>>()?;
-        let ids: Vec<&str> = owned.iter().map(|(id, _, _)| id.as_ref()).collect();
-        let methods: Vec<&str> = owned.iter().map(|(_, m, _)| m.as_ref()).collect();
-        let params: Vec<&str> = owned.iter().map(|(_, _, p)| p.as_ref()).collect();
-        let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
-        let times: Vec<OffsetDateTime> = events.iter().map(|event| event.created_at).collect();
-        // One statement of fixed text (prepared once) for any batch; WITH ORDINALITY keeps
-        // the rows in the order given, which the seq trigger of `0002_event_log.sql`
-        // relies on for several events of one session.
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, method, params, created_at) \
-             SELECT e.session_id, e.seq, e.method, e.params::jsonb, e.created_at \
-             FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::timestamptz[]) \
-                  WITH ORDINALITY AS e (session_id, seq, method, params, created_at, n) \
-             ORDER BY e.n",
-        )
-        .bind(&ids)
-        .bind(&seqs)
-        .bind(&methods)
-        .bind(&params)
-        .bind(&times)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        insert_events(&self.pool, events).await
     }
 
     async fn events_after(
@@ -350,18 +314,7 @@ impl Store for PostgresStore {
     }
 
     async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
-        let idx: i64 = sqlx::query_scalar(
-            "INSERT INTO messages (session_id, idx, message, created_at) \
-             SELECT $1, COALESCE(MAX(idx) + 1, 0), $2, $3 FROM messages WHERE session_id = $1 \
-             RETURNING idx",
-        )
-        .bind(without_nul(session_id))
-        .bind(Json(json_without_nul(message).as_ref()))
-        .bind(timestamp_now())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(idx)
+        insert_message(&self.pool, session_id, message).await
     }
 
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
@@ -436,26 +389,30 @@ impl Store for PostgresStore {
     }
 
     async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
-             tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(without_nul(&row.session_id))
-        .bind(without_nul(&row.node_id))
-        .bind(without_nul(&row.model))
-        .bind(row.reserved_usd)
-        .bind(row.actual_usd)
-        .bind(row.tokens_in)
-        .bind(row.tokens_out)
-        .bind(row.committed)
-        .bind(opt_text(&row.turn_id))
-        .bind(opt_text(&row.task_id))
-        .bind(row.created_at)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        insert_cost(&self.pool, row).await
+    }
+
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut answers = Vec::with_capacity(writes.len());
+        for write in writes {
+            answers.push(match write {
+                Write::Events(events) => {
+                    insert_events(&mut *tx, events).await?;
+                    0
+                }
+                Write::Message {
+                    session_id,
+                    message,
+                } => insert_message(&mut *tx, session_id, message).await?,
+                Write::Cost(row) => {
+                    insert_cost(&mut *tx, row).await?;
+                    0
+                }
+            });
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(answers)
     }
 
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
@@ -482,4 +439,93 @@ fn json_text_without_nul(text: &str) -> StoreResult<std::borrow::Cow<'_, str>> {
     Ok(std::borrow::Cow::Owned(
         json_without_nul(&value).to_string(),
     ))
+}
+
+/// Appends events in one statement of fixed text (see [`Store::append_events`]).
+async fn insert_events<'c, E>(executor: E, events: &[NewEvent]) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    if events.is_empty() {
+        return Ok(());
+    }
+    let owned: Vec<_> = events
+        .iter()
+        .map(|event| {
+            Ok((
+                without_nul(&event.session_id),
+                without_nul(&event.method),
+                json_text_without_nul(&event.params_json)?,
+            ))
+        })
+        .collect::<StoreResult<_>>()?;
+    let ids: Vec<&str> = owned.iter().map(|(id, _, _)| id.as_ref()).collect();
+    let methods: Vec<&str> = owned.iter().map(|(_, m, _)| m.as_ref()).collect();
+    let params: Vec<&str> = owned.iter().map(|(_, _, p)| p.as_ref()).collect();
+    let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
+    let times: Vec<OffsetDateTime> = events.iter().map(|event| event.created_at).collect();
+    // One statement of fixed text (prepared once) for any batch; WITH ORDINALITY keeps
+    // the rows in the order given, which the seq trigger of `0002_event_log.sql`
+    // relies on for several events of one session.
+    sqlx::query(
+        "INSERT INTO events (session_id, seq, method, params, created_at) \
+         SELECT e.session_id, e.seq, e.method, e.params::jsonb, e.created_at \
+         FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::timestamptz[]) \
+              WITH ORDINALITY AS e (session_id, seq, method, params, created_at, n) \
+         ORDER BY e.n",
+    )
+    .bind(&ids)
+    .bind(&seqs)
+    .bind(&methods)
+    .bind(&params)
+    .bind(&times)
+    .execute(executor)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Appends one message of a session's history; returns its index.
+async fn insert_message<'c, E>(executor: E, session_id: &str, message: &Value) -> StoreResult<i64>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    sqlx::query_scalar(
+        "INSERT INTO messages (session_id, idx, message, created_at) \
+         SELECT $1, COALESCE(MAX(idx) + 1, 0), $2, $3 FROM messages WHERE session_id = $1 \
+         RETURNING idx",
+    )
+    .bind(without_nul(session_id))
+    .bind(Json(json_without_nul(message).as_ref()))
+    .bind(timestamp_now())
+    .fetch_one(executor)
+    .await
+    .map_err(db_error)
+}
+
+/// Records one cost row.
+async fn insert_cost<'c, E>(executor: E, row: &CostRow) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    sqlx::query(
+        "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
+         tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(without_nul(&row.session_id))
+    .bind(without_nul(&row.node_id))
+    .bind(without_nul(&row.model))
+    .bind(row.reserved_usd)
+    .bind(row.actual_usd)
+    .bind(row.tokens_in)
+    .bind(row.tokens_out)
+    .bind(row.committed)
+    .bind(opt_text(&row.turn_id))
+    .bind(opt_text(&row.task_id))
+    .bind(row.created_at)
+    .execute(executor)
+    .await
+    .map_err(db_error)?;
+    Ok(())
 }

@@ -19,7 +19,7 @@ use time::macros::format_description;
 
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    db_error, decode_error, timestamp_now,
+    Write, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -183,6 +183,52 @@ fn get_json(row: &SqliteRow, column: &str) -> StoreResult<Value> {
     serde_json::from_str(&text).map_err(decode_error)
 }
 
+/// Appends one message of a session's history; returns its index.
+async fn insert_message<'c, E>(executor: E, session_id: &str, message: &Value) -> StoreResult<i64>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    sqlx::query_scalar(
+        "INSERT INTO messages (session_id, idx, message, created_at) \
+         SELECT ?, COALESCE(MAX(idx) + 1, 0), ?, ? FROM messages WHERE session_id = ? \
+         RETURNING idx",
+    )
+    .bind(session_id)
+    .bind(json_text(message)?)
+    .bind(ts(timestamp_now())?)
+    .bind(session_id)
+    .fetch_one(executor)
+    .await
+    .map_err(db_error)
+}
+
+/// Records one cost row.
+async fn insert_cost<'c, E>(executor: E, row: &CostRow) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    sqlx::query(
+        "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
+         tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&row.session_id)
+    .bind(&row.node_id)
+    .bind(&row.model)
+    .bind(row.reserved_usd)
+    .bind(row.actual_usd)
+    .bind(row.tokens_in)
+    .bind(row.tokens_out)
+    .bind(row.committed)
+    .bind(&row.turn_id)
+    .bind(&row.task_id)
+    .bind(ts(row.created_at)?)
+    .execute(executor)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
 /// Rows in one INSERT of events: 5 parameters each, far below SQLite's limit of 32,766.
 const ROWS_PER_INSERT: usize = 64;
 
@@ -198,7 +244,7 @@ where
             .bind(&*event.session_id)
             .bind(event.seq)
             .bind(&event.method)
-            .bind(&event.params_json)
+            .bind(&*event.params_json)
             .bind(ts(event.created_at)?);
     }
     query.execute(executor).await.map_err(db_error)?;
@@ -452,19 +498,7 @@ impl Store for SqliteStore {
     }
 
     async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
-        let idx: i64 = sqlx::query_scalar(
-            "INSERT INTO messages (session_id, idx, message, created_at) \
-             SELECT ?, COALESCE(MAX(idx) + 1, 0), ?, ? FROM messages WHERE session_id = ? \
-             RETURNING idx",
-        )
-        .bind(session_id)
-        .bind(json_text(message)?)
-        .bind(ts(timestamp_now())?)
-        .bind(session_id)
-        .fetch_one(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(idx)
+        insert_message(&self.writer, session_id, message).await
     }
 
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
@@ -540,26 +574,32 @@ impl Store for SqliteStore {
     }
 
     async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
-             tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&row.session_id)
-        .bind(&row.node_id)
-        .bind(&row.model)
-        .bind(row.reserved_usd)
-        .bind(row.actual_usd)
-        .bind(row.tokens_in)
-        .bind(row.tokens_out)
-        .bind(row.committed)
-        .bind(&row.turn_id)
-        .bind(&row.task_id)
-        .bind(ts(row.created_at)?)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        insert_cost(&self.writer, row).await
+    }
+
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
+        let mut tx = self.writer.begin().await.map_err(db_error)?;
+        let mut answers = Vec::with_capacity(writes.len());
+        for write in writes {
+            answers.push(match write {
+                Write::Events(events) => {
+                    for chunk in events.chunks(ROWS_PER_INSERT) {
+                        insert_events(&mut *tx, chunk).await?;
+                    }
+                    0
+                }
+                Write::Message {
+                    session_id,
+                    message,
+                } => insert_message(&mut *tx, session_id, message).await?,
+                Write::Cost(row) => {
+                    insert_cost(&mut *tx, row).await?;
+                    0
+                }
+            });
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(answers)
     }
 
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {

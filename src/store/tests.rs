@@ -131,7 +131,8 @@ store_cases!(
     nul_characters_are_stored,
     concurrent_appends_to_many_sessions_all_land,
     a_batch_of_many_sessions_lands_in_order_or_not_at_all,
-    the_journal_answers_each_event_of_a_failing_batch_alone,
+    group_commit_answers_each_write_of_a_failing_batch_alone,
+    write_all_is_one_transaction,
 );
 
 fn new_session(id: &str, user: Option<&str>) -> NewSession {
@@ -893,38 +894,52 @@ async fn a_batch_of_many_sessions_lands_in_order_or_not_at_all(store: Arc<dyn St
     );
 }
 
-async fn the_journal_answers_each_event_of_a_failing_batch_alone(store: Arc<dyn Store>, _: Reopen) {
-    use super::journal::EventJournal;
+async fn group_commit_answers_each_write_of_a_failing_batch_alone(
+    store: Arc<dyn Store>,
+    _: Reopen,
+) {
+    use super::journal::GroupCommit;
     const SESSIONS: usize = 6;
     const EVENTS: i64 = 30;
     let batches = prometheus_client::metrics::counter::Counter::<u64>::default();
-    let journal = EventJournal::start(store.clone(), batches.clone());
+    let grouped = GroupCommit::wrap(store.clone(), batches.clone());
     for n in 0..SESSIONS {
-        store
+        grouped
             .create_session(&new_session(&format!("s{n}"), None))
             .await
             .expect("create");
     }
-    // Many sessions appending at once, each in order, while one appender sends only events
-    // that fail: the others' events still land, and each failure is that event's own.
+    // Many sessions appending at once, each in order, while one appender sends only writes
+    // that fail: the others' writes still land, and each failure is that write's own.
     let mut writers = tokio::task::JoinSet::new();
     for n in 0..SESSIONS {
-        let journal = journal.clone();
+        let grouped = grouped.clone();
         writers.spawn(async move {
+            let id = format!("s{n}");
             for seq in 1..=EVENTS {
-                journal
-                    .append(event(&format!("s{n}"), seq))
+                grouped
+                    .append_events(&[event(&id, seq)])
                     .await
                     .expect("append");
+                let idx = grouped
+                    .append_message(&id, &json!({"seq": seq}))
+                    .await
+                    .expect("message");
+                assert_eq!(idx, seq - 1);
             }
         });
     }
     let failing = {
-        let journal = journal.clone();
+        let grouped = grouped.clone();
         tokio::spawn(async move {
             let mut errors = Vec::new();
             for seq in 1..=EVENTS {
-                errors.push(journal.append(event("missing", seq)).await);
+                errors.push(grouped.append_events(&[event("missing", seq)]).await);
+                errors.push(
+                    grouped
+                        .insert_cost_row(&cost("missing", "agent", timestamp_now()))
+                        .await,
+                );
             }
             errors
         })
@@ -951,26 +966,57 @@ async fn the_journal_answers_each_event_of_a_failing_batch_alone(store: Arc<dyn 
                 .last_seq,
             EVENTS
         );
+        let history = store.messages(&id).await.expect("messages");
+        assert_eq!(history.len(), usize::try_from(EVENTS).expect("small"));
+        assert_eq!(history[4], json!({"seq": 5}));
     }
 
-    // Appends queued together (here: all before the writer first runs, on this test's one
+    // Writes queued together (here: all before the writer first runs, on this test's one
     // thread) are one commit; a failing one among them costs a retry of each alone.
     let before = batches.get();
     let together: Vec<_> = (0..SESSIONS)
-        .map(|n| journal.append(event(&format!("s{n}"), EVENTS + 1)))
+        .map(|n| {
+            let grouped = grouped.clone();
+            async move {
+                let id = format!("s{n}");
+                let new_event = [event(&id, EVENTS + 1)];
+                let message = json!({"seq": EVENTS + 1});
+                let cost_row = cost(&id, "agent", timestamp_now());
+                let (events, idx, cost_row) = tokio::join!(
+                    grouped.append_events(&new_event),
+                    grouped.append_message(&id, &message),
+                    grouped.insert_cost_row(&cost_row),
+                );
+                events.expect("batched event");
+                assert_eq!(idx.expect("batched message"), EVENTS);
+                cost_row.expect("batched cost row");
+            }
+        })
         .collect();
-    for outcome in futures_util::future::join_all(together).await {
-        outcome.expect("batched append");
-    }
+    futures_util::future::join_all(together).await;
     assert_eq!(batches.get() - before, 1, "one commit for the batch");
+    for n in 0..SESSIONS {
+        assert_eq!(
+            store
+                .cost_rows(&format!("s{n}"))
+                .await
+                .expect("costs")
+                .len(),
+            1
+        );
+    }
     let before = batches.get();
     let mixed = [
         event("s0", EVENTS + 2),
         event("missing", 1),
         event("s1", EVENTS + 2),
     ];
-    let outcomes =
-        futures_util::future::join_all(mixed.into_iter().map(|e| journal.append(e))).await;
+    let outcomes = futures_util::future::join_all(
+        mixed
+            .iter()
+            .map(|e| grouped.append_events(std::slice::from_ref(e))),
+    )
+    .await;
     assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
     assert!(
         matches!(outcomes[1], Err(StoreError::NotFound(_))),
@@ -988,6 +1034,54 @@ async fn the_journal_answers_each_event_of_a_failing_batch_alone(store: Arc<dyn 
             EVENTS + 2
         );
     }
+}
+
+async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
+    store
+        .create_session(&new_session("s1", None))
+        .await
+        .expect("create");
+    let writes = [
+        super::Write::Message {
+            session_id: "s1".into(),
+            message: json!({"role": "user"}),
+        },
+        super::Write::Events(vec![event("s1", 1), event("s1", 2)]),
+        super::Write::Message {
+            session_id: "s1".into(),
+            message: json!({"role": "assistant"}),
+        },
+        super::Write::Cost(cost("s1", "agent", timestamp_now())),
+    ];
+    assert_eq!(
+        store.write_all(&writes).await.expect("write_all"),
+        [0, 0, 1, 0]
+    );
+    assert_eq!(store.messages("s1").await.expect("messages").len(), 2);
+    assert_eq!(store.cost_rows("s1").await.expect("costs").len(), 1);
+    // A failing write undoes the ones before it in the same call.
+    let failing = [
+        super::Write::Message {
+            session_id: "s1".into(),
+            message: json!({"role": "user"}),
+        },
+        super::Write::Cost(cost("missing", "agent", timestamp_now())),
+    ];
+    let err = store
+        .write_all(&failing)
+        .await
+        .expect_err("missing session");
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert_eq!(store.messages("s1").await.expect("messages").len(), 2);
+    assert_eq!(
+        store
+            .get_session("s1")
+            .await
+            .expect("get")
+            .expect("s1")
+            .last_seq,
+        2
+    );
 }
 
 // Backend-independent behaviour.
