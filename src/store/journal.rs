@@ -4,16 +4,17 @@
 //! write. Everything else passes straight to the backend.
 //!
 //! The guarantee callers build on is unchanged: a write returns only once it is committed (or
-//! has failed), so an event is durable before anyone is shown it. Writes are committed in the
-//! order they were queued; a session's actor awaits each append before making the next, so its
-//! `seq` order holds within and across batches.
+//! has failed), so an event is durable before anyone is shown it. Each caller awaits its write
+//! before making the next (a session's actor its events, a turn its history), so a session's
+//! `seq` and history order hold within and across batches, also where several batches are
+//! committed at once (PostgreSQL).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
@@ -22,6 +23,8 @@ use super::{
 
 /// About the most writes one batch carries; more waiting go in the next.
 pub const MAX_BATCH: usize = 64;
+/// Batches committed at once on PostgreSQL (half its pool).
+const POSTGRES_WRITERS: usize = 4;
 
 /// One caller's write waiting for its batch, with where to say how it went (a message's index,
 /// else 0).
@@ -47,7 +50,22 @@ impl GroupCommit {
     /// The writer ends when this store is dropped, after committing what is queued.
     pub fn wrap(inner: Arc<dyn Store>, batches: Counter) -> Arc<dyn Store> {
         let (queue, pending) = mpsc::unbounded_channel();
-        tokio::spawn(write_batches(Arc::clone(&inner), pending, batches));
+        let pending = Arc::new(Mutex::new(pending));
+        // SQLite has one writing connection, so one writer. PostgreSQL commits on several
+        // connections at once and flushes their WAL together: a batch waiting for the one in
+        // flight would add a flush to every write behind it.
+        let writers = if inner.backend() == "postgres" {
+            POSTGRES_WRITERS
+        } else {
+            1
+        };
+        for _ in 0..writers {
+            tokio::spawn(write_batches(
+                Arc::clone(&inner),
+                Arc::clone(&pending),
+                batches.clone(),
+            ));
+        }
         Arc::new(Self { inner, queue })
     }
 
@@ -78,20 +96,28 @@ fn rows(write: &Write) -> usize {
 /// transaction.
 async fn write_batches(
     store: Arc<dyn Store>,
-    mut pending: mpsc::UnboundedReceiver<Pending>,
+    pending: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>,
     batches: Counter,
 ) {
     let mut writes: Vec<Write> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<StoreResult<i64>>> = Vec::new();
-    while let Some(first) = pending.recv().await {
-        let mut count = 0;
-        let mut next = Some(first);
-        while let Some(Pending { write, done }) = next.take() {
-            count += rows(&write);
-            writes.push(write);
-            waiters.push(done);
-            if count < MAX_BATCH {
-                next = pending.try_recv().ok();
+    loop {
+        // A writer takes its batch under the lock and commits it after letting go, so several
+        // writers commit at once while each batch is whatever queued meanwhile.
+        {
+            let mut queue = pending.lock().await;
+            let Some(first) = queue.recv().await else {
+                break;
+            };
+            let mut count = 0;
+            let mut next = Some(first);
+            while let Some(Pending { write, done }) = next.take() {
+                count += rows(&write);
+                writes.push(write);
+                waiters.push(done);
+                if count < MAX_BATCH {
+                    next = queue.try_recv().ok();
+                }
             }
         }
         match commit_batch(&*store, &writes).await {
