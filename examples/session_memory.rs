@@ -32,6 +32,9 @@ async fn main() -> anyhow::Result<()> {
     let mut config = Config::default();
     config.server.data_dir = dir.path().join("data");
     config.server.workspace = dir.path().join("workspace");
+    // This binary is not agentd, so it cannot stand in for the sandbox launcher; idle sessions
+    // run no commands, so the sandbox costs them nothing either way.
+    config.sandbox.mode = agentd::config::SandboxMode::Off;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = Server::start(config).await?;
