@@ -825,17 +825,21 @@ fn event(session_id: &str, seq: i64) -> NewEvent {
     )
 }
 
-fn seqs_of(events: &[super::EventRow]) -> Vec<i64> {
-    events.iter().map(|e| e.seq).collect()
-}
-
-async fn a_batch_of_many_sessions_lands_in_order_or_not_at_all(store: Arc<dyn Store>, _: Reopen) {
-    for id in ["a", "b"] {
+async fn create_sessions(store: &Arc<dyn Store>, ids: &[&str]) {
+    for id in ids {
         store
             .create_session(&new_session(id, None))
             .await
             .expect("create");
     }
+}
+
+fn seqs_of(events: &[super::EventRow]) -> Vec<i64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+async fn a_batch_of_many_sessions_lands_in_order_or_not_at_all(store: Arc<dyn Store>, _: Reopen) {
+    create_sessions(&store, &["a", "b"]).await;
     // Interleaved sessions, several events of each: every seq checked against the one before.
     let batch = [
         event("a", 1),
@@ -903,12 +907,12 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
     const EVENTS: i64 = 30;
     let batches = prometheus_client::metrics::counter::Counter::<u64>::default();
     let grouped = GroupCommit::wrap(store.clone(), batches.clone());
-    for n in 0..SESSIONS {
-        grouped
-            .create_session(&new_session(&format!("s{n}"), None))
-            .await
-            .expect("create");
-    }
+    let ids: Vec<String> = (0..SESSIONS).map(|n| format!("s{n}")).collect();
+    create_sessions(
+        &grouped,
+        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
     // Many sessions appending at once, each in order, while one appender sends only writes
     // that fail: the others' writes still land, and each failure is that write's own.
     let mut writers = tokio::task::JoinSet::new();
@@ -1037,10 +1041,7 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
 }
 
 async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
-    store
-        .create_session(&new_session("s1", None))
-        .await
-        .expect("create");
+    create_sessions(&store, &["s1"]).await;
     let writes = [
         super::Write::Message {
             session_id: "s1".into(),
