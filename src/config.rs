@@ -143,15 +143,7 @@ pub struct UserConfig {
     pub token: Secret,
 }
 
-/// USD per million tokens for one model.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelPrice {
-    /// Prompt tokens.
-    pub input_per_mtok: f64,
-    /// Completion tokens.
-    pub output_per_mtok: f64,
-}
+pub use crate::llm::pricing::ModelPrice;
 
 /// `[llm]`: the OpenAI-compatible model sessions talk to.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -69,7 +69,7 @@ fn agent_settings(config: &Config) -> Result<Option<Arc<AgentSettings>>, Startup
         provider: Arc::new(provider),
         model: model.clone(),
         max_tokens: config.llm.max_tokens,
-        pricing: Pricing::from_config(&config.llm),
+        pricing: Pricing::new(config.llm.pricing.clone()),
         budget_usd: config.budget.session_usd,
         max_iterations: config.llm.max_iterations,
         turn_timeout: Duration::from_secs(config.llm.turn_timeout_secs),

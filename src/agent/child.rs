@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::{RwLock, mpsc};
 
-use super::{TurnHost, cap_text, repair};
+use super::TurnHost;
+use super::call::{CallHost, EventSink, Spawn};
+use super::context::{cap_text, repair};
+use super::event::SessionEvent;
 use crate::llm::ChatMessage;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::TaskReport;
@@ -150,50 +153,54 @@ fn first_line(text: &str) -> String {
     cap_text(text.lines().next().unwrap_or_default(), TRANSCRIPT_PREVIEW)
 }
 
-impl TurnHost for ChildHost {
-    fn system_prompt(&self) -> &'static str {
-        SUB_AGENT_PROMPT
+impl EventSink for ChildHost {
+    async fn tool_event(&self, event: ToolEvent) {
+        match event {
+            ToolEvent::Output { text, .. } => self.write(&text).await,
+            ToolEvent::PlanUpdated { plan, .. } => self.write(&format!("plan: {plan}\n")).await,
+            // Nobody answers a child's questions; dropping the reply says so to the tool.
+            ToolEvent::UserInputRequested { .. } | ToolEvent::Progress { .. } => {}
+            ToolEvent::SubAgent(request) => request.refuse(ToolError::model(
+                "policy_denied",
+                "a sub-agent cannot start or steer agents",
+            )),
+        }
     }
+}
 
-    async fn emit(&self, method: &'static str, params: Value) {
-        let line = match method {
-            "message/completed" => {
-                let text = params["text"].as_str().unwrap_or_default().to_string();
+impl CallHost for ChildHost {
+    async fn emit(&self, event: SessionEvent) {
+        let line = match event {
+            SessionEvent::MessageCompleted { text, .. } => {
                 let line = format!("assistant: {text}\n");
                 lock(&self.record).last_text = Some(text);
                 line
             }
-            "tool/started" => format!(
-                "-> {} {}\n",
-                params["tool_name"].as_str().unwrap_or_default(),
-                params["arguments"]
-            ),
-            "tool/completed" => format!(
+            SessionEvent::ToolStarted {
+                tool_name,
+                arguments,
+                ..
+            } => format!("-> {tool_name} {arguments}\n"),
+            SessionEvent::ToolCompleted(done) => format!(
                 "<- {} {} in {} ms: {}\n",
-                params["tool_name"].as_str().unwrap_or_default(),
-                if params["success"] == true {
-                    "succeeded"
-                } else {
-                    "failed"
-                },
-                params["duration_ms"],
-                first_line(params["output_preview"].as_str().unwrap_or_default())
+                done.tool_name,
+                if done.success { "succeeded" } else { "failed" },
+                done.duration_ms,
+                first_line(&done.output_preview)
             ),
-            "turn/completed" => {
+            SessionEvent::TurnCompleted {
+                tokens_in,
+                tokens_out,
+                cost_usd,
+                ..
+            } => {
                 lock(&self.record).ending = Some(Ok(()));
                 format!(
-                    "[turn completed: {} tokens in, {} out, {:.6} USD]\n",
-                    params["tokens_in"],
-                    params["tokens_out"],
-                    params["cost_usd"].as_f64().unwrap_or(0.0)
+                    "[turn completed: {tokens_in} tokens in, {tokens_out} out, {cost_usd:.6} USD]\n"
                 )
             }
-            "turn/error" => {
-                let message = params["message"].as_str().unwrap_or_default().to_string();
-                let line = format!(
-                    "[turn failed ({}): {message}]\n",
-                    params["code"].as_str().unwrap_or_default()
-                );
+            SessionEvent::TurnError { code, message, .. } => {
+                let line = format!("[turn failed ({code}): {message}]\n");
                 lock(&self.record).ending = Some(Err(message));
                 line
             }
@@ -201,6 +208,20 @@ impl TurnHost for ChildHost {
             _ => return,
         };
         self.write(&line).await;
+    }
+
+    async fn spawn(&self, spawn: Spawn) -> ToolResult {
+        // The child's registry has no spawn_only marks; this is a guard, not a path.
+        ToolResult::failure(format!(
+            "{} cannot run in the background inside a sub-agent",
+            spawn.call.name()
+        ))
+    }
+}
+
+impl TurnHost for ChildHost {
+    fn system_prompt(&self) -> &'static str {
+        SUB_AGENT_PROMPT
     }
 
     async fn begin_iteration(&self) -> Option<Arc<[ToolSpec]>> {
@@ -223,33 +244,6 @@ impl TurnHost for ChildHost {
             .await;
         }
         Some(prepared)
-    }
-
-    async fn spawn(
-        &self,
-        call: PreparedCall,
-        _arguments: Value,
-        _tool_call_id: &str,
-        _turn_id: &str,
-    ) -> ToolResult {
-        // The child's registry has no spawn_only marks; this is a guard, not a path.
-        ToolResult::failure(format!(
-            "{} cannot run in the background inside a sub-agent",
-            call.name()
-        ))
-    }
-
-    async fn tool_event(&self, event: ToolEvent) {
-        match event {
-            ToolEvent::Output { text, .. } => self.write(&text).await,
-            ToolEvent::PlanUpdated { plan, .. } => self.write(&format!("plan: {plan}\n")).await,
-            // Nobody answers a child's questions; dropping the reply says so to the tool.
-            ToolEvent::UserInputRequested { .. } | ToolEvent::Progress { .. } => {}
-            ToolEvent::SubAgent(request) => request.refuse(ToolError::model(
-                "policy_denied",
-                "a sub-agent cannot start or steer agents",
-            )),
-        }
     }
 
     async fn history(&self) -> Result<Vec<ChatMessage>, String> {
@@ -351,16 +345,6 @@ impl HistoryJournal {
             self.file = None;
         }
     }
-}
-
-/// What the session hears when one run of a child ends.
-#[derive(Debug)]
-pub(crate) struct ChildRunEnd {
-    pub agent_id: String,
-    /// Which run of the child this was; a stale one is ignored.
-    pub run: u64,
-    /// The answer, or why it failed.
-    pub ending: Result<Option<String>, String>,
 }
 
 #[cfg(test)]

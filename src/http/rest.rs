@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::error::{ApiError, ApiQuery};
 use crate::session::Caller;
-use crate::store::TaskRow;
+use crate::store::{TaskRow, TaskState};
 use crate::tasks::output::OutputParams;
 use crate::tasks::read::{TaskReadError, read_task_output, with_live_size};
 use crate::tools::fs_safe;
@@ -253,7 +253,7 @@ pub async fn cancel_task(
     Path(task_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let task = owned_task(&app, &caller, &task_id).await?;
-    let state = if task.state == "running" {
+    let state = if task.state == TaskState::Running {
         let handle = app.sessions().handle(&caller, &task.session_id).await?;
         handle.cancel_task(task_id.clone()).await?
     } else {
@@ -262,7 +262,7 @@ pub async fn cancel_task(
     // Not running in this server (already ended): report what the store says.
     let state = match state {
         Some(state) => state,
-        None => owned_task(&app, &caller, &task_id).await?.state,
+        None => owned_task(&app, &caller, &task_id).await?.state.to_string(),
     };
     Ok(Json(json!({"task_id": task_id, "state": state})))
 }

@@ -765,7 +765,7 @@ async fn cancel_task(
     let task = task_of_session(sessions.store(), &params.task_id, &params.session_id)
         .await
         .map_err(task_error)?;
-    if task.state == "running" {
+    if task.state == crate::store::TaskState::Running {
         let handle = sessions.handle(caller, &params.session_id).await?;
         if let Some(state) = handle.cancel_task(params.task_id.clone()).await? {
             return Ok(json!({"task_id": params.task_id, "state": state}));

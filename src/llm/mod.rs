@@ -14,7 +14,18 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::ToolSpec;
+use serde_json::Value;
+
+/// What the model is shown about a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name; the API.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: Value,
+}
 
 /// One tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{ChatMessage, Usage};
-use crate::config::{LlmConfig, ModelPrice};
-use crate::tools::ToolSpec;
+use serde::{Deserialize, Serialize};
+
+use super::{ChatMessage, ToolSpec, Usage};
 
 /// Bytes of serialised JSON counted as one token. Real tokenisers average about 4 bytes per
 /// token on English prose and about 3 on code and JSON; 3 over-estimates both, which is the
@@ -21,6 +21,75 @@ pub const TOKENS_PER_TOOL: u64 = 8;
 /// Tokens added once for the priming of the model's reply.
 pub const TOKENS_PER_REQUEST: u64 = 3;
 
+/// USD per million tokens for one model.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Prompt tokens.
+    pub input_per_mtok: f64,
+    /// Completion tokens.
+    pub output_per_mtok: f64,
+}
+
+/// The cost of one model call a tool made on the session's behalf (a pipeline node): one row
+/// of the session's ledger, as the tool reports it and as `node_costs` carries it on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallCost {
+    /// What made the call (`run_pipeline`'s node id).
+    pub node_id: String,
+    /// The model called.
+    pub model: String,
+    /// What was set aside for the call before it ran.
+    pub reserved_usd: f64,
+    /// What it cost (0 for an unpriced model).
+    pub actual_usd: f64,
+    /// Prompt tokens.
+    pub tokens_in: u64,
+    /// Completion tokens.
+    pub tokens_out: u64,
+    /// Whether the call settled (false: refused before it ran).
+    pub committed: bool,
+    /// When the tool recorded it, RFC 3339.
+    pub created_at: String,
+    /// The model has no price, so `actual_usd` says nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpriced: bool,
+}
+
+/// What a tool that calls models may still spend of the budget held for it: each call
+/// reserves its worst case first and gives back the difference once it is priced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Allowance {
+    /// `None`: the session has no cap.
+    left: Option<f64>,
+}
+
+impl Allowance {
+    /// An allowance of `left` USD, or unlimited.
+    pub fn new(left: Option<f64>) -> Self {
+        Self { left }
+    }
+
+    /// Sets aside `usd`; refuses with what is left when it does not fit.
+    pub fn reserve(&mut self, usd: f64) -> Result<(), f64> {
+        match self.left.as_mut() {
+            Some(left) if usd > *left => Err(left.max(0.0)),
+            Some(left) => {
+                *left -= usd;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A call that reserved `reserved` cost `actual`: the rest comes back.
+    pub fn settle(&mut self, reserved: f64, actual: f64) {
+        if let Some(left) = self.left.as_mut() {
+            *left += reserved - actual;
+        }
+    }
+}
+
 /// Prices of the configured models.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pricing {
@@ -31,11 +100,6 @@ impl Pricing {
     /// Prices from a table of model id → price.
     pub fn new(prices: BTreeMap<String, ModelPrice>) -> Self {
         Self { prices }
-    }
-
-    /// Prices from `[llm.pricing]`.
-    pub fn from_config(config: &LlmConfig) -> Self {
-        Self::new(config.pricing.clone())
     }
 
     /// The price of `model` (exact id match), when it has one.
@@ -167,16 +231,16 @@ mod tests {
     }
 
     #[test]
-    fn from_config_takes_the_pricing_table() {
-        let mut config = LlmConfig::default();
-        config.pricing.insert(
+    fn new_takes_the_pricing_table() {
+        let mut table = BTreeMap::new();
+        table.insert(
             "m".into(),
             ModelPrice {
                 input_per_mtok: 1.0,
                 output_per_mtok: 2.0,
             },
         );
-        let pricing = Pricing::from_config(&config);
+        let pricing = Pricing::new(table);
         assert_eq!(pricing.price("m").map(|p| p.output_per_mtok), Some(2.0));
     }
 

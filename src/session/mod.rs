@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use crate::store::StoreError;
 use crate::tools::{DispatchError, ToolCatalog, ToolState};
 
-pub use actor::completed_params;
 pub use hub::Sessions;
 
 /// Who is calling: a configured user, or nobody in particular when users are not configured.

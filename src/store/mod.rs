@@ -189,6 +189,59 @@ pub enum Write {
     Cost(CostRow),
 }
 
+/// Where a background task is in its life; stored and sent as its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Started and not ended.
+    Running,
+    /// Ended as asked.
+    Completed,
+    /// Ended with an error, or was running when the server stopped.
+    Failed,
+    /// Stopped on request or with its session.
+    Cancelled,
+}
+
+impl TaskState {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the task will not change again.
+    pub fn is_final(self) -> bool {
+        self != Self::Running
+    }
+
+    /// The state a stored name stands for.
+    pub fn parse(name: &str) -> StoreResult<Self> {
+        Ok(match name {
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            other => return Err(decode_error(UnknownTaskState(other.to_string()))),
+        })
+    }
+}
+
+/// A stored task state no [`TaskState`] names.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown task state `{0}`")]
+pub struct UnknownTaskState(String);
+
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One background task; serialises as CONTRACT's `Task` (the output path stays internal).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRow {
@@ -200,8 +253,8 @@ pub struct TaskRow {
     pub tool_call_id: String,
     /// The tool it runs.
     pub tool_name: String,
-    /// `running`, `completed`, `failed` or `cancelled`.
-    pub state: String,
+    /// Where it is in its life.
+    pub state: TaskState,
     /// The process exit code, when it ended with one.
     pub exit_code: Option<i32>,
     /// Why it failed or was cancelled.
@@ -233,7 +286,7 @@ impl TaskRow {
             session_id: session_id.to_string(),
             tool_call_id: tool_call_id.to_string(),
             tool_name: tool_name.to_string(),
-            state: "running".into(),
+            state: TaskState::Running,
             exit_code: None,
             reason: None,
             total_bytes: 0,

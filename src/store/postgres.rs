@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    Write, db_error, decode_error, json_without_nul, timestamp_now, without_nul,
+    TaskState, Write, db_error, decode_error, json_without_nul, timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -132,7 +132,7 @@ fn task_row(row: &PgRow) -> StoreResult<TaskRow> {
         session_id: get(row, "session_id")?,
         tool_call_id: get(row, "tool_call_id")?,
         tool_name: get(row, "tool_name")?,
-        state: get(row, "state")?,
+        state: TaskState::parse(&get::<String>(row, "state")?)?,
         exit_code: get(row, "exit_code")?,
         reason: get(row, "reason")?,
         total_bytes: get(row, "total_bytes")?,
@@ -340,7 +340,7 @@ impl Store for PostgresStore {
         .bind(without_nul(&task.session_id))
         .bind(without_nul(&task.tool_call_id))
         .bind(without_nul(&task.tool_name))
-        .bind(without_nul(&task.state))
+        .bind(task.state.as_str())
         .bind(task.exit_code)
         .bind(opt_text(&task.reason))
         .bind(task.total_bytes)

@@ -19,7 +19,7 @@ use time::macros::format_description;
 
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    Write, db_error, decode_error, timestamp_now,
+    TaskState, Write, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -308,7 +308,7 @@ fn task_row(row: &SqliteRow) -> StoreResult<TaskRow> {
         session_id: get(row, "session_id")?,
         tool_call_id: get(row, "tool_call_id")?,
         tool_name: get(row, "tool_name")?,
-        state: get(row, "state")?,
+        state: TaskState::parse(&get::<String>(row, "state")?)?,
         exit_code: get(row, "exit_code")?,
         reason: get(row, "reason")?,
         total_bytes: get(row, "total_bytes")?,
@@ -525,7 +525,7 @@ impl Store for SqliteStore {
         .bind(&task.session_id)
         .bind(&task.tool_call_id)
         .bind(&task.tool_name)
-        .bind(&task.state)
+        .bind(task.state.as_str())
         .bind(task.exit_code)
         .bind(&task.reason)
         .bind(task.total_bytes)

@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 
 use super::postgres::{PostgresStore, parse_url};
 use super::{
-    CostRow, NewEvent, NewSession, SessionRow, Store, StoreError, TaskRow, connect, timestamp_now,
-    truncate_to_micros,
+    CostRow, NewEvent, NewSession, SessionRow, Store, StoreError, TaskRow, TaskState, connect,
+    timestamp_now, truncate_to_micros,
 };
 
 const POSTGRES_URL_VAR: &str = "AGENTD_TEST_POSTGRES_URL";
@@ -144,13 +144,13 @@ fn new_session(id: &str, user: Option<&str>) -> NewSession {
     }
 }
 
-fn task(task_id: &str, session_id: &str, state: &str, created_at: OffsetDateTime) -> TaskRow {
+fn task(task_id: &str, session_id: &str, state: TaskState, created_at: OffsetDateTime) -> TaskRow {
     TaskRow {
         task_id: task_id.to_owned(),
         session_id: session_id.to_owned(),
         tool_call_id: format!("call-{task_id}"),
         tool_name: "shell".to_owned(),
-        state: state.to_owned(),
+        state,
         exit_code: None,
         reason: None,
         total_bytes: 0,
@@ -218,7 +218,7 @@ async fn data_survives_reconnecting(store: Arc<dyn Store>, reopen: Reopen) {
         .append_message("s1", &json!({"role": "user", "content": "hi"}))
         .await
         .expect("message");
-    let task_row = task("task-1", "s1", "completed", timestamp_now());
+    let task_row = task("task-1", "s1", TaskState::Completed, timestamp_now());
     store.upsert_task(&task_row).await.expect("task");
     let cost_row = cost("s1", "agent", timestamp_now());
     store.insert_cost_row(&cost_row).await.expect("cost");
@@ -345,7 +345,12 @@ async fn deleting_a_session_cascades(store: Arc<dyn Store>, _: Reopen) {
             .await
             .expect("message");
         store
-            .upsert_task(&task(&format!("{id}-task"), id, "running", timestamp_now()))
+            .upsert_task(&task(
+                &format!("{id}-task"),
+                id,
+                TaskState::Running,
+                timestamp_now(),
+            ))
             .await
             .expect("task");
         store
@@ -565,9 +570,9 @@ async fn tasks_are_inserted_updated_and_listed(store: Arc<dyn Store>, _: Reopen)
             .await
             .expect("create");
     }
-    let second = task("task-b", "s1", "running", at(2_000));
-    let first = task("task-a", "s1", "running", at(1_000));
-    let elsewhere = task("task-c", "s2", "running", at(500));
+    let second = task("task-b", "s1", TaskState::Running, at(2_000));
+    let first = task("task-a", "s1", TaskState::Running, at(1_000));
+    let elsewhere = task("task-c", "s2", TaskState::Running, at(500));
     for row in [&second, &first, &elsewhere] {
         store.upsert_task(row).await.expect("insert");
     }
@@ -582,7 +587,7 @@ async fn tasks_are_inserted_updated_and_listed(store: Arc<dyn Store>, _: Reopen)
     assert_eq!(store.get_task("missing").await.expect("get"), None);
 
     let finished = TaskRow {
-        state: "completed".to_owned(),
+        state: TaskState::Completed,
         exit_code: Some(0),
         total_bytes: 4_096,
         finished_at: Some(at(3_500)),
@@ -590,7 +595,7 @@ async fn tasks_are_inserted_updated_and_listed(store: Arc<dyn Store>, _: Reopen)
     };
     store.upsert_task(&finished).await.expect("update");
     let failed = TaskRow {
-        state: "failed".to_owned(),
+        state: TaskState::Failed,
         exit_code: Some(-9),
         reason: Some("killed by signal 9".to_owned()),
         total_bytes: 10,
@@ -605,7 +610,7 @@ async fn tasks_are_inserted_updated_and_listed(store: Arc<dyn Store>, _: Reopen)
     assert_eq!(store.list_tasks("s2").await.expect("list"), vec![elsewhere]);
 
     let err = store
-        .upsert_task(&task("task-x", "missing", "running", at(0)))
+        .upsert_task(&task("task-x", "missing", TaskState::Running, at(0)))
         .await
         .expect_err("missing session");
     assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
@@ -619,18 +624,18 @@ async fn fail_running_tasks_fails_only_running_ones(store: Arc<dyn Store>, _: Re
     let running = TaskRow {
         exit_code: None,
         total_bytes: 77,
-        ..task("run-1", "s1", "running", at(0))
+        ..task("run-1", "s1", TaskState::Running, at(0))
     };
-    let running_two = task("run-2", "s1", "running", at(1));
+    let running_two = task("run-2", "s1", TaskState::Running, at(1));
     let completed = TaskRow {
         exit_code: Some(0),
         finished_at: Some(at(5)),
-        ..task("done", "s1", "completed", at(2))
+        ..task("done", "s1", TaskState::Completed, at(2))
     };
     let cancelled = TaskRow {
         reason: Some("cancelled by user".to_owned()),
         finished_at: Some(at(6)),
-        ..task("stopped", "s1", "cancelled", at(3))
+        ..task("stopped", "s1", TaskState::Cancelled, at(3))
     };
     for row in [&running, &running_two, &completed, &cancelled] {
         store.upsert_task(row).await.expect("insert");
@@ -650,7 +655,7 @@ async fn fail_running_tasks_fails_only_running_ones(store: Arc<dyn Store>, _: Re
         assert_eq!(
             now,
             TaskRow {
-                state: "failed".to_owned(),
+                state: TaskState::Failed,
                 exit_code: None,
                 reason: Some(reason.to_owned()),
                 finished_at: Some(finished_at),
@@ -1174,7 +1179,7 @@ async fn sqlite_in_memory_database_is_shared_by_the_pool() {
 fn rows_serialise_as_the_contract_shapes() {
     let task_row = TaskRow {
         exit_code: Some(1),
-        ..task("task-1", "s1", "failed", at(0))
+        ..task("task-1", "s1", TaskState::Failed, at(0))
     };
     assert_eq!(
         serde_json::to_value(&task_row).expect("task json"),

@@ -59,6 +59,6 @@ pub async fn read_task_output(task: &TaskRow, query: OutputQuery) -> Result<Valu
         "total_bytes": slice.total_bytes,
         "next_offset": slice.next_offset,
         "truncated": slice.truncated,
-        "complete": task.state != "running",
+        "complete": task.state.is_final(),
     }))
 }

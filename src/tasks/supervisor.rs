@@ -6,13 +6,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::spool::OutputSpool;
-use crate::tools::{DispatchError, PreparedCall, ToolContext, ToolEvent, ToolResult};
+use crate::tools::{ToolEvent, ToolResult};
 
 /// Output is reported at least this often while a task writes.
 const DELTA_INTERVAL: Duration = Duration::from_millis(100);
@@ -31,14 +30,25 @@ pub(crate) enum TaskReport {
     /// The task ended (boxed: a channel reserves room for its largest message up front).
     Finished(Box<TaskEnd>),
     /// One run of a sub-agent ended (the agent itself lives on until closed).
-    ChildEnded(Box<crate::agent::child::ChildRunEnd>),
+    ChildEnded(Box<ChildRunEnd>),
+}
+
+/// What the session hears when one run of a sub-agent ends.
+#[derive(Debug)]
+pub(crate) struct ChildRunEnd {
+    pub agent_id: String,
+    /// Which run of the child this was; a stale one is ignored.
+    pub run: u64,
+    /// The answer, or why it failed.
+    pub ending: Result<Option<String>, String>,
 }
 
 /// How a task ended.
 #[derive(Debug)]
 pub(crate) struct TaskEnd {
     pub task_id: String,
-    pub outcome: Result<ToolResult, DispatchError>,
+    /// What the call produced; its cost rows are in the ledger already.
+    pub result: ToolResult,
     pub total_bytes: u64,
 }
 
@@ -47,10 +57,21 @@ pub(crate) struct TaskEnd {
 pub(crate) struct RunningTask {
     pub tool_call_id: String,
     pub tool_name: String,
-    pub turn_id: Option<String>,
     pub cancel: CancellationToken,
     /// Callers of `task/cancel` waiting for the final state.
     pub cancel_waiters: Vec<tokio::sync::oneshot::Sender<Option<String>>>,
+}
+
+impl RunningTask {
+    /// A task of `tool_name` started by `tool_call_id`, stopped by `cancel`.
+    pub(crate) fn new(tool_call_id: &str, tool_name: &str, cancel: CancellationToken) -> Self {
+        Self {
+            tool_call_id: tool_call_id.to_string(),
+            tool_name: tool_name.to_string(),
+            cancel,
+            cancel_waiters: Vec::new(),
+        }
+    }
 }
 
 /// The background tasks of one session.
@@ -78,51 +99,38 @@ impl TaskSupervisor {
         self.running.is_empty()
     }
 
-    /// Creates the task's output file and starts the call in the background; returns the
-    /// file's path. `ctx` is the call's context; its events are taken over so that output
-    /// lands in the file, while plans, questions and progress go on to `session_events`.
-    /// Output and the end are reported on `reports`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn start(
+    /// Creates the task's output file and starts `run` in the background; returns the file's
+    /// path. `run` is handed the sender its tool's events go to: output lands in the file,
+    /// plans, questions and progress go on to `session_events`. Output and the end are reported
+    /// on `reports`; `cancel` is what stops the task.
+    pub(crate) async fn start<F, R>(
         &mut self,
+        task: RunningTask,
         task_id: &str,
-        call: PreparedCall,
-        arguments: Value,
-        ctx: ToolContext,
-        turn_id: Option<String>,
+        run: F,
         session_events: mpsc::Sender<ToolEvent>,
         reports: mpsc::Sender<TaskReport>,
         tracker: &TaskTracker,
-    ) -> std::io::Result<PathBuf> {
+    ) -> std::io::Result<PathBuf>
+    where
+        F: FnOnce(mpsc::Sender<ToolEvent>) -> R + Send + 'static,
+        R: Future<Output = ToolResult> + Send + 'static,
+    {
         let mut spool = OutputSpool::create(&self.dir, task_id).await?;
         let path = spool.path().to_path_buf();
-        let cancel = ctx.cancel.clone();
-        self.running.insert(
-            task_id.to_string(),
-            RunningTask {
-                tool_call_id: ctx.tool_call_id.clone(),
-                tool_name: call.name().to_string(),
-                turn_id,
-                cancel,
-                cancel_waiters: Vec::new(),
-            },
-        );
+        self.running.insert(task_id.to_string(), task);
         let task_id = task_id.to_string();
         tracker.spawn(async move {
             let (events_tx, mut events_rx) = mpsc::channel(64);
-            let ctx = ToolContext {
-                events: Some(events_tx),
-                ..ctx
-            };
             let mut pending = String::new();
             let mut offset = 0u64;
             let mut tick = tokio::time::interval(DELTA_INTERVAL);
-            let outcome = {
-                let run = call.run(&ctx, &arguments);
+            let result = {
+                let run = run(events_tx);
                 tokio::pin!(run);
                 loop {
                     tokio::select! {
-                        outcome = &mut run => break outcome,
+                        result = &mut run => break result,
                         Some(event) = events_rx.recv() => {
                             spool_event(event, &mut spool, &mut pending, &session_events).await;
                             if pending.len() >= DELTA_BYTES {
@@ -137,16 +145,12 @@ impl TaskSupervisor {
                     }
                 }
             };
-            drop(ctx);
             // A tool may have handed its sender to work that outlives it; take what is queued.
             while let Ok(event) = events_rx.try_recv() {
                 spool_event(event, &mut spool, &mut pending, &session_events).await;
             }
             // The result's own text ends the output, so a reader sees everything the tool said.
-            let tail = match &outcome {
-                Ok(result) => result.output.clone(),
-                Err(err) => err.to_string(),
-            };
+            let tail = result.output.clone();
             if !tail.is_empty() {
                 let tail = if tail.ends_with('\n') {
                     tail
@@ -164,7 +168,7 @@ impl TaskSupervisor {
             let _ = reports
                 .send(TaskReport::Finished(Box::new(TaskEnd {
                     task_id,
-                    outcome,
+                    result,
                     total_bytes: spool.total_bytes(),
                 })))
                 .await;

@@ -33,6 +33,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::llm::ToolSpec;
+use crate::llm::pricing::CallCost;
 pub use catalog::{CatalogCell, CatalogEntry, ToolCatalog, ToolState};
 pub use lifecycle::ToolLifecycle;
 pub use policy::{HiddenReason, ToolPolicy};
@@ -74,10 +76,13 @@ pub struct ToolResult {
     /// Model tokens the tool itself spent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_used: Option<TokenUsage>,
-    /// A side channel for the host and the UI (cost rows, process status, error kinds); the
-    /// model never sees it.
+    /// A side channel for the host and the UI (process status, error kinds); the model never
+    /// sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_metadata: Option<Value>,
+    /// Model calls the tool made on the session's behalf; the session's ledger records them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costs: Vec<CallCost>,
 }
 
 impl ToolResult {
@@ -103,6 +108,22 @@ impl ToolResult {
     pub fn with_metadata(mut self, metadata: Value) -> Self {
         self.structured_metadata = Some(metadata);
         self
+    }
+
+    /// `structured_metadata` as clients receive it: the cost rows join it as `node_costs`.
+    pub fn wire_metadata(&self) -> Option<Value> {
+        if self.costs.is_empty() {
+            return self.structured_metadata.clone();
+        }
+        let mut metadata = match &self.structured_metadata {
+            Some(Value::Object(map)) => map.clone(),
+            _ => serde_json::Map::new(),
+        };
+        metadata.insert(
+            "node_costs".into(),
+            serde_json::to_value(&self.costs).unwrap_or_default(),
+        );
+        Some(Value::Object(metadata))
     }
 }
 
@@ -251,17 +272,6 @@ impl ToolContext {
             None => false,
         }
     }
-}
-
-/// What the model is shown about a tool.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// The tool's name; the API.
-    pub name: String,
-    /// What it does and when to use it.
-    pub description: String,
-    /// JSON Schema of its arguments.
-    pub input_schema: Value,
 }
 
 /// A capability the model can call.

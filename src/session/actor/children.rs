@@ -10,17 +10,20 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::SessionActor;
-use crate::agent::child::{ChildHost, ChildRunEnd, HistoryJournal};
-use crate::agent::{AgentSettings, CostLabels, Turn};
-use crate::store::TaskRow;
+use crate::agent::AgentSettings;
+use crate::agent::call::CallScope;
+use crate::agent::child::{ChildHost, HistoryJournal};
+use crate::agent::event::TaskUpdate;
+use crate::agent::ledger::CostLabels;
+use crate::agent::turn::Turn;
+use crate::store::{TaskRow, TaskState};
 use crate::tasks::spool::OutputSpool;
-use crate::tasks::supervisor::TaskReport;
+use crate::tasks::supervisor::{ChildRunEnd, TaskReport};
 use crate::tools::ToolError;
 use crate::tools::builtin::agents::{AgentState, AgentStatus, SubAgentRequest};
 
@@ -307,7 +310,7 @@ impl SessionActor {
                 return Ok(());
             }
         };
-        let status = if row.state == "completed" {
+        let status = if row.state == TaskState::Completed {
             AgentStatus {
                 agent_id: agent_id.to_string(),
                 status: AgentState::Completed,
@@ -413,29 +416,33 @@ impl SessionActor {
         child.host.begin_run();
         let status = AgentStatus::running(agent_id);
         child.status.send_replace(status.clone());
-        let turn = Turn {
-            turn_id: format!("{agent_id}-{}", child.run),
+        let scope = CallScope {
             session_id: Arc::clone(&self.session_id),
-            input,
-            settings: Arc::clone(&child.settings),
-            store: Arc::clone(&self.store),
-            metrics: Arc::clone(&self.metrics),
-            host: Arc::clone(&child.host),
-            labels: CostLabels {
-                node_id: format!("agent:{agent_id}"),
-                turn_id: None,
-                task_id: Some(agent_id.to_string()),
-            },
-            catalog: child.host.catalog(),
+            turn_id: Some(format!("{agent_id}-{}", child.run)),
             cwd: self
                 .registry
                 .workspace()
                 .map(|w| w.root().to_path_buf())
                 .unwrap_or_default(),
+            catalog: child.host.catalog(),
+            exclusivity: Some(child.host.exclusivity()),
+            // A child bills its parent's ledger, under its own label.
+            ledger: self.ledger.clone(),
+            labels: CostLabels {
+                node_id: format!("agent:{agent_id}"),
+                turn_id: None,
+                task_id: Some(agent_id.to_string()),
+            },
+            metrics: Arc::clone(&self.metrics),
+        };
+        let turn = Turn {
+            turn_id: format!("{agent_id}-{}", child.run),
+            input,
+            settings: Arc::clone(&child.settings),
+            metrics: Arc::clone(&self.metrics),
+            host: Arc::clone(&child.host),
+            scope,
             cancel: child.cancel.clone(),
-            exclusivity: child.host.exclusivity(),
-            node_costs: tokio::sync::Mutex::new(Vec::new()),
-            holds: self.holds.clone(),
         };
         let host = Arc::clone(&child.host);
         let run = child.run;
@@ -457,7 +464,7 @@ impl SessionActor {
             }
             .instrument(span),
         );
-        self.record_child_state(agent_id, &tool_call_id, "running", None)
+        self.record_child_state(agent_id, &tool_call_id, TaskState::Running, None)
             .await;
         status
     }
@@ -485,7 +492,7 @@ impl SessionActor {
                     answer,
                     error: None,
                 },
-                "completed",
+                TaskState::Completed,
                 None,
             ),
             Err(error) => (
@@ -496,9 +503,9 @@ impl SessionActor {
                     error: Some(error.clone()),
                 },
                 if cancelled_on_request {
-                    "cancelled"
+                    TaskState::Cancelled
                 } else {
-                    "failed"
+                    TaskState::Failed
                 },
                 Some(if cancelled_on_request {
                     "cancelled on request".to_string()
@@ -569,7 +576,7 @@ impl SessionActor {
             self.record_child_state(
                 agent_id,
                 &child.tool_call_id,
-                "cancelled",
+                TaskState::Cancelled,
                 Some(reason.to_string()),
             )
             .await;
@@ -584,22 +591,14 @@ impl SessionActor {
         &mut self,
         agent_id: &str,
         tool_call_id: &str,
-        state: &str,
+        state: TaskState,
         reason: Option<String>,
     ) {
         self.store_task_state(agent_id, state, reason.as_deref(), None, None)
             .await;
-        self.metrics.record_task_state(state);
-        let mut params = json!({
-            "task_id": agent_id,
-            "tool_call_id": tool_call_id,
-            "tool_name": "spawn_agent",
-            "state": state,
-        });
-        if let Some(reason) = reason {
-            params["reason"] = Value::String(reason);
-        }
-        self.emit("task/updated", params).await;
+        self.metrics.record_task_state(state.as_str());
+        let update = TaskUpdate::new(agent_id, tool_call_id, "spawn_agent", state).because(reason);
+        self.emit(update.event()).await;
     }
 }
 

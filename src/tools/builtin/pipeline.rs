@@ -3,8 +3,8 @@
 //!
 //! The whole graph is checked (ids, dependencies, cycles, prompts) before any call is made, so
 //! a malformed pipeline costs nothing. Every node that was attempted — called, or refused by the
-//! budget — yields a cost row in `structured_metadata.node_costs`, which the session collects
-//! into its ledger.
+//! budget — yields a typed cost row in the result's `costs`, which the session's ledger records
+//! (clients see them as `structured_metadata.node_costs`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -13,13 +13,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::parse_args;
-use crate::llm::pricing::Pricing;
+use crate::llm::pricing::{Allowance, CallCost, Pricing};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, Provider, Usage};
 use crate::tools::{ConcurrencyClass, TokenUsage, Tool, ToolContext, ToolError, ToolResult};
 
@@ -110,21 +110,6 @@ impl NodeState {
     }
 }
 
-/// One cost row (CONTRACT §6), as reported in `structured_metadata.node_costs`.
-#[derive(Debug, Clone, Serialize)]
-struct NodeCost {
-    node_id: String,
-    model: String,
-    reserved_usd: f64,
-    actual_usd: f64,
-    tokens_in: u64,
-    tokens_out: u64,
-    committed: bool,
-    created_at: String,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    unpriced: bool,
-}
-
 /// Runs a DAG of model calls against one provider, reserving each call's price against the
 /// session's budget.
 pub struct RunPipeline {
@@ -158,9 +143,9 @@ impl RunPipeline {
         reserved_usd: f64,
         usage: Usage,
         committed: bool,
-    ) -> NodeCost {
+    ) -> CallCost {
         let actual = self.pricing.cost_usd(&node.model, &usage);
-        NodeCost {
+        CallCost {
             node_id: node.id.clone(),
             model: node.model.clone(),
             reserved_usd,
@@ -291,8 +276,8 @@ impl RunPipeline {
     async fn run(&self, ctx: &ToolContext, plan: &Plan) -> ToolResult {
         let total = plan.nodes.len();
         let mut states = vec![NodeState::Pending; total];
-        let mut costs: Vec<NodeCost> = Vec::new();
-        let mut budget_left = ctx.budget_left_usd;
+        let mut costs: Vec<CallCost> = Vec::new();
+        let mut allowance = Allowance::new(ctx.budget_left_usd);
         let mut in_flight = FuturesUnordered::new();
         let mut reported_done = 0;
         let mut cancelled = false;
@@ -328,20 +313,16 @@ impl RunPipeline {
                     .pricing
                     .reserve_usd(&node.model, estimate, node.max_tokens)
                     .unwrap_or(0.0);
-                if let Some(left) = budget_left.as_mut() {
-                    if reserved > *left {
-                        states[idx] = NodeState::Failed {
-                            reason: "budget_exceeded",
-                            message: format!(
-                                "the call could cost up to {reserved:.4} USD but only \
-                                 {:.4} USD of the session's budget is left",
-                                left.max(0.0)
-                            ),
-                        };
-                        costs.push(self.cost_row(node, reserved, Usage::default(), false));
-                        continue;
-                    }
-                    *left -= reserved;
+                if let Err(left) = allowance.reserve(reserved) {
+                    states[idx] = NodeState::Failed {
+                        reason: "budget_exceeded",
+                        message: format!(
+                            "the call could cost up to {reserved:.4} USD but only {left:.4} USD \
+                             of the session's budget is left"
+                        ),
+                    };
+                    costs.push(self.cost_row(node, reserved, Usage::default(), false));
+                    continue;
                 }
                 states[idx] = NodeState::Running {
                     reserved_usd: reserved,
@@ -383,9 +364,7 @@ impl RunPipeline {
                 Err(_) => Usage::default(),
             };
             let row = self.cost_row(node, reserved, usage, true);
-            if let Some(left) = budget_left.as_mut() {
-                *left += reserved - row.actual_usd;
-            }
+            allowance.settle(reserved, row.actual_usd);
             costs.push(row);
             states[idx] = match outcome {
                 Ok(response) => NodeState::Completed {
@@ -476,7 +455,7 @@ fn node_request(plan: &Plan, idx: usize, states: &[NodeState]) -> ChatRequest {
 
 /// The tool result: every node's status and (capped) output in dependency order for the model,
 /// node statuses and cost rows for the host.
-fn report(plan: &Plan, states: &[NodeState], costs: Vec<NodeCost>, cancelled: bool) -> ToolResult {
+fn report(plan: &Plan, states: &[NodeState], costs: Vec<CallCost>, cancelled: bool) -> ToolResult {
     let count = |f: fn(&NodeState) -> bool| states.iter().filter(|s| f(s)).count();
     let completed = count(|s| matches!(s, NodeState::Completed { .. }));
     let failed = count(|s| matches!(s, NodeState::Failed { .. }));
@@ -524,7 +503,7 @@ fn report(plan: &Plan, states: &[NodeState], costs: Vec<NodeCost>, cancelled: bo
         input_tokens: costs.iter().map(|c| c.tokens_in).sum(),
         output_tokens: costs.iter().map(|c| c.tokens_out).sum(),
     };
-    let mut metadata = json!({"nodes": nodes, "node_costs": costs});
+    let mut metadata = json!({ "nodes": nodes });
     let error_kind = if cancelled {
         Some("cancelled")
     } else if completed == total {
@@ -550,6 +529,7 @@ fn report(plan: &Plan, states: &[NodeState], costs: Vec<NodeCost>, cancelled: bo
         }
     };
     result.tokens_used = Some(tokens);
+    result.costs = costs;
     result.with_metadata(metadata)
 }
 
@@ -571,7 +551,7 @@ fn cap_output(output: &str) -> String {
 
 /// Now, UTC, as RFC 3339.
 fn rfc3339_now() -> String {
-    crate::store::timestamp_now()
+    time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
@@ -910,13 +890,19 @@ mod tests {
             .unwrap()
     }
 
-    fn cost_of<'a>(result: &'a ToolResult, id: &str) -> &'a Value {
-        meta(result)["node_costs"]
+    /// The cost rows as clients receive them.
+    fn node_costs(result: &ToolResult) -> Value {
+        result.wire_metadata().unwrap()["node_costs"].clone()
+    }
+
+    fn cost_of(result: &ToolResult, id: &str) -> Value {
+        node_costs(result)
             .as_array()
             .unwrap()
             .iter()
             .find(|c| c["node_id"] == id)
             .unwrap()
+            .clone()
     }
 
     #[tokio::test]
@@ -1068,7 +1054,7 @@ mod tests {
             provider.user_message("join"),
             "join\n\n## Output of `b`\n\nL\n\n## Output of `c`\n\nRt"
         );
-        assert_eq!(meta(&result)["node_costs"].as_array().unwrap().len(), 4);
+        assert_eq!(node_costs(&result).as_array().unwrap().len(), 4);
         let ids: Vec<&str> = meta(&result)["nodes"]
             .as_array()
             .unwrap()
@@ -1263,7 +1249,8 @@ mod tests {
             .map(|r| user_text(r).to_string())
             .collect();
         assert_eq!(calls, ["fails", "fine"]);
-        let costs = meta(&result)["node_costs"].as_array().unwrap();
+        let costs = node_costs(&result);
+        let costs = costs.as_array().unwrap();
         assert_eq!(costs.len(), 2);
         assert_eq!(cost_of(&result, "a")["committed"], true);
         assert_eq!(cost_of(&result, "a")["actual_usd"], 0.0);
@@ -1309,7 +1296,7 @@ mod tests {
             .collect();
         calls.sort();
         assert_eq!(calls, ["first", "small"]);
-        assert_eq!(meta(&result)["node_costs"].as_array().unwrap().len(), 3);
+        assert_eq!(node_costs(&result).as_array().unwrap().len(), 3);
     }
 
     #[tokio::test]
@@ -1414,7 +1401,8 @@ mod tests {
         assert_eq!(status_of(&result, "c"), "skipped");
         assert_eq!(status_of(&result, "d"), "skipped");
         assert_eq!(provider.requests().len(), 2);
-        let costs = meta(&result)["node_costs"].as_array().unwrap();
+        let costs = node_costs(&result);
+        let costs = costs.as_array().unwrap();
         assert_eq!(costs.len(), 2);
         assert_eq!(cost_of(&result, "b")["committed"], true);
         assert_eq!(cost_of(&result, "b")["tokens_out"], 0);

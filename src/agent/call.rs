@@ -1,0 +1,190 @@
+//! The one path a prepared tool call takes through its life, whoever made it: a model's batch
+//! (a session's turn or a sub-agent's), a client's `tool/invoke`, or a background task.
+//!
+//! [`run`] is the foreground life: `tool/started`, then the call (or its hand-off to the task
+//! supervisor for a spawn_only tool), then `tool/completed`. [`execute`] is the part every call
+//! shares, background tasks included: budget hold → the tool under the session's concurrency
+//! rule, its events forwarded in order → the outcome as a [`ToolResult`] → metrics → its cost
+//! rows into the ledger and the hold released. A step that every call must pass (approvals, for
+//! one) belongs in one of these two functions and nowhere else.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::sync::{RwLock, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::event::{SessionEvent, ToolCompleted};
+use super::ledger::{CostLabels, Ledger};
+use crate::metrics::Metrics;
+use crate::tools::args::arguments_for_event;
+use crate::tools::{CatalogCell, DispatchError, PreparedCall, ToolContext, ToolEvent, ToolResult};
+
+/// Where the events a running tool reports go.
+pub(crate) trait EventSink: Send + Sync {
+    /// Passes on one event; waits when the receiver is behind.
+    fn tool_event(&self, event: ToolEvent) -> impl Future<Output = ()> + Send;
+}
+
+/// A background task's sink: the task supervisor's channel, which spools output to its file.
+impl EventSink for mpsc::Sender<ToolEvent> {
+    async fn tool_event(&self, event: ToolEvent) {
+        // A closed receiver means the session is gone; the result is what matters.
+        let _ = self.send(event).await;
+    }
+}
+
+/// Where a foreground call runs and whom it tells.
+pub(crate) trait CallHost: EventSink {
+    /// Streams or records one notification.
+    fn emit(&self, event: SessionEvent) -> impl Future<Output = ()> + Send;
+
+    /// Starts a spawn_only call in the background, emits its `tool/completed`, and answers
+    /// with its task_handle envelope.
+    fn spawn(&self, spawn: Spawn) -> impl Future<Output = ToolResult> + Send;
+}
+
+/// A spawn_only call handed to the session's task supervisor.
+#[derive(Debug)]
+pub(crate) struct Spawn {
+    pub call: PreparedCall,
+    pub arguments: Value,
+    pub tool_call_id: String,
+    /// The turn that made the call; its rows are labelled with it.
+    pub turn_id: Option<String>,
+}
+
+/// What every call of one caller shares: the session, the ledger, the concurrency rule.
+#[derive(Clone)]
+pub(crate) struct CallScope {
+    pub session_id: Arc<str>,
+    /// The turn whose calls these are, named in their events; `None` for a client's calls
+    /// and background tasks.
+    pub turn_id: Option<String>,
+    pub cwd: PathBuf,
+    pub catalog: CatalogCell,
+    /// Safe calls share it, Exclusive ones hold it alone; `None` for background tasks, which
+    /// outlive the batch that started them.
+    pub exclusivity: Option<Arc<RwLock<()>>>,
+    pub ledger: Ledger,
+    pub labels: CostLabels,
+    pub metrics: Arc<Metrics>,
+}
+
+/// One call ready to run.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub tool_call_id: String,
+    pub prepared: PreparedCall,
+    pub arguments: Value,
+    /// The ledger key of its budget hold; unique in the session.
+    pub hold_key: String,
+    /// Fires when the call must stop (interrupt, task/cancel, session close).
+    pub cancel: CancellationToken,
+}
+
+/// Takes a call through its foreground life and answers what it produced.
+pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolResult {
+    let name = call.prepared.name().to_string();
+    host.emit(SessionEvent::ToolStarted {
+        turn_id: scope.turn_id.clone(),
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: name.clone(),
+        arguments: arguments_for_event(&call.arguments),
+    })
+    .await;
+    if call.prepared.spawn_only() {
+        // The host emits this call's tool/completed as the task starts, so it precedes every
+        // event of the task.
+        return host
+            .spawn(Spawn {
+                call: call.prepared,
+                arguments: call.arguments,
+                tool_call_id: call.tool_call_id,
+                turn_id: scope.turn_id.clone(),
+            })
+            .await;
+    }
+    let started = Instant::now();
+    let result = execute(host, scope, &call).await;
+    host.emit(ToolCompleted::of(
+        scope.turn_id.clone(),
+        &call.tool_call_id,
+        &name,
+        &result,
+        started.elapsed(),
+    ))
+    .await;
+    result
+}
+
+/// Runs a call to its result: the part of its life every call shares, foreground or not.
+pub(crate) async fn execute<S: EventSink>(sink: &S, scope: &CallScope, call: &Call) -> ToolResult {
+    let tool = call.prepared.tool();
+    let budget_left_usd = if tool.uses_models() {
+        scope.ledger.hold_rest(&call.hold_key).await
+    } else {
+        None
+    };
+    let (events, mut events_rx) = mpsc::channel(64);
+    let ctx = ToolContext {
+        session_id: scope.session_id.to_string(),
+        tool_call_id: call.tool_call_id.clone(),
+        cwd: scope.cwd.clone(),
+        cancel: call.cancel.clone(),
+        events: Some(events),
+        catalog: Some(scope.catalog.clone()),
+        budget_left_usd,
+    };
+    // The call's events reach the sink in order, all before its result.
+    let outcome = {
+        let running = async {
+            match &scope.exclusivity {
+                Some(exclusivity) => {
+                    call.prepared
+                        .run_guarded(&ctx, &call.arguments, exclusivity)
+                        .await
+                }
+                None => call.prepared.run(&ctx, &call.arguments).await,
+            }
+        };
+        tokio::pin!(running);
+        loop {
+            tokio::select! {
+                outcome = &mut running => break outcome,
+                Some(event) = events_rx.recv() => sink.tool_event(event).await,
+            }
+        }
+    };
+    drop(ctx);
+    // A tool may have handed its sender to work that outlives it; take what is queued.
+    while let Ok(event) = events_rx.try_recv() {
+        sink.tool_event(event).await;
+    }
+    let result = match outcome {
+        Ok(result) => result,
+        Err(DispatchError::Cancelled { .. }) if scope.turn_id.is_some() => {
+            ToolResult::failure("interrupted: the turn was stopped while this call ran")
+                .with_metadata(json!({"error": {"kind": "interrupted"}}))
+        }
+        Err(err) => {
+            if let DispatchError::Fatal { message, .. } = &err {
+                tracing::error!(tool = %call.prepared.name(), %message, "tool failed fatally");
+            }
+            err.to_tool_result()
+        }
+    };
+    scope.metrics.record_tool_call(
+        call.prepared.name(),
+        if result.success { "success" } else { "failure" },
+    );
+    if budget_left_usd.is_some() || !result.costs.is_empty() {
+        scope
+            .ledger
+            .settle(&call.hold_key, &result.costs, &scope.labels)
+            .await;
+    }
+    result
+}

@@ -1,0 +1,261 @@
+//! A session's one ledger: its spending cap, the budget held by work in flight, and the cost
+//! rows of every model call made on its behalf — a turn's own calls, a pipeline's nodes, a
+//! sub-agent's calls (a child bills its parent's ledger).
+//!
+//! Work that may spend holds budget first, under the ledger lock, so agents running at once
+//! cannot each spend what is left; it writes its rows and releases its hold under the same lock,
+//! so no reservation ever sees a spend that is in neither the rows nor the holds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::llm::Usage;
+use crate::llm::pricing::{CallCost, Pricing};
+use crate::metrics::Metrics;
+use crate::store::{CostRow, Store, timestamp_now};
+
+/// How a cost row is labelled in the session's ledger.
+#[derive(Debug, Clone)]
+pub(crate) struct CostLabels {
+    /// `agent` for the session's own turns, `agent:<agent_id>` for a sub-agent's.
+    pub node_id: String,
+    /// The session turn the rows belong to, if any.
+    pub turn_id: Option<String>,
+    /// The task the rows belong to (a background task, or a sub-agent).
+    pub task_id: Option<String>,
+}
+
+/// A model call the ledger refused: it could pass the cap.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OverBudget {
+    /// What counts as spent (rows and holds).
+    pub spent: f64,
+    /// The cap.
+    pub cap: f64,
+    /// What the call could cost.
+    pub reserved: f64,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            spent,
+            cap,
+            reserved,
+        } = self;
+        write!(
+            f,
+            "the session has spent {spent:.4} USD of its {cap:.4} USD budget; the next model \
+             call could cost up to {reserved:.4} USD"
+        )
+    }
+}
+
+/// One session's cap, holds and cost rows; clones share them.
+#[derive(Clone)]
+pub(crate) struct Ledger {
+    store: Arc<dyn Store>,
+    session_id: Arc<str>,
+    metrics: Arc<Metrics>,
+    pricing: Pricing,
+    cap_usd: Option<f64>,
+    /// Budget set aside by key (unique in the session) for work between its start and its
+    /// rows: spent as far as the cap is concerned.
+    held: Arc<std::sync::Mutex<HashMap<String, f64>>>,
+    /// Serialises reading the spend with holding, and writing rows with releasing.
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("session_id", &self.session_id)
+            .field("cap_usd", &self.cap_usd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ledger {
+    /// The ledger of `session_id`, capped at `cap_usd` when given.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        session_id: Arc<str>,
+        metrics: Arc<Metrics>,
+        pricing: Pricing,
+        cap_usd: Option<f64>,
+    ) -> Self {
+        Self {
+            store,
+            session_id,
+            metrics,
+            pricing,
+            cap_usd,
+            held: Arc::default(),
+            lock: Arc::default(),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, f64>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The prices the ledger bills at.
+    pub(crate) fn pricing(&self) -> &Pricing {
+        &self.pricing
+    }
+
+    /// What the session's committed rows add up to (0 when they cannot be read).
+    pub(crate) async fn session_cost(&self) -> f64 {
+        self.committed().await.unwrap_or(0.0)
+    }
+
+    async fn committed(&self) -> Option<f64> {
+        match self.store.cost_rows(&self.session_id).await {
+            Ok(rows) => Some(rows.iter().map(|row| row.actual_usd).sum()),
+            Err(err) => {
+                tracing::error!(%err, "cost rows unreadable");
+                None
+            }
+        }
+    }
+
+    /// What counts against the cap: committed rows plus holds; `None` when the rows cannot
+    /// be read, which must refuse rather than allow.
+    async fn spent(&self) -> Option<f64> {
+        let committed = self.committed().await?;
+        Some(committed + self.held().values().sum::<f64>())
+    }
+
+    /// Holds everything still left for the work `key` (a tool that calls models decides how
+    /// to spend it) and answers how much that is; `None` when the session has no cap.
+    pub(crate) async fn hold_rest(&self, key: &str) -> Option<f64> {
+        let cap = self.cap_usd?;
+        let _ledger = self.lock.lock().await;
+        // An unreadable ledger leaves nothing to spend.
+        let left = self
+            .spent()
+            .await
+            .map_or(0.0, |spent| (cap - spent).max(0.0));
+        self.held().insert(key.to_string(), left);
+        Some(left)
+    }
+
+    /// Reserves a model call's worst case `reserved` for `key`; refuses (and records the
+    /// refused call as an uncommitted row) when the session could pass its cap.
+    pub(crate) async fn reserve(
+        &self,
+        key: &str,
+        model: &str,
+        reserved: f64,
+        labels: &CostLabels,
+    ) -> Result<(), OverBudget> {
+        let Some(cap) = self.cap_usd else {
+            return Ok(());
+        };
+        let _ledger = self.lock.lock().await;
+        let spent = self.spent().await.unwrap_or(f64::INFINITY);
+        if spent + reserved <= cap {
+            self.held().insert(key.to_string(), reserved);
+            return Ok(());
+        }
+        let row = self.row(labels, model, reserved, 0.0, Usage::default(), false);
+        self.insert(&row).await;
+        Err(OverBudget {
+            spent,
+            cap,
+            reserved,
+        })
+    }
+
+    /// Prices a finished model call of `model`, records its row and releases `key`; answers
+    /// what it cost.
+    pub(crate) async fn bill(
+        &self,
+        key: &str,
+        model: &str,
+        reserved: f64,
+        usage: Usage,
+        labels: &CostLabels,
+    ) -> f64 {
+        let actual = match self.pricing.cost_usd(model, &usage) {
+            Some(cost) => cost,
+            None => {
+                self.metrics.unpriced_calls.inc();
+                0.0
+            }
+        };
+        self.metrics.record_llm_usage(usage, actual);
+        let row = self.row(labels, model, reserved, actual, usage, true);
+        let _ledger = self.lock.lock().await;
+        self.insert(&row).await;
+        self.release(key);
+        actual
+    }
+
+    /// Records the rows a tool reported for its own model calls and releases `key`, which
+    /// was held until they are in, so the cap never sees a gap.
+    pub(crate) async fn settle(&self, key: &str, costs: &[CallCost], labels: &CostLabels) {
+        let _ledger = self.lock.lock().await;
+        for cost in costs {
+            if cost.unpriced {
+                self.metrics.unpriced_calls.inc();
+            }
+            let usage = Usage {
+                prompt_tokens: cost.tokens_in,
+                completion_tokens: cost.tokens_out,
+            };
+            self.metrics.record_llm_usage(usage, cost.actual_usd);
+            let row = CostRow {
+                node_id: cost.node_id.clone(),
+                ..self.row(
+                    labels,
+                    &cost.model,
+                    cost.reserved_usd,
+                    cost.actual_usd,
+                    usage,
+                    cost.committed,
+                )
+            };
+            self.insert(&row).await;
+        }
+        self.release(key);
+    }
+
+    /// Gives back what `key` held without recording anything (a call that failed before its
+    /// price was known, work that never started).
+    pub(crate) fn release(&self, key: &str) {
+        self.held().remove(key);
+    }
+
+    fn row(
+        &self,
+        labels: &CostLabels,
+        model: &str,
+        reserved: f64,
+        actual: f64,
+        usage: Usage,
+        committed: bool,
+    ) -> CostRow {
+        CostRow {
+            session_id: self.session_id.to_string(),
+            node_id: labels.node_id.clone(),
+            model: model.to_string(),
+            reserved_usd: reserved,
+            actual_usd: actual,
+            tokens_in: usage.prompt_tokens as i64,
+            tokens_out: usage.completion_tokens as i64,
+            committed,
+            turn_id: labels.turn_id.clone(),
+            task_id: labels.task_id.clone(),
+            created_at: timestamp_now(),
+        }
+    }
+
+    async fn insert(&self, row: &CostRow) {
+        if let Err(err) = self.store.insert_cost_row(row).await {
+            tracing::error!(%err, "cost row not persisted");
+        }
+    }
+}

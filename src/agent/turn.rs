@@ -1,0 +1,399 @@
+//! One turn: call the model with the history and the visible tools, stream its answer, run
+//! the calls it makes (a Safe batch concurrently, anything Exclusive one by one, each through
+//! [`call::run`]), and repeat until it answers without tools or a limit is hit.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::call::{self, Call, CallScope};
+use super::context::{cap_output, fit_context};
+use super::event::SessionEvent;
+use super::{AgentSettings, TurnHost};
+use crate::llm::pricing::CallCost;
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, ToolCall, Usage};
+use crate::metrics::Metrics;
+use crate::tools::{ConcurrencyClass, PreparedCall};
+
+/// One turn's inputs.
+pub(crate) struct Turn<H: TurnHost> {
+    pub turn_id: String,
+    /// The user message the turn starts with; `None` continues from the history as it is.
+    pub input: Option<String>,
+    pub settings: Arc<AgentSettings>,
+    pub metrics: Arc<Metrics>,
+    /// Where the turn's state lives.
+    pub host: Arc<H>,
+    /// What the turn's calls share; its ledger is the session's (a sub-agent bills its
+    /// parent), its labels mark the turn's cost rows.
+    pub scope: CallScope,
+    pub cancel: CancellationToken,
+}
+
+/// How a turn ended.
+enum Ending {
+    Completed,
+    Failed { code: &'static str, message: String },
+}
+
+/// Totals of the model calls one turn made.
+#[derive(Default)]
+struct Spend {
+    tokens_in: u64,
+    tokens_out: u64,
+    cost_usd: f64,
+    /// Cost rows tools of this turn reported, in the order the calls finished.
+    node_costs: Vec<CallCost>,
+}
+
+impl<H: TurnHost> Turn<H> {
+    /// Runs the turn to its end and reports it; never panics the session.
+    pub(crate) async fn run(self) {
+        let started = Instant::now();
+        let mut spend = Spend::default();
+        let timeout = self.settings.turn_timeout;
+        // The limit cancels the turn like an interruption, so the loop still answers every
+        // tool call it started before it stops.
+        let timer = {
+            let cancel = self.cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                cancel.cancel();
+            })
+        };
+        let mut outcome = self.turn_loop(&mut spend).await;
+        let timed_out = timer.is_finished();
+        timer.abort();
+        if timed_out && !matches!(outcome, Ending::Completed) {
+            outcome = Ending::Failed {
+                code: "turn_timeout",
+                message: format!("the turn took longer than {} s", timeout.as_secs()),
+            };
+        }
+        let outcome_label = match &outcome {
+            Ending::Completed => "completed",
+            Ending::Failed { code, .. } => code,
+        };
+        self.metrics.record_turn(outcome_label);
+        let event = match outcome {
+            Ending::Completed => {
+                let node_usd: f64 = spend.node_costs.iter().map(|row| row.actual_usd).sum();
+                SessionEvent::TurnCompleted {
+                    turn_id: self.turn_id.clone(),
+                    tokens_in: spend.tokens_in,
+                    tokens_out: spend.tokens_out,
+                    cost_usd: spend.cost_usd + node_usd,
+                    session_cost_usd: self.scope.ledger.session_cost().await,
+                    node_costs: spend.node_costs,
+                }
+            }
+            Ending::Failed { code, message } => SessionEvent::TurnError {
+                turn_id: self.turn_id.clone(),
+                code: code.to_string(),
+                message,
+            },
+        };
+        self.host.emit(event).await;
+        tracing::info!(turn_id = %self.turn_id, elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "turn ended");
+        self.host.finished(&self.turn_id).await;
+    }
+
+    async fn remember(&self, message: &ChatMessage) -> Result<(), Ending> {
+        self.host
+            .remember(message)
+            .await
+            .map_err(|message| Ending::Failed {
+                code: "internal",
+                message,
+            })
+    }
+
+    async fn turn_loop(&self, spend: &mut Spend) -> Ending {
+        if let Some(input) = &self.input
+            && let Err(ending) = self
+                .remember(&ChatMessage::User {
+                    content: input.clone(),
+                })
+                .await
+        {
+            return ending;
+        }
+        for _ in 0..self.settings.max_iterations {
+            if self.cancel.is_cancelled() {
+                return interrupted();
+            }
+            let Some(specs) = self.host.begin_iteration().await else {
+                return interrupted();
+            };
+            let history = match self.host.history().await {
+                Ok(history) => history,
+                Err(message) => {
+                    return Ending::Failed {
+                        code: "internal",
+                        message,
+                    };
+                }
+            };
+            let room = u64::from(self.settings.context_window)
+                .saturating_sub(u64::from(self.settings.max_tokens));
+            let (messages, estimate) =
+                fit_context(self.host.system_prompt(), history, &specs, room);
+            let request = ChatRequest {
+                model: self.settings.model.clone(),
+                messages,
+                tools: specs,
+                max_tokens: self.settings.max_tokens,
+            };
+            let reserved = match self.reserve(&request, estimate).await {
+                Ok(reserved) => reserved,
+                Err(ending) => return ending,
+            };
+            let response = match self.call_model(request).await {
+                Ok(response) => response,
+                Err(err) => {
+                    // No row: what a failed call cost is unknown (see the protocol's deviations).
+                    self.scope.ledger.release(&self.model_hold());
+                    return Ending::Failed {
+                        code: err.kind(),
+                        message: err.to_string(),
+                    };
+                }
+            };
+            self.bill(reserved, response.usage, spend).await;
+            if !response.text.is_empty() {
+                self.host
+                    .emit(SessionEvent::MessageCompleted {
+                        turn_id: self.turn_id.clone(),
+                        text: response.text.clone(),
+                    })
+                    .await;
+            }
+            // Some servers re-parse stored arguments and refuse malformed ones, so the history
+            // keeps `{}` in their place; the tool message says what was wrong.
+            let stored_calls = response
+                .tool_calls
+                .iter()
+                .map(
+                    |call| match serde_json::from_str::<Value>(&call.arguments) {
+                        Ok(_) => call.clone(),
+                        Err(_) => ToolCall {
+                            arguments: "{}".into(),
+                            ..call.clone()
+                        },
+                    },
+                )
+                .collect();
+            let assistant = ChatMessage::Assistant {
+                content: (!response.text.is_empty()).then(|| response.text.clone()),
+                tool_calls: stored_calls,
+            };
+            if let Err(ending) = self.remember(&assistant).await {
+                return ending;
+            }
+            if response.tool_calls.is_empty() {
+                return Ending::Completed;
+            }
+            let results = self.run_batch(&response.tool_calls, spend).await;
+            for (call, content) in response.tool_calls.iter().zip(results) {
+                let message = ChatMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    content,
+                };
+                if let Err(ending) = self.remember(&message).await {
+                    return ending;
+                }
+            }
+            if self.cancel.is_cancelled() {
+                return interrupted();
+            }
+        }
+        Ending::Failed {
+            code: "iteration_limit",
+            message: format!(
+                "the turn stopped after {} model calls",
+                self.settings.max_iterations
+            ),
+        }
+    }
+
+    /// Reserves the call's worst-case price (its prompt `estimate` plus the completion cap)
+    /// against the budget; refuses it when the session would pass the cap. Returns the
+    /// reserved USD.
+    async fn reserve(&self, request: &ChatRequest, estimate: u64) -> Result<f64, Ending> {
+        let ledger = &self.scope.ledger;
+        let reserved = ledger
+            .pricing()
+            .reserve_usd(&request.model, estimate, request.max_tokens)
+            .unwrap_or(0.0);
+        ledger
+            .reserve(
+                &self.model_hold(),
+                &request.model,
+                reserved,
+                &self.scope.labels,
+            )
+            .await
+            .map(|()| reserved)
+            .map_err(|refused| Ending::Failed {
+                code: "budget_exceeded",
+                message: refused.to_string(),
+            })
+    }
+
+    /// Records one model call's cost row and adds it to the turn's totals.
+    async fn bill(&self, reserved: f64, usage: Option<Usage>, spend: &mut Spend) {
+        let usage = usage.unwrap_or_default();
+        let actual = self
+            .scope
+            .ledger
+            .bill(
+                &self.model_hold(),
+                &self.settings.model,
+                reserved,
+                usage,
+                &self.scope.labels,
+            )
+            .await;
+        spend.tokens_in += usage.prompt_tokens;
+        spend.tokens_out += usage.completion_tokens;
+        spend.cost_usd += actual;
+    }
+
+    /// The hold of this turn's model call in flight (a turn makes one at a time).
+    fn model_hold(&self) -> String {
+        format!("{}#model", self.turn_id)
+    }
+
+    /// Streams one model call, turning text deltas into `message/delta` events as they come.
+    async fn call_model(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
+        let (deltas, mut delta_rx) = mpsc::channel::<String>(64);
+        let forward = async {
+            while let Some(text) = delta_rx.recv().await {
+                self.host
+                    .emit(SessionEvent::MessageDelta {
+                        turn_id: self.turn_id.clone(),
+                        text,
+                    })
+                    .await;
+            }
+        };
+        let call = self
+            .settings
+            .provider
+            .stream_chat(request, deltas, self.cancel.child_token());
+        let (outcome, ()) = tokio::join!(call, forward);
+        outcome
+    }
+
+    /// Runs one batch of tool calls and returns the text each gives the model, in order.
+    async fn run_batch(&self, calls: &[ToolCall], spend: &mut Spend) -> Vec<String> {
+        // Every call is checked first, in the model's order; refusals answer without running.
+        let mut prepared: Vec<Result<(PreparedCall, Value), String>> = Vec::new();
+        for call in calls {
+            prepared.push(self.prepare(call).await);
+        }
+        let all_safe = prepared.iter().all(|p| match p {
+            Ok((call, _)) => call.tool().concurrency_class() == ConcurrencyClass::Safe,
+            Err(_) => true,
+        });
+        if all_safe {
+            let runs = calls
+                .iter()
+                .zip(prepared)
+                .map(|(call, prepared)| async move {
+                    match prepared {
+                        Ok((ready, arguments)) => Ok(self.execute(call, ready, arguments).await),
+                        Err(refusal) => Err(refusal),
+                    }
+                });
+            return join_all(runs)
+                .await
+                .into_iter()
+                .map(|outcome| match outcome {
+                    Ok((text, _, costs)) => {
+                        spend.node_costs.extend(costs);
+                        text
+                    }
+                    Err(refusal) => refusal,
+                })
+                .collect();
+        }
+        let mut results = Vec::with_capacity(calls.len());
+        let mut failed = false;
+        for (call, prepared) in calls.iter().zip(prepared) {
+            if failed || self.cancel.is_cancelled() {
+                results.push(
+                    "cancelled: an earlier call of this batch failed, so this one was not run"
+                        .to_string(),
+                );
+                continue;
+            }
+            match prepared {
+                Ok((ready, arguments)) => {
+                    let (text, success, costs) = self.execute(call, ready, arguments).await;
+                    spend.node_costs.extend(costs);
+                    failed = !success;
+                    results.push(text);
+                }
+                Err(refusal) => {
+                    failed = true;
+                    results.push(refusal);
+                }
+            }
+        }
+        results
+    }
+
+    /// Parses and checks one call through the host; a refusal becomes the model's text.
+    async fn prepare(&self, call: &ToolCall) -> Result<(PreparedCall, Value), String> {
+        let arguments: Value = if call.arguments.trim().is_empty() {
+            Value::Object(serde_json::Map::new())
+        } else {
+            serde_json::from_str(&call.arguments).map_err(|err| {
+                format!(
+                    "the arguments of {} are not valid JSON ({err}); send a JSON object",
+                    call.name
+                )
+            })?
+        };
+        match self.host.prepare(&call.name, &arguments).await {
+            Some(Ok(ready)) => Ok((ready, arguments)),
+            Some(Err(refusal)) => {
+                self.metrics.record_refusal(&call.name, &refusal);
+                Err(refusal.to_string())
+            }
+            None => Err("the session stopped".to_string()),
+        }
+    }
+
+    /// Runs one prepared call through the call path; returns the model's text, whether it
+    /// succeeded, and the cost rows it reported.
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        ready: PreparedCall,
+        arguments: Value,
+    ) -> (String, bool, Vec<CallCost>) {
+        let call = Call {
+            // Call ids are the model's and may repeat across agents; turn ids do not.
+            hold_key: format!("{}#{}", self.turn_id, call.id),
+            tool_call_id: call.id.clone(),
+            prepared: ready,
+            arguments,
+            cancel: self.cancel.child_token(),
+        };
+        let result = call::run(self.host.as_ref(), &self.scope, call).await;
+        (cap_output(&result.output), result.success, result.costs)
+    }
+}
+
+fn interrupted() -> Ending {
+    Ending::Failed {
+        code: "interrupted",
+        message: "the turn was interrupted".into(),
+    }
+}

@@ -1,0 +1,168 @@
+//! How the actor commits and streams its events: lingering for a shared commit, the store
+//! append, the hand-off to watchers, and the events that tools and the registry cause.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::mpsc::error::TrySendError;
+
+use super::{LINGER, SessionActor};
+use crate::agent::SessionEvent;
+use crate::session::{Outbound, ToolNames, notification_text, stamp};
+use crate::store::NewEvent;
+use crate::tools::{ToolCatalog, ToolEvent};
+
+impl SessionActor {
+    /// Persists one event, after any that linger, then hands them to every watcher.
+    pub(super) async fn emit(&mut self, event: SessionEvent) {
+        self.lingering.push(event);
+        self.commit_lingering().await;
+    }
+
+    /// Accepts an event that may wait up to [`LINGER`] for the next one, so the two are
+    /// committed together: a fast tool's `tool/started` goes with its `tool/completed`, a
+    /// turn's events in a few batches. No one sees it before it is committed; every later
+    /// event commits it first, so the order holds.
+    pub(super) fn linger(&mut self, event: SessionEvent) {
+        self.lingering.push(event);
+        if self.linger_until.is_none() {
+            self.linger_until = Some(Instant::now() + LINGER);
+        }
+    }
+
+    /// Persists the lingering events with the next seqs in one append, then hands them to
+    /// every watcher. A watcher whose queue is full is cut off (it resumes from the store); the
+    /// actor never waits on a socket.
+    pub(super) async fn commit_lingering(&mut self) {
+        self.linger_until = None;
+        if self.lingering.is_empty() {
+            return;
+        }
+        let held: Vec<(String, Value)> = self
+            .lingering
+            .drain(..)
+            .map(SessionEvent::into_wire)
+            .collect();
+        let mut first = self.last_seq + 1;
+        let mut events = self.stamped(first, &held);
+        if let Err(err) = self.store.append_events(&events).await {
+            // A write that committed but reported failure leaves the store ahead of us: catch
+            // up once and retry, rather than refusing every later event.
+            let retried = match (&err, self.store.get_session(&self.session_id).await) {
+                (crate::store::StoreError::Conflict(_), Ok(Some(row))) => {
+                    first = row.last_seq + 1;
+                    events = self.stamped(first, &held);
+                    self.store.append_events(&events).await
+                }
+                _ => Err(err),
+            };
+            if let Err(err) = retried {
+                // Unpersisted events are not sent: a client must be able to replay what it saw.
+                let methods: Vec<&str> = held.iter().map(|(method, _)| method.as_str()).collect();
+                tracing::error!(%err, ?methods, seq = first, "events not persisted");
+                return;
+            }
+        }
+        for event in &events {
+            self.last_seq = event.seq;
+            self.metrics.events_written.inc();
+            let frame = Outbound::Text(notification_text(&event.method, &event.params_json));
+            self.watchers
+                .retain(|watcher| match watcher.tx.try_send(frame.clone()) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) => {
+                        tracing::info!(
+                            connection = watcher.connection_id,
+                            "watcher lagged; cut off"
+                        );
+                        watcher.lagged.cancel();
+                        false
+                    }
+                    Err(TrySendError::Closed(_)) => false,
+                });
+        }
+    }
+
+    /// `held` as events numbered from `first`, their params carrying session and seq.
+    fn stamped(&self, first: i64, held: &[(String, Value)]) -> Vec<NewEvent> {
+        held.iter()
+            .zip(first..)
+            .map(|((method, params), seq)| {
+                let params = stamp(&self.session_id, seq, params.clone());
+                NewEvent::now(Arc::clone(&self.session_id), seq, method, &params)
+            })
+            .collect()
+    }
+
+    /// Emits `tools/changed` when the visible or deferred set differs from `before`.
+    pub(super) async fn announce_tool_changes(&mut self, before: Arc<ToolCatalog>) {
+        let after = self.registry.catalog();
+        // The registry makes a new catalog only when something changed: the common case costs
+        // a pointer comparison, not two lists of names.
+        if Arc::ptr_eq(&before, &after) {
+            return;
+        }
+        let (before, after) = (ToolNames::of(&before), ToolNames::of(&after));
+        if after.active == before.active && after.deferred == before.deferred {
+            return;
+        }
+        let activated = after
+            .active
+            .iter()
+            .filter(|n| before.deferred.contains(n))
+            .cloned()
+            .collect();
+        let evicted = after
+            .deferred
+            .iter()
+            .filter(|n| before.active.contains(n))
+            .cloned()
+            .collect();
+        self.emit(SessionEvent::ToolsChanged {
+            active: after.active,
+            deferred: after.deferred,
+            evicted,
+            activated,
+        })
+        .await;
+    }
+
+    pub(super) async fn on_tool_event(&mut self, event: ToolEvent) {
+        match event {
+            ToolEvent::Progress {
+                tool_call_id,
+                message,
+                fraction,
+            } => {
+                self.emit(SessionEvent::ToolProgress {
+                    tool_call_id,
+                    message,
+                    fraction,
+                })
+                .await;
+            }
+            ToolEvent::Output { tool_call_id, text } => {
+                self.emit(SessionEvent::ToolOutputDelta { tool_call_id, text })
+                    .await;
+            }
+            ToolEvent::PlanUpdated { explanation, plan } => {
+                self.emit(SessionEvent::PlanUpdated { explanation, plan })
+                    .await;
+            }
+            ToolEvent::UserInputRequested {
+                request_id,
+                questions,
+                reply,
+            } => {
+                self.pending_input.insert(request_id.clone(), reply);
+                self.emit(SessionEvent::UserInputRequested {
+                    request_id,
+                    questions,
+                })
+                .await;
+            }
+            ToolEvent::SubAgent(request) => self.on_sub_agent_request(request).await,
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! A client's `tool/invoke`: prepared by the actor, run through the one call path in a task of
+//! its own, and answered once its `tool/completed` is committed.
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::SessionActor;
+use crate::agent::call::{self, Call};
+use crate::agent::ledger::CostLabels;
+use crate::agent::{ActorLink, TurnRequest};
+use crate::session::{InvokeResult, SessionError};
+use crate::tools::ToolResult;
+
+impl SessionActor {
+    pub(super) async fn invoke_tool(
+        &mut self,
+        name: String,
+        arguments: Value,
+        reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
+    ) {
+        let before = self.registry.catalog();
+        let prepared = self.registry.prepare(&name, &arguments);
+        self.announce_tool_changes(before).await;
+        let prepared = match prepared {
+            Ok(call) => call,
+            Err(err) => {
+                self.metrics.record_refusal(&name, &err);
+                let _ = reply.send(Err(err.into()));
+                return;
+            }
+        };
+        let tool_call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
+        self.invocations.insert(tool_call_id.clone(), reply);
+        let scope = self.call_scope(CostLabels {
+            node_id: "agent".into(),
+            turn_id: None,
+            task_id: None,
+        });
+        let call = Call {
+            hold_key: tool_call_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            prepared,
+            arguments,
+            cancel: self.cancel.child_token(),
+        };
+        // Its events come back on the same ordered channel as its end, so the caller hears
+        // the result only after everything the call said.
+        let link = ActorLink {
+            actor: self.turns.sender(),
+        };
+        self.tracker.spawn(async move {
+            let result = call::run(&link, &scope, call).await;
+            let _ = link
+                .actor
+                .send(TurnRequest::Invoked(Box::new((tool_call_id, result))))
+                .await;
+        });
+    }
+
+    /// A client's call ended: its events are committed, then its caller hears the result.
+    pub(super) async fn on_invoked(&mut self, tool_call_id: String, result: ToolResult) {
+        self.commit_lingering().await;
+        // Activations a tool asked for show up in the next listing.
+        let before = self.registry.catalog();
+        self.registry.apply_activation_requests();
+        self.announce_tool_changes(before).await;
+        if let Some(reply) = self.invocations.remove(&tool_call_id) {
+            let _ = reply.send(Ok(InvokeResult {
+                tool_call_id,
+                success: result.success,
+                structured_metadata: result.wire_metadata(),
+                output: result.output,
+            }));
+        }
+    }
+}

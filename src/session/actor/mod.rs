@@ -1,0 +1,385 @@
+//! The session actor: owns one session's registry, event counter, watchers and running work,
+//! and is the only writer of its event stream and history.
+//!
+//! - [`events`](self::events): committing and streaming events, `tools/changed`, tool events.
+//! - [`invoke`](self::invoke): a client's `tool/invoke`, through the one call path.
+//! - [`tasks`](self::tasks): background tasks, from start to `turn/spawn_complete`.
+//! - [`turns`](self::turns): starting a turn and serving what it asks.
+//! - [`children`](self::children): sub-agents.
+
+mod children;
+mod events;
+mod invoke;
+mod tasks;
+mod turns;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::{RwLock, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::{Command, InvokeResult, SessionError, Watcher};
+use crate::agent::call::CallScope;
+use crate::agent::ledger::{CostLabels, Ledger};
+use crate::agent::{AgentSettings, SessionEvent, TurnRequest};
+use crate::llm::ChatMessage;
+use crate::llm::pricing::Pricing;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
+use crate::tools::builtin::exec::ProcessTable;
+use crate::tools::{ToolEvent, ToolRegistry, ToolState};
+
+/// How long an event may wait for the next one to share its commit (see `SessionActor::linger`).
+const LINGER: Duration = Duration::from_millis(1);
+/// Queue depth for commands sent to one actor.
+pub(crate) const COMMAND_QUEUE: usize = 64;
+
+/// Everything an actor needs from the server when it starts.
+pub(crate) struct ActorSetup {
+    pub session_id: Arc<str>,
+    pub store: Arc<dyn Store>,
+    pub registry: ToolRegistry,
+    pub last_seq: i64,
+    pub idle_unload: Duration,
+    pub cancel: CancellationToken,
+    pub tracker: TaskTracker,
+    pub metrics: Arc<Metrics>,
+    pub llm_configured: bool,
+    pub agent: Option<Arc<AgentSettings>>,
+    pub tasks_dir: std::path::PathBuf,
+}
+
+/// The turn a session is running.
+struct RunningTurn {
+    turn_id: String,
+    cancel: CancellationToken,
+    /// `turn/interrupt` callers, answered once the turn has ended and said so.
+    interrupters: Vec<oneshot::Sender<bool>>,
+}
+
+/// One session's state, owned by one task.
+pub(crate) struct SessionActor {
+    session_id: Arc<str>,
+    store: Arc<dyn Store>,
+    registry: ToolRegistry,
+    last_seq: i64,
+    /// Events accepted but not yet committed (see `linger`), in order, and when they must be.
+    lingering: Vec<SessionEvent>,
+    linger_until: Option<Instant>,
+    watchers: Vec<Watcher>,
+    idle_unload: Duration,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    metrics: Arc<Metrics>,
+    llm_configured: bool,
+    agent: Option<Arc<AgentSettings>>,
+    turn: Option<RunningTurn>,
+    /// The session's budget and cost rows, shared with its turns, calls and children.
+    ledger: Ledger,
+    tasks: TaskSupervisor,
+    reports: LazyChannel<TaskReport>,
+    /// Results of background tasks that ended during a turn, added to the history after it.
+    pending_notes: Vec<ChatMessage>,
+    /// What turns and client calls ask of the actor, in the order they asked.
+    turns: LazyChannel<TurnRequest>,
+    /// Client calls (`tool/invoke`) started and not yet answered, by tool_call_id.
+    invocations: HashMap<String, oneshot::Sender<Result<InvokeResult, SessionError>>>,
+    /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
+    /// same concurrency rules as a model's batch.
+    exclusivity: Arc<RwLock<()>>,
+    /// Questions asked by `request_user_input`, by request id.
+    pending_input: HashMap<String, oneshot::Sender<Value>>,
+    events: LazyChannel<ToolEvent>,
+    /// Open sub-agents by agent id.
+    children: HashMap<String, children::ChildAgent>,
+    /// Ids of closed sub-agents, so a call naming one can say it was closed.
+    closed_children: std::collections::HashSet<String>,
+}
+
+impl SessionActor {
+    pub(crate) fn new(setup: ActorSetup) -> Self {
+        let (pricing, cap_usd) = match &setup.agent {
+            Some(settings) => (settings.pricing.clone(), settings.budget_usd),
+            None => (Pricing::default(), None),
+        };
+        let ledger = Ledger::new(
+            Arc::clone(&setup.store),
+            Arc::clone(&setup.session_id),
+            Arc::clone(&setup.metrics),
+            pricing,
+            cap_usd,
+        );
+        Self {
+            tasks: TaskSupervisor::new(setup.tasks_dir),
+            reports: LazyChannel::default(),
+            pending_notes: Vec::new(),
+            session_id: setup.session_id,
+            store: setup.store,
+            registry: setup.registry,
+            last_seq: setup.last_seq,
+            lingering: Vec::new(),
+            linger_until: None,
+            watchers: Vec::new(),
+            idle_unload: setup.idle_unload,
+            cancel: setup.cancel,
+            tracker: setup.tracker,
+            metrics: setup.metrics,
+            llm_configured: setup.llm_configured,
+            agent: setup.agent,
+            turn: None,
+            ledger,
+            turns: LazyChannel::default(),
+            invocations: HashMap::new(),
+            exclusivity: Arc::new(RwLock::new(())),
+            pending_input: HashMap::new(),
+            events: LazyChannel::default(),
+            children: HashMap::new(),
+            closed_children: std::collections::HashSet::new(),
+        }
+    }
+
+    /// Serves commands until closed, cancelled, or idle for `idle_unload` with nothing to do.
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let span = tracing::info_span!("session", session_id = %self.session_id);
+        async move {
+            tracing::debug!("actor started");
+            loop {
+                // Questions whose tool gave up (timeout, interruption) no longer wait.
+                self.pending_input.retain(|_, waiting| !waiting.is_closed());
+                self.events.release_if_unused();
+                self.reports.release_if_unused();
+                self.turns.release_if_unused();
+                let idle = self.watchers.is_empty()
+                    && self.invocations.is_empty()
+                    && self.turn.is_none()
+                    && self.tasks.is_empty()
+                    && !self.children_running()
+                    && self.pending_input.is_empty();
+                let idle_timer = tokio::time::sleep(self.idle_unload);
+                let linger_until = self.linger_until;
+                tokio::select! {
+                    () = self.cancel.cancelled() => break,
+                    // Each arm's work is boxed: the loop's own future then holds one pointer
+                    // while a message is handled, not room for the largest handler's state,
+                    // and an idle session costs that much less.
+                    () = sleep_until_some(linger_until), if linger_until.is_some() => {
+                        Box::pin(self.commit_lingering()).await;
+                    }
+                    command = commands.recv() => match command {
+                        Some(Command::Close) | None => break,
+                        Some(command) => Box::pin(self.handle(command)).await,
+                    },
+                    Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).await,
+                    Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).await,
+                    Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).await,
+                    () = idle_timer, if idle => {
+                        tracing::debug!("idle; unloading");
+                        break;
+                    }
+                }
+            }
+            Box::pin(self.commit_lingering()).await;
+            if let Some(turn) = &self.turn {
+                turn.cancel.cancel();
+            }
+            // In-flight tool/invoke calls hold child tokens of this one.
+            self.cancel.cancel();
+            Box::pin(self.close_children("the session stopped")).await;
+            Box::pin(self.cancel_tasks_on_stop()).await;
+            self.kill_processes();
+            tracing::debug!("actor stopped");
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn handle(&mut self, command: Command) {
+        match command {
+            Command::Attach { watcher, reply } => {
+                self.watchers.push(watcher);
+                let _ = reply.send((self.last_seq, self.registry.catalog()));
+            }
+            Command::Detach { connection_id } => {
+                self.watchers.retain(|w| w.connection_id != connection_id);
+            }
+            Command::InvokeTool {
+                name,
+                arguments,
+                reply,
+            } => self.invoke_tool(name, arguments, reply).await,
+            Command::ToolList { reply } => {
+                let _ = reply.send(tool_list(&self.registry));
+            }
+            Command::StartTurn {
+                input,
+                turn_id,
+                reply,
+            } => {
+                let outcome = self.start_turn(input, turn_id).await;
+                let _ = reply.send(outcome);
+            }
+            Command::Interrupt { reply } => match &mut self.turn {
+                Some(turn) => {
+                    turn.cancel.cancel();
+                    turn.interrupters.push(reply);
+                    self.kill_processes();
+                    self.stop_running_children();
+                }
+                None => {
+                    let _ = reply.send(false);
+                }
+            },
+            Command::RespondUserInput {
+                request_id,
+                answers,
+                reply,
+            } => {
+                let outcome = match self.pending_input.remove(&request_id) {
+                    Some(waiting) => waiting
+                        .send(answers)
+                        .map_err(|_| SessionError::UnknownRequest(request_id)),
+                    None => Err(SessionError::UnknownRequest(request_id)),
+                };
+                let _ = reply.send(outcome);
+            }
+            Command::CancelTask { task_id, reply } => {
+                if self.children.contains_key(&task_id) {
+                    self.cancel_child_run(&task_id, reply);
+                } else {
+                    self.tasks.cancel(&task_id, reply);
+                }
+            }
+            Command::Close => {}
+        }
+    }
+
+    /// What calls of this session made outside a turn (clients', background tasks') share.
+    fn call_scope(&self, labels: CostLabels) -> CallScope {
+        CallScope {
+            session_id: Arc::clone(&self.session_id),
+            turn_id: None,
+            cwd: self
+                .registry
+                .workspace()
+                .map(|w| w.root().to_path_buf())
+                .unwrap_or_default(),
+            catalog: self.registry.catalog_cell(),
+            exclusivity: Some(Arc::clone(&self.exclusivity)),
+            ledger: self.ledger.clone(),
+            labels,
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+
+    /// Ends every `exec_command` process of the session, so interrupting a turn or closing
+    /// the session leaves no orphans (`shell` commands end with their call's cancellation).
+    fn kill_processes(&self) {
+        if let Some(workspace) = self.registry.workspace() {
+            workspace.shared::<ProcessTable>().kill_all();
+        }
+    }
+}
+
+/// A channel created on first use: an idle session should not pay for the message blocks of
+/// work it never does (a tokio channel allocates its first block up front).
+struct LazyChannel<T> {
+    tx: Option<mpsc::Sender<T>>,
+    rx: Option<mpsc::Receiver<T>>,
+}
+
+impl<T> Default for LazyChannel<T> {
+    fn default() -> Self {
+        Self { tx: None, rx: None }
+    }
+}
+
+impl<T> LazyChannel<T> {
+    fn sender(&mut self) -> mpsc::Sender<T> {
+        match &self.tx {
+            Some(tx) => tx.clone(),
+            None => {
+                let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+                self.rx = Some(rx);
+                self.tx.insert(tx).clone()
+            }
+        }
+    }
+
+    /// The next message; never resolves while the channel does not exist yet.
+    async fn recv(&mut self) -> Option<T> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Drops the channel once nobody else can send on it and nothing is queued, so a session
+    /// that went quiet gives back its slots; the next `sender` makes a new one.
+    fn release_if_unused(&mut self) {
+        let unused = self.tx.as_ref().is_some_and(|tx| tx.strong_count() == 1)
+            && self.rx.as_ref().is_some_and(mpsc::Receiver::is_empty);
+        if unused {
+            self.tx = None;
+            self.rx = None;
+        }
+    }
+}
+
+/// `tool/list`: active and deferred tools as `ToolInfo`, hidden ones with their reason.
+pub(crate) fn tool_list(registry: &ToolRegistry) -> Value {
+    let catalog = registry.catalog();
+    let info = |state: ToolState| -> Vec<Value> {
+        catalog
+            .entries
+            .iter()
+            .filter(|e| e.state == state)
+            .map(|e| {
+                let mut info = json!({
+                    "name": e.name(),
+                    "description": e.description(),
+                    "tags": e.tags(),
+                    "concurrency": e.concurrency(),
+                    "spawn_only": e.spawn_only,
+                });
+                if let Some(group) = e.group {
+                    info["group"] = Value::String(group.to_string());
+                }
+                info
+            })
+            .collect()
+    };
+    let hidden: Vec<Value> = catalog
+        .hidden()
+        .map(|(e, reason)| json!({"name": e.name(), "reason": reason}))
+        .collect();
+    let lifecycle = registry.lifecycle();
+    let last_used: serde_json::Map<String, Value> = lifecycle
+        .last_used()
+        .map(|(name, at)| (name.to_string(), Value::from(at)))
+        .collect();
+    json!({
+        "active": info(ToolState::Active),
+        "deferred": info(ToolState::Deferred),
+        "hidden": hidden,
+        "lru": {
+            "iteration": lifecycle.iteration(),
+            "max_active": lifecycle.max_active(),
+            "idle_threshold": lifecycle.idle_threshold(),
+            "last_used": last_used,
+        },
+    })
+}
+
+/// Sleeps until `deadline`; never ends without one (the caller guards the branch).
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}

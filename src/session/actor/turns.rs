@@ -1,0 +1,180 @@
+//! Turns as the actor sees them: starting one in its own task, and serving what it asks —
+//! the LRU tick, call preparation, spawned tasks, the history and its end.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use super::{RunningTurn, SessionActor};
+use crate::agent::context::repair;
+use crate::agent::event::{SessionEvent, ToolCompleted};
+use crate::agent::ledger::CostLabels;
+use crate::agent::turn::Turn;
+use crate::agent::{ActorLink, TurnRequest};
+use crate::llm::ChatMessage;
+use crate::session::SessionError;
+
+impl SessionActor {
+    /// Starts a turn in its own task; `turn/started` is emitted before the caller hears back.
+    pub(super) async fn start_turn(
+        &mut self,
+        input: String,
+        turn_id: Option<String>,
+    ) -> Result<String, SessionError> {
+        let Some(settings) = self.agent.clone() else {
+            return Err(if self.llm_configured {
+                SessionError::NotYetAvailable("the model could not be set up; see the server log")
+            } else {
+                SessionError::LlmNotConfigured
+            });
+        };
+        if self.turn.is_some() {
+            return Err(SessionError::TurnInProgress);
+        }
+        let turn_id = turn_id.unwrap_or_else(|| format!("turn_{}", uuid::Uuid::new_v4().simple()));
+        let cancel = self.cancel.child_token();
+        self.turn = Some(RunningTurn {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+            interrupters: Vec::new(),
+        });
+        self.emit(SessionEvent::TurnStarted {
+            turn_id: turn_id.clone(),
+        })
+        .await;
+        let mut scope = self.call_scope(CostLabels {
+            node_id: "agent".into(),
+            turn_id: Some(turn_id.clone()),
+            task_id: None,
+        });
+        scope.turn_id = Some(turn_id.clone());
+        let turn = Turn {
+            turn_id: turn_id.clone(),
+            input: Some(input),
+            settings,
+            metrics: Arc::clone(&self.metrics),
+            host: Arc::new(ActorLink {
+                actor: self.turns.sender(),
+            }),
+            scope,
+            cancel,
+        };
+        let span = tracing::info_span!("turn", turn_id = %turn_id);
+        self.tracker.spawn(turn.run().instrument(span));
+        Ok(turn_id)
+    }
+
+    pub(super) async fn on_turn_request(&mut self, request: TurnRequest) {
+        match request {
+            TurnRequest::Emit(event) => self.linger(event),
+            TurnRequest::BeginIteration { reply } => {
+                let before = self.registry.catalog();
+                self.registry.tick();
+                let evicted = self.registry.auto_evict();
+                self.metrics.evictions.inc_by(evicted.len() as u64);
+                self.announce_tool_changes(before).await;
+                let _ = reply.send(self.registry.specs());
+            }
+            TurnRequest::Prepare {
+                name,
+                arguments,
+                reply,
+            } => {
+                let before = self.registry.catalog();
+                let prepared = self.registry.prepare(&name, &arguments);
+                self.announce_tool_changes(before).await;
+                let _ = reply.send(prepared);
+            }
+            TurnRequest::ToolEvent(event) => self.on_tool_event(event).await,
+            TurnRequest::SpawnTask(spawn) => {
+                let (spawn, reply) = *spawn;
+                let started = Instant::now();
+                let (tool_call_id, tool_name) =
+                    (spawn.tool_call_id.clone(), spawn.call.name().to_string());
+                let turn_id = spawn.turn_id.clone();
+                let result = self.spawn_task(spawn).await;
+                // Emitted here, before any report of the task can be handled, so the call's
+                // completion always precedes the task's own events.
+                self.emit(ToolCompleted::of(
+                    turn_id,
+                    &tool_call_id,
+                    &tool_name,
+                    &result,
+                    started.elapsed(),
+                ))
+                .await;
+                let _ = reply.send(result);
+            }
+            TurnRequest::History { reply } => {
+                let _ = reply.send(self.history().await);
+            }
+            TurnRequest::Remember { message, reply } => {
+                let _ = reply.send(self.remember(&message).await);
+            }
+            TurnRequest::Invoked(invoked) => {
+                let (tool_call_id, result) = *invoked;
+                self.on_invoked(tool_call_id, result).await;
+            }
+            TurnRequest::Finished { turn_id } => {
+                // Whoever is told the turn ended must be able to see how.
+                self.commit_lingering().await;
+                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
+                    && let Some(turn) = self.turn.take()
+                {
+                    // Interrupted or out of time: the children stop with it.
+                    if turn.cancel.is_cancelled() {
+                        self.stop_running_children();
+                    }
+                    for interrupter in turn.interrupters {
+                        let _ = interrupter.send(true);
+                    }
+                }
+                for note in std::mem::take(&mut self.pending_notes) {
+                    self.remember_note(&note).await;
+                }
+                // Activations a tool asked for during the turn show up now.
+                let before = self.registry.catalog();
+                self.registry.apply_activation_requests();
+                self.announce_tool_changes(before).await;
+            }
+        }
+    }
+
+    /// The conversation so far, repaired for a model; the error is said to the client.
+    async fn history(&self) -> Result<Vec<ChatMessage>, String> {
+        let stored = self.store.messages(&self.session_id).await.map_err(|err| {
+            tracing::error!(%err, "history unreadable");
+            "the conversation could not be read".to_string()
+        })?;
+        Ok(repair(
+            stored
+                .into_iter()
+                .filter_map(|value| serde_json::from_value(value).ok())
+                .collect(),
+        ))
+    }
+
+    /// Appends one message to the stored history; the error says what failed, for the
+    /// client, and was logged.
+    async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
+        let value = serde_json::to_value(message).map_err(|err| {
+            tracing::error!(%err, "history entry does not serialise");
+            format!("history entry does not serialise: {err}")
+        })?;
+        self.store
+            .append_message(&self.session_id, &value)
+            .await
+            .map(|_| ())
+            .map_err(|err| {
+                tracing::error!(%err, "history not persisted");
+                "the conversation could not be stored".to_string()
+            })
+    }
+
+    /// Adds a note to the history; the store logged why when it fails, and a lost note costs
+    /// the model one line of context.
+    pub(super) async fn remember_note(&self, message: &ChatMessage) {
+        let _ = self.remember(message).await;
+    }
+}
