@@ -3,7 +3,7 @@
 //! The parser is written here rather than taken from a crate: `diffy` (the well-kept option)
 //! rejects hunks whose `@@` counts are off by one, only says "error applying hunk #N", and
 //! compares lines with their endings, so CRLF files would not match an LF diff. Matching and
-//! rendering are shared with `apply_patch` (see [`super::patch`]).
+//! rendering are shared with `apply_patch` (see `text_edit`).
 
 use std::any::Any;
 use std::path::{Component, Path, PathBuf};
@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::parse_args;
-use super::patch::{
+use super::text_edit::{
     HunkLine, MAX_FILE_BYTES, Matching, Replacement, TextFile, clip, describe_miss, old_lines,
     seek_near, without_trailing_blanks,
 };

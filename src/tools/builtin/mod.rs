@@ -6,6 +6,7 @@
 //! - [`agents`] — spawn_agent, send_input, resume_agent, wait_agent, close_agent (the session
 //!   runs the children, so the server registers them when a model is configured).
 //! - [`diff_edit`] — diff_edit (one unified diff, one file).
+//! - `text_edit` — the line model and hunk matching apply_patch and diff_edit share.
 //! - [`search`] — list_dir, glob, grep.
 //! - [`history`] — workspace_diff, workspace_log.
 //! - [`shell`] — shell.
@@ -29,6 +30,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod search;
 pub mod shell;
+mod text_edit;
 pub mod web;
 
 use std::path::Path;
