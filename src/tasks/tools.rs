@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::output::OutputMode;
+use super::query::{OutputParams, optional_mode_object};
 use super::read::{TaskReadError, read_task_output, task_of_session};
 use crate::store::Store;
 use crate::tools::{Tool, ToolContext, ToolError, ToolResult};
@@ -25,8 +25,8 @@ fn model_error(err: TaskReadError) -> ToolError {
 #[serde(deny_unknown_fields)]
 struct ReadArgs {
     task_handle: String,
-    #[serde(default)]
-    mode: Option<OutputMode>,
+    #[serde(default, deserialize_with = "optional_mode_object")]
+    mode: Option<OutputParams>,
 }
 
 /// Reads a background task's output by its handle, in five modes.

@@ -11,6 +11,8 @@
 //! - [`history`] — workspace_diff, workspace_log.
 //! - [`shell`] — shell.
 //! - [`exec`] — exec_command, write_stdin and the session's process table.
+//! - [`process`] — what every process-starting tool shares: child environment, workdir,
+//!   sandboxed spawning, process-group kills, the head-and-tail output cap.
 //! - [`web`] — web_fetch, web_search.
 //! - [`plan`] — update_plan, request_user_input.
 //! - [`discovery`] — tool_search, tool_suggest, activate_tools.
@@ -28,6 +30,7 @@ pub mod image;
 pub mod patch;
 pub mod pipeline;
 pub mod plan;
+pub mod process;
 pub mod search;
 pub mod shell;
 mod text_edit;

@@ -17,10 +17,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use super::exec::{
+use super::parse_args;
+use super::process::{
     HeadTail, Utf8Chunks, kill_group, merged_output, resolve_workdir, shell_command, signal_name,
 };
-use super::parse_args;
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
 
 const NAME: &str = "shell";
