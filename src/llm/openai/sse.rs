@@ -18,6 +18,9 @@ pub(super) struct SseEvent {
 pub(super) struct SseParser {
     /// Bytes of a line not yet ended.
     pending: Vec<u8>,
+    /// How much of `pending` is known to hold no `\n`, so a long line arriving in many small
+    /// chunks is scanned once rather than from its start on every chunk.
+    scanned: usize,
     event: String,
     data: String,
     has_data: bool,
@@ -26,20 +29,27 @@ pub(super) struct SseParser {
 impl SseParser {
     /// Feeds bytes; returns the events they complete.
     pub(super) fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
-        self.pending.extend_from_slice(bytes);
-        let pending = std::mem::take(&mut self.pending);
+        // Taken out so `line` can borrow `self` mutably; moving a Vec copies no bytes.
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.extend_from_slice(bytes);
         let mut events = Vec::new();
         let mut start = 0;
-        while let Some(offset) = pending[start..].iter().position(|&byte| byte == b'\n') {
-            let end = start + offset;
+        // Taken as well, so a parser that refused a line is left empty and consistent.
+        let mut from = std::mem::take(&mut self.scanned);
+        while let Some(offset) = pending[from..].iter().position(|&byte| byte == b'\n') {
+            let end = from + offset;
             let raw = pending[start..end]
                 .strip_suffix(b"\r")
                 .unwrap_or(&pending[start..end]);
             let line = std::str::from_utf8(raw).map_err(|_| "a line is not UTF-8".to_string())?;
             self.line(line, &mut events);
             start = end + 1;
+            from = start;
         }
-        self.pending = pending[start..].to_vec();
+        // What stays is the unended line, all of it from this chunk once a line ended here.
+        pending.drain(..start);
+        self.scanned = pending.len();
+        self.pending = pending;
         if self.pending.len() + self.data.len() > MAX_EVENT_BYTES {
             return Err(format!("an event exceeds {MAX_EVENT_BYTES} bytes"));
         }
@@ -131,5 +141,22 @@ mod tests {
     fn sse_parser_refuses_invalid_utf8() {
         let mut parser = SseParser::default();
         assert!(parser.push(b"data: \xff\xfe\n\n").is_err());
+    }
+
+    #[test]
+    fn sse_parser_joins_one_long_line_fed_in_small_chunks() {
+        let payload: String = (0..40_000).map(|i| ["a", "é", "✓", "\r"][i % 4]).collect();
+        let stream = format!(": hi\r\ndata: {payload}\r\ndata: tail\r\n\r\ndata: [DONE]\n\n");
+        let mut parser = SseParser::default();
+        let mut events = Vec::new();
+        for piece in stream.as_bytes().chunks(7) {
+            events.extend(parser.push(piece).unwrap());
+            assert!(parser.scanned <= parser.pending.len());
+        }
+        assert_eq!(
+            events,
+            vec![event(&format!("{payload}\ntail")), event("[DONE]")]
+        );
+        assert!(parser.pending.is_empty());
     }
 }
