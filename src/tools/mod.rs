@@ -14,6 +14,8 @@
 pub mod args;
 pub mod builtin;
 pub mod catalog;
+pub mod deferral;
+pub mod dispatch;
 pub mod fs_safe;
 pub mod lifecycle;
 pub mod plugin;
@@ -36,9 +38,10 @@ use tokio_util::sync::CancellationToken;
 pub use crate::llm::ToolSpec;
 use crate::llm::pricing::CallCost;
 pub use catalog::{CatalogCell, CatalogEntry, ToolCatalog, ToolState};
+pub use dispatch::{DispatchError, PreparedCall};
 pub use lifecycle::ToolLifecycle;
 pub use policy::{HiddenReason, ToolPolicy};
-pub use registry::{DispatchError, PreparedCall, RegistryError, ToolRegistry};
+pub use registry::{RegistryError, ToolRegistry};
 pub use workspace::Workspace;
 
 /// Whether a tool may run at the same time as other tools of one batch.

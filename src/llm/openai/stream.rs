@@ -1,0 +1,272 @@
+//! Assembling one streamed answer: text deltas, tool-call fragments joined by index, usage and
+//! the finish reason.
+
+use std::collections::BTreeMap;
+
+use async_openai::types::chat::CreateChatCompletionStreamResponse;
+use serde_json::Value;
+
+use super::sse::SseEvent;
+use super::wire::{
+    MAX_ERROR_MESSAGE, error_message, is_context_overflow, normalise_chunk, truncate,
+};
+use crate::llm::{ChatResponse, LlmError, ToolCall, Usage};
+
+/// What one event meant for the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Text to forward.
+    Text(String),
+    /// Nothing to forward.
+    Continue,
+    /// `[DONE]`.
+    Done,
+}
+
+/// A tool call whose fragments are still arriving.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// The answer being assembled from chunks.
+#[derive(Debug, Default)]
+pub(super) struct Accumulator {
+    text: String,
+    calls: BTreeMap<u32, PartialCall>,
+    usage: Option<Usage>,
+    finish_reason: Option<String>,
+}
+
+impl Accumulator {
+    /// Applies one event.
+    pub(super) fn apply(&mut self, event: &SseEvent) -> Result<Step, LlmError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            return Ok(Step::Done);
+        }
+        if data.is_empty() || event.event == "ping" || event.event == "keepalive" {
+            return Ok(Step::Continue);
+        }
+        let mut value: Value = serde_json::from_str(data).map_err(|err| {
+            LlmError::BadResponse(format!(
+                "malformed chunk ({err}): {}",
+                truncate(data, MAX_ERROR_MESSAGE)
+            ))
+        })?;
+        if value.get("error").is_some() || event.event == "error" {
+            let message = error_message(data);
+            return Err(if is_context_overflow(&message) {
+                LlmError::ContextOverflow(message)
+            } else {
+                LlmError::BadResponse(format!("the model failed mid-stream: {message}"))
+            });
+        }
+        let finish_reasons = normalise_chunk(&mut value);
+        let chunk: CreateChatCompletionStreamResponse =
+            serde_json::from_value(value).map_err(|err| {
+                LlmError::BadResponse(format!(
+                    "malformed chunk ({err}): {}",
+                    truncate(data, MAX_ERROR_MESSAGE)
+                ))
+            })?;
+        if let Some(usage) = &chunk.usage {
+            self.usage = Some(Usage {
+                prompt_tokens: u64::from(usage.prompt_tokens),
+                completion_tokens: u64::from(usage.completion_tokens),
+            });
+        }
+        if let Some(reason) = finish_reasons.into_iter().flatten().next() {
+            self.finish_reason = Some(reason);
+        }
+        let mut text = String::new();
+        // One completion is asked for (n = 1); other choices would be another answer.
+        for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
+            let delta = choice.delta;
+            if let Some(content) = delta.content {
+                text.push_str(&content);
+            }
+            if let Some(refusal) = delta.refusal {
+                text.push_str(&refusal);
+            }
+            for fragment in delta.tool_calls.unwrap_or_default() {
+                let call = self.calls.entry(fragment.index).or_default();
+                if let Some(id) = fragment.id.filter(|id| !id.is_empty())
+                    && call.id.is_empty()
+                {
+                    call.id = id;
+                }
+                if let Some(function) = fragment.function {
+                    if let Some(name) = function.name.filter(|name| !name.is_empty())
+                        && call.name.is_empty()
+                    {
+                        call.name = name;
+                    }
+                    if let Some(arguments) = function.arguments {
+                        call.arguments.push_str(&arguments);
+                    }
+                }
+            }
+        }
+        if text.is_empty() {
+            return Ok(Step::Continue);
+        }
+        self.text.push_str(&text);
+        Ok(Step::Text(text))
+    }
+
+    /// Whether a choice carried a `finish_reason`: the model is done even if `[DONE]` never
+    /// comes.
+    pub(super) fn saw_finish_reason(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
+    /// The finished answer.
+    pub(super) fn finish(&mut self) -> Result<ChatResponse, LlmError> {
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (index, call) in std::mem::take(&mut self.calls) {
+            if call.name.is_empty() {
+                return Err(LlmError::BadResponse(format!(
+                    "tool call {index} arrived without a name"
+                )));
+            }
+            let id = if call.id.is_empty() {
+                // The tool message must answer some id; a few servers never send one.
+                format!("call_{index}_{}", uuid::Uuid::new_v4().simple())
+            } else {
+                call.id
+            };
+            tool_calls.push(ToolCall {
+                id,
+                name: call.name,
+                arguments: call.arguments,
+            });
+        }
+        Ok(ChatResponse {
+            text: std::mem::take(&mut self.text),
+            tool_calls,
+            usage: self.usage,
+            finish_reason: self.finish_reason.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(data: &str) -> SseEvent {
+        SseEvent {
+            event: String::new(),
+            data: data.to_string(),
+        }
+    }
+
+    #[test]
+    fn accumulator_joins_interleaved_tool_call_fragments_by_index() {
+        let mut answer = Accumulator::default();
+        let chunks = [
+            json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"two","arguments":""}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"one","arguments":"{\"x\""}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3}}),
+        ];
+        for chunk in chunks {
+            assert_eq!(
+                answer.apply(&event(&chunk.to_string())).unwrap(),
+                Step::Continue
+            );
+        }
+        assert_eq!(answer.apply(&event("[DONE]")).unwrap(), Step::Done);
+        let response = answer.finish().unwrap();
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                ToolCall {
+                    id: "a".into(),
+                    name: "one".into(),
+                    arguments: "{\"x\":1}".into()
+                },
+                ToolCall {
+                    id: "b".into(),
+                    name: "two".into(),
+                    arguments: "{}".into()
+                },
+            ]
+        );
+        assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            response.usage,
+            Some(Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3
+            })
+        );
+    }
+
+    #[test]
+    fn accumulator_accepts_unknown_finish_reasons_and_missing_fields() {
+        let mut answer = Accumulator::default();
+        let step = answer
+            .apply(&event(
+                r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":"eos"}],"service_tier":"odd"}"#,
+            ))
+            .unwrap();
+        assert_eq!(step, Step::Text("hi".into()));
+        let response = answer.finish().unwrap();
+        assert_eq!(response.text, "hi");
+        assert_eq!(response.finish_reason.as_deref(), Some("eos"));
+    }
+
+    #[test]
+    fn accumulator_gives_missing_tool_call_ids_a_fresh_one_and_refuses_nameless_calls() {
+        let mut answer = Accumulator::default();
+        answer
+            .apply(&event(
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"x","arguments":"{}"}}]}}]}"#,
+            ))
+            .unwrap();
+        let response = answer.finish().unwrap();
+        assert!(response.tool_calls[0].id.starts_with("call_0_"));
+
+        let mut nameless = Accumulator::default();
+        nameless
+            .apply(&event(
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"arguments":"{}"}}]}}]}"#,
+            ))
+            .unwrap();
+        assert!(matches!(nameless.finish(), Err(LlmError::BadResponse(_))));
+    }
+
+    #[test]
+    fn accumulator_maps_errors_and_garbage() {
+        let mut answer = Accumulator::default();
+        assert!(matches!(
+            answer.apply(&event("{not json")),
+            Err(LlmError::BadResponse(_))
+        ));
+        assert!(matches!(
+            answer.apply(&event(r#"{"choices":"nope"}"#)),
+            Ok(Step::Continue)
+        ));
+        assert!(matches!(
+            answer.apply(&event(r#"{"choices":[{"index":0,"delta":{"content":5}}]}"#)),
+            Err(LlmError::BadResponse(_))
+        ));
+        assert!(matches!(
+            answer.apply(&event(
+                r#"{"error":{"message":"maximum context length is 8192 tokens","code":400}}"#
+            )),
+            Err(LlmError::ContextOverflow(_))
+        ));
+        assert!(matches!(
+            answer.apply(&event(r#"{"error":"boom"}"#)),
+            Err(LlmError::BadResponse(text)) if text.contains("boom")
+        ));
+    }
+}
