@@ -1,0 +1,145 @@
+//! Carries out one request: each [`Request`] variant becomes calls on the session (or the task
+//! store), and its answer goes to the queue that keeps it in order with the session's events.
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::Connection;
+use super::request::{InvokeParams, Request, TaskParams};
+use super::rpc::{METHOD_NOT_FOUND, RequestId, RpcError, answer};
+use super::tasks::cancel_task;
+use crate::session::{Outbound, SessionHandle};
+
+/// How a request was handled.
+pub(super) enum Dispatched {
+    /// The answer was (or will be) sent by the handler itself.
+    Answered,
+    /// Send this answer, through the session's live queue when given.
+    Now(Result<Value, RpcError>, Option<mpsc::Sender<Outbound>>),
+}
+
+impl Connection {
+    /// Reads and carries out the request `method` names; `id` is `None` for a notification.
+    pub(super) async fn dispatch(
+        &mut self,
+        method: &str,
+        params: Value,
+        id: Option<RequestId>,
+    ) -> Dispatched {
+        let request = match Request::read(method, params) {
+            Ok(request) => request,
+            Err(err) => return Dispatched::Now(Err(err), None),
+        };
+        match request {
+            Request::SessionOpen(params) => self.open(params, id).await,
+            Request::ToolInvoke(params) => self.invoke(params, id).await,
+            Request::ToolList(params) => {
+                self.with_session(&params.session_id, |handle| async move {
+                    handle.tool_list().await.map_err(RpcError::from)
+                })
+                .await
+            }
+            Request::TurnStart(params) => {
+                let input = match params.text() {
+                    Ok(input) => input,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let turn_id = params.turn_id;
+                self.with_session(&params.session_id, |handle| async move {
+                    handle
+                        .start_turn(input, turn_id)
+                        .await
+                        .map(|turn_id| json!({"turn_id": turn_id}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
+            Request::TurnInterrupt(params) => {
+                self.with_session(&params.session_id, |handle| async move {
+                    handle
+                        .interrupt()
+                        .await
+                        .map(|interrupted| json!({"interrupted": interrupted}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
+            Request::UserInputRespond(params) => {
+                self.with_session(&params.session_id, |handle| async move {
+                    handle
+                        .respond_user_input(params.request_id, params.answers)
+                        .await
+                        .map(|()| json!({}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
+            Request::TaskList(params) => {
+                Dispatched::Now(self.task_list(&params.session_id).await, None)
+            }
+            Request::TaskOutputRead(params) => {
+                Dispatched::Now(self.read_output(&params).await, None)
+            }
+            Request::TaskCancel(params) => self.cancel(params, id),
+            Request::Unknown => Dispatched::Now(
+                Err(RpcError::new(
+                    METHOD_NOT_FOUND,
+                    "method_not_found",
+                    format!("unknown method {method:?}"),
+                )),
+                None,
+            ),
+        }
+    }
+
+    /// `tool/invoke`: counted against the session's in-flight limit now, in the order requests
+    /// arrive; tools may run for long, so the answer comes from a task and the connection keeps
+    /// reading.
+    async fn invoke(&mut self, params: InvokeParams, id: Option<RequestId>) -> Dispatched {
+        let (handle, live) = match self.attachment(&params.session_id).await {
+            Ok(found) => found,
+            Err(err) => return Dispatched::Now(Err(err.into()), None),
+        };
+        let call = handle.invoke_tool(params.name, params.arguments);
+        tokio::spawn(async move {
+            let outcome = call
+                .await
+                .map(|result| json!(result))
+                .map_err(RpcError::from);
+            if let Some(frame) = answer(&id, outcome) {
+                let _ = live.send(frame).await;
+            }
+        });
+        Dispatched::Answered
+    }
+
+    /// `task/cancel`: cancelling waits for the task to end, so it runs in a task and the
+    /// connection keeps reading meanwhile. The answer follows the session's own events when
+    /// this connection watches it.
+    fn cancel(&self, params: TaskParams, id: Option<RequestId>) -> Dispatched {
+        let out = self
+            .attached
+            .get(&params.session_id)
+            .map_or_else(|| self.out.clone(), |a| a.live.clone());
+        let (app, caller) = (self.app.clone(), self.caller.clone());
+        tokio::spawn(async move {
+            let outcome = cancel_task(&app, &caller, &params).await;
+            if let Some(frame) = answer(&id, outcome) {
+                let _ = out.send(frame).await;
+            }
+        });
+        Dispatched::Answered
+    }
+
+    /// Runs `action` on the session, answering through its live queue.
+    async fn with_session<F, Fut>(&mut self, session_id: &str, action: F) -> Dispatched
+    where
+        F: FnOnce(SessionHandle) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, RpcError>>,
+    {
+        match self.attachment(session_id).await {
+            Ok((handle, live)) => Dispatched::Now(action(handle).await, Some(live)),
+            Err(err) => Dispatched::Now(Err(err.into()), None),
+        }
+    }
+}

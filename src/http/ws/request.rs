@@ -1,0 +1,138 @@
+//! The requests a client can send: one enum variant per JSON-RPC method, each with its own
+//! params type, read straight from the envelope's `method` and `params`.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::rpc::RpcError;
+use crate::tasks::output::OutputParams;
+
+/// One request, by method.
+///
+/// Read from `{"method": .., "params": ..}` with the tag first, so serde reads the params
+/// straight from their [`Value`] (nothing is buffered): a params error reads exactly as
+/// `serde_json::from_value` into the params type would have it.
+#[derive(Deserialize)]
+#[serde(tag = "method", content = "params")]
+pub(super) enum Request {
+    /// `session/open`.
+    #[serde(rename = "session/open")]
+    SessionOpen(OpenParams),
+    /// `tool/invoke`.
+    #[serde(rename = "tool/invoke")]
+    ToolInvoke(InvokeParams),
+    /// `tool/list`.
+    #[serde(rename = "tool/list")]
+    ToolList(SessionParams),
+    /// `turn/start`.
+    #[serde(rename = "turn/start")]
+    TurnStart(TurnParams),
+    /// `turn/interrupt`.
+    #[serde(rename = "turn/interrupt")]
+    TurnInterrupt(SessionParams),
+    /// `user_input/respond`.
+    #[serde(rename = "user_input/respond")]
+    UserInputRespond(RespondParams),
+    /// `task/list`.
+    #[serde(rename = "task/list")]
+    TaskList(SessionParams),
+    /// `task/output/read`.
+    #[serde(rename = "task/output/read")]
+    TaskOutputRead(TaskParams),
+    /// `task/cancel`.
+    #[serde(rename = "task/cancel")]
+    TaskCancel(TaskParams),
+    /// Any other method. Its params are skipped unread, so an unknown method is answered as
+    /// unknown whatever its params hold.
+    #[serde(other, deserialize_with = "skip_params")]
+    Unknown,
+}
+
+impl Request {
+    /// The request `method` names; missing or `null` params read as `{}`.
+    pub(super) fn read(method: &str, params: Value) -> Result<Self, RpcError> {
+        let params = if params.is_null() { json!({}) } else { params };
+        // Both of serde_json's map orders (sorted, or as inserted) put "method" first.
+        serde_json::from_value(json!({"method": method, "params": params}))
+            .map_err(RpcError::params)
+    }
+}
+
+fn skip_params<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {
+    serde::de::IgnoredAny::deserialize(deserializer).map(|_| ())
+}
+
+/// `session/open`: a session to re-attach (or none, to create one) and where to replay from.
+#[derive(Deserialize)]
+pub(super) struct OpenParams {
+    pub session_id: Option<String>,
+    pub cwd: Option<String>,
+    pub after_seq: Option<i64>,
+}
+
+/// Methods that name only a session.
+#[derive(Deserialize)]
+pub(super) struct SessionParams {
+    pub session_id: String,
+}
+
+/// `tool/invoke`: one tool call outside a turn.
+#[derive(Deserialize)]
+pub(super) struct InvokeParams {
+    pub session_id: String,
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// `turn/start`.
+#[derive(Deserialize)]
+pub(super) struct TurnParams {
+    pub session_id: String,
+    input: Vec<InputItem>,
+    pub turn_id: Option<String>,
+}
+
+impl TurnParams {
+    /// The input's text items, one per line; refused when there are none.
+    pub(super) fn text(&self) -> Result<String, RpcError> {
+        let text: Vec<&str> = self
+            .input
+            .iter()
+            .map(|InputItem::Text { text }| text.as_str())
+            .collect();
+        if text.is_empty() {
+            return Err(RpcError::params(
+                "input needs at least one {kind: \"text\", text} item",
+            ));
+        }
+        Ok(text.join("\n"))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum InputItem {
+    Text { text: String },
+}
+
+/// `user_input/respond`: the answers to a pending user-input request.
+#[derive(Deserialize)]
+pub(super) struct RespondParams {
+    pub session_id: String,
+    pub request_id: String,
+    pub answers: Value,
+}
+
+/// `task/output/read` and `task/cancel`: one of the session's tasks.
+#[derive(Deserialize)]
+pub(super) struct TaskParams {
+    pub session_id: String,
+    pub task_id: String,
+    /// Only `task/output/read` reads it.
+    #[serde(flatten)]
+    pub output: OutputParams,
+}
+
+#[cfg(test)]
+mod tests;

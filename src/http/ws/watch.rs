@@ -1,0 +1,161 @@
+//! The sessions a connection watches: `session/open` (replay from the store, answer, then go
+//! live), attaching on first use by any other session method, and handing each session's live
+//! queue to the writer.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::dispatch::Dispatched;
+use super::request::OpenParams;
+use super::rpc::{RequestId, answer};
+use super::{Connection, REPLAY_PAGE};
+use crate::session::{OpenedSession, Outbound, SessionError, SessionHandle, ToolNames, Watcher};
+use crate::tools::ToolCatalog;
+
+/// One session this connection watches.
+pub(super) struct Attachment {
+    pub handle: SessionHandle,
+    /// Answers to this session's requests go through the same queue as its events.
+    pub live: mpsc::Sender<Outbound>,
+}
+
+impl Connection {
+    /// The watched session, attaching (live only) when this connection has not opened it yet.
+    pub(super) async fn attachment(
+        &mut self,
+        session_id: &str,
+    ) -> Result<(SessionHandle, mpsc::Sender<Outbound>), SessionError> {
+        if let Some(existing) = self.attached.get(session_id)
+            && !existing.handle.is_closed()
+        {
+            return Ok((existing.handle.clone(), existing.live.clone()));
+        }
+        let (live, live_rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let watcher = Watcher {
+            connection_id: self.id,
+            tx: live.clone(),
+            lagged: self.lagged.clone(),
+        };
+        let (handle, _) = self.attach(session_id, watcher).await?;
+        self.forward(live_rx);
+        self.attached.insert(
+            session_id.to_string(),
+            Attachment {
+                handle: handle.clone(),
+                live: live.clone(),
+            },
+        );
+        Ok((handle, live))
+    }
+
+    /// Attaches a watcher, loading the actor again if it unloaded in between.
+    async fn attach(
+        &self,
+        session_id: &str,
+        watcher: Watcher,
+    ) -> Result<(SessionHandle, (i64, Arc<ToolCatalog>)), SessionError> {
+        let mut attempts = 0;
+        loop {
+            let handle = self.app.sessions().handle(&self.caller, session_id).await?;
+            match handle.attach(watcher.clone()).await {
+                Ok(attached) => return Ok((handle, attached)),
+                // An idle actor may unload between lookup and attach; a fresh one is loaded.
+                Err(SessionError::ActorGone) if attempts < 3 => attempts += 1,
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Lets the writer drain a session's live frames, after everything queued so far.
+    fn forward(&self, live_rx: mpsc::Receiver<Outbound>) {
+        // Fails only once the writer has ended, and then nothing more is written anyway.
+        let _ = self.follow.send(live_rx);
+    }
+
+    /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.
+    pub(super) async fn open(&mut self, params: OpenParams, id: Option<RequestId>) -> Dispatched {
+        let sessions = self.app.sessions().clone();
+        let (session_id, resumed) = match &params.session_id {
+            Some(session_id) => match sessions.row(&self.caller, session_id).await {
+                Ok(row) => (row.session_id, true),
+                Err(err) => return Dispatched::Now(Err(err.into()), None),
+            },
+            None => match sessions.create(&self.caller, params.cwd.as_deref()).await {
+                Ok((_handle, row)) => (row.session_id, false),
+                Err(err) => return Dispatched::Now(Err(err.into()), None),
+            },
+        };
+        if let Some(previous) = self.attached.remove(&session_id) {
+            previous.handle.detach(self.id).await;
+        }
+        let (live, live_rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let watcher = Watcher {
+            connection_id: self.id,
+            tx: live.clone(),
+            lagged: self.lagged.clone(),
+        };
+        let (handle, (last_seq, catalog)) = match self.attach(&session_id, watcher).await {
+            Ok(attached) => attached,
+            Err(err) => return Dispatched::Now(Err(err.into()), None),
+        };
+        // Events up to last_seq come from the store, later ones from the live queue, which
+        // starts draining only after the replay and the answer: no gap, no duplicate.
+        if let Some(after_seq) = params.after_seq
+            && let Err(err) = self.replay(&session_id, after_seq, last_seq).await
+        {
+            handle.detach(self.id).await;
+            return Dispatched::Now(Err(err.into()), None);
+        }
+        let opened = OpenedSession {
+            session_id: session_id.clone(),
+            resumed,
+            last_seq,
+            capabilities: sessions.capabilities(&catalog),
+            tools: ToolNames::of(&catalog),
+        };
+        let mut result = json!(opened);
+        // Extension: a client can offer the tool console before a turn/start is refused.
+        result["llm_configured"] = json!(self.app.config().llm.is_configured());
+        result["sandbox"] = json!(sessions.sandbox_report());
+        if let Some(frame) = answer(&id, Ok(result)) {
+            let _ = self.out.send(frame).await;
+        }
+        self.forward(live_rx);
+        self.attached
+            .insert(session_id, Attachment { handle, live });
+        Dispatched::Answered
+    }
+
+    /// Sends stored events with `after_seq < seq <= up_to`, in order.
+    async fn replay(
+        &self,
+        session_id: &str,
+        after_seq: i64,
+        up_to: i64,
+    ) -> Result<(), SessionError> {
+        let store = self.app.sessions().store();
+        let mut cursor = after_seq.max(0);
+        while cursor < up_to {
+            let page = store
+                .events_after(
+                    session_id,
+                    cursor,
+                    REPLAY_PAGE.min(up_to.saturating_sub(cursor)),
+                )
+                .await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            cursor = last.seq;
+            for event in page.into_iter().filter(|e| e.seq <= up_to) {
+                let frame = crate::session::notification_frame(&event.method, &event.params);
+                if self.out.send(Outbound::Text(frame)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
