@@ -6,36 +6,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Deserialize;
 
 pub use crate::sandbox::{SandboxConfig, SandboxMode};
 use crate::tools::ToolPolicy;
 use crate::tools::builtin::{DEFAULT_BASE_TOOLS, ToolPermissions};
 use crate::tools::lifecycle::{DEFAULT_IDLE_THRESHOLD, DEFAULT_MAX_ACTIVE};
 
-/// A secret string (API key, token) that never shows itself in `Debug` or logs.
-#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(\"[redacted]\")")
-    }
-}
+pub use crate::secret::Secret;
 
 /// A configuration problem; start-up prints it on one line and exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -250,47 +228,7 @@ impl ToolsConfig {
     }
 }
 
-fn default_true() -> bool {
-    true
-}
-
-fn default_plugin_timeout() -> u64 {
-    600_000
-}
-
-fn default_plugin_schema() -> Value {
-    serde_json::json!({"type": "object"})
-}
-
-/// `[[plugins]]`: an external program offered as a tool.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PluginConfig {
-    /// The tool name.
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// The program to run.
-    pub command: String,
-    /// Its arguments.
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Whether calls run in the background.
-    #[serde(default)]
-    pub spawn_only: bool,
-    /// Capability tags.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Whether it must run alone.
-    #[serde(default = "default_true")]
-    pub exclusive: bool,
-    /// Kill it after this many milliseconds.
-    #[serde(default = "default_plugin_timeout")]
-    pub timeout_ms: u64,
-    /// JSON Schema of its arguments.
-    #[serde(default = "default_plugin_schema")]
-    pub input_schema: Value,
-}
+pub use crate::tools::plugin::PluginConfig;
 
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -298,6 +236,16 @@ pub struct PluginConfig {
 pub struct BudgetConfig {
     /// Hard cap in USD per session; calls that would pass it are refused.
     pub session_usd: Option<f64>,
+}
+
+impl From<&LlmConfig> for crate::llm::openai::Endpoint {
+    fn from(config: &LlmConfig) -> Self {
+        Self {
+            base_url: config.base_url.clone(),
+            model: config.model.clone(),
+            api_key: config.api_key.clone(),
+        }
+    }
 }
 
 /// The whole configuration.

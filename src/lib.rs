@@ -4,7 +4,9 @@
 //! - [`agent`]: the turn loop — model calls, tool batches, LRU ticks, cost rows.
 //! - [`config`]: the one typed configuration (defaults, TOML file, environment, flags).
 //! - [`tools`]: the tool system — the `Tool` trait, the per-session registry with its policy,
-//!   LRU and argument checks, and symlink-safe file access.
+//!   LRU and argument checks.
+//! - [`fs_safe`]: symlink-safe, root-confined file I/O.
+//! - [`secret`]: strings (keys, tokens) that never show in logs.
 //! - [`tasks`]: background task output — the per-task log spool and `read_task_output`'s modes.
 //! - [`session`]: session actors, their handles, and the directory that loads and unloads them.
 //! - [`http`]: the accept loop with its connection limits, and the router — WebSocket
@@ -18,11 +20,13 @@
 
 pub mod agent;
 pub mod config;
+pub mod fs_safe;
 pub mod heap;
 pub mod http;
 pub mod llm;
 pub mod metrics;
 pub mod sandbox;
+pub mod secret;
 pub mod server;
 pub mod session;
 pub mod store;

@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::{ApiError, ApiQuery};
+use crate::fs_safe;
 use crate::session::Caller;
 use crate::store::{TaskRow, TaskState};
 use crate::tasks::output::OutputParams;
 use crate::tasks::read::{TaskReadError, read_task_output, with_live_size};
-use crate::tools::fs_safe;
 
 /// Most events one page returns.
 const MAX_EVENTS_PAGE: i64 = 10_000;

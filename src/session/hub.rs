@@ -14,10 +14,10 @@ use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::{Caller, InflightCalls, SessionError, SessionHandle};
+use crate::fs_safe::{self, RootPath};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
 use crate::store::{NewSession, SessionRow, Store};
-use crate::tools::fs_safe::{self, RootPath};
 use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
 
 /// The coding-tool contract this server implements.

@@ -6,7 +6,6 @@
 //! - [`policy`]: allow / deny / require_tags with groups and wildcards.
 //! - [`catalog`]: the live list of every tool and why it is or is not visible.
 //! - [`args`]: the argument size cap and schema validation.
-//! - [`fs_safe`]: symlink-safe, root-confined file I/O.
 //! - [`workspace`]: a session's directory, the journal of its changes, its tools' shared state.
 //! - [`builtin`]: the tools every registry offers.
 //! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
@@ -16,7 +15,6 @@ pub mod builtin;
 pub mod catalog;
 pub mod deferral;
 pub mod dispatch;
-pub mod fs_safe;
 pub mod lifecycle;
 pub mod plugin;
 pub mod policy;
@@ -166,8 +164,8 @@ impl ToolError {
     }
 }
 
-impl From<fs_safe::FsError> for ToolError {
-    fn from(err: fs_safe::FsError) -> Self {
+impl From<crate::fs_safe::FsError> for ToolError {
+    fn from(err: crate::fs_safe::FsError) -> Self {
         Self::model(err.kind(), err.to_string())
     }
 }

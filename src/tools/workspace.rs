@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 
-use super::fs_safe::{self, Beneath, FsError, RootPath};
+use crate::fs_safe::{self, Beneath, FsError, RootPath};
 use crate::sandbox::SessionSandbox;
 
 /// What one tool call did to one file.

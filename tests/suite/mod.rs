@@ -1,6 +1,7 @@
 //! Integration test modules.
 
 mod agent;
+mod architecture;
 mod browser;
 mod cli;
 mod limits;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentd::tools::fs_safe::{read_no_follow, resolve_path};
+use agentd::fs_safe::{read_no_follow, resolve_path};
 use agentd::tools::{
     DispatchError, HiddenReason, Tool, ToolContext, ToolError, ToolPolicy, ToolRegistry,
     ToolResult, ToolState, Workspace,

@@ -38,7 +38,7 @@ use self::sse::SseParser;
 use self::stream::{Accumulator, Step};
 use self::wire::{error_message, is_context_overflow};
 use super::{ChatRequest, ChatResponse, LlmError, Provider};
-use crate::config::{LlmConfig, Secret};
+use crate::secret::Secret;
 
 /// How much of an error body is read; the rest is not worth the wait.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -117,14 +117,29 @@ impl std::fmt::Debug for OpenAiProvider {
     }
 }
 
+/// Where the provider sends requests and as whom: what it needs of `[llm]`.
+#[derive(Debug, Clone, Default)]
+pub struct Endpoint {
+    /// Chat completions base URL, such as `https://api.openai.com/v1`.
+    pub base_url: Option<String>,
+    /// The model used when a request names none.
+    pub model: Option<String>,
+    /// The bearer key, when the endpoint needs one.
+    pub api_key: Option<Secret>,
+}
+
 impl OpenAiProvider {
     /// A provider for the configured endpoint with default timeouts and retries.
-    pub fn new(config: &LlmConfig) -> Result<Self, LlmError> {
-        Self::with_options(config, OpenAiOptions::default())
+    pub fn new(endpoint: impl Into<Endpoint>) -> Result<Self, LlmError> {
+        Self::with_options(endpoint, OpenAiOptions::default())
     }
 
     /// A provider for the configured endpoint with explicit timeouts, retries and wire choices.
-    pub fn with_options(config: &LlmConfig, options: OpenAiOptions) -> Result<Self, LlmError> {
+    pub fn with_options(
+        endpoint: impl Into<Endpoint>,
+        options: OpenAiOptions,
+    ) -> Result<Self, LlmError> {
+        let config: Endpoint = endpoint.into();
         let base_url = config
             .base_url
             .as_deref()
@@ -479,15 +494,15 @@ fn transport_error(err: reqwest::Error, options: &OpenAiOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::ToolSpec;
     use crate::llm::{ChatMessage, ToolCall};
-    use crate::tools::ToolSpec;
     use serde_json::json;
 
-    fn config(base_url: &str) -> LlmConfig {
-        LlmConfig {
+    fn config(base_url: &str) -> Endpoint {
+        Endpoint {
             base_url: Some(base_url.to_string()),
             model: Some("m".into()),
-            ..LlmConfig::default()
+            ..Endpoint::default()
         }
     }
 
@@ -527,20 +542,20 @@ mod tests {
                 "http://h/v1/chat/completions",
             ),
         ] {
-            let provider = OpenAiProvider::new(&config(base)).unwrap();
+            let provider = OpenAiProvider::new(config(base)).unwrap();
             assert_eq!(provider.endpoint().as_str(), expected);
         }
         assert!(matches!(
-            OpenAiProvider::new(&LlmConfig::default()),
+            OpenAiProvider::new(Endpoint::default()),
             Err(LlmError::Unavailable(_))
         ));
-        assert!(OpenAiProvider::new(&config("not a url")).is_err());
-        assert!(OpenAiProvider::new(&config("ftp://h/v1")).is_err());
+        assert!(OpenAiProvider::new(config("not a url")).is_err());
+        assert!(OpenAiProvider::new(config("ftp://h/v1")).is_err());
     }
 
     #[test]
     fn backoff_doubles_and_stays_under_the_cap() {
-        let provider = OpenAiProvider::new(&config("http://h/v1")).unwrap();
+        let provider = OpenAiProvider::new(config("http://h/v1")).unwrap();
         for retry in 0..40 {
             let delay = provider.backoff(retry);
             let nominal = Duration::from_millis(500)
@@ -553,7 +568,7 @@ mod tests {
 
     #[test]
     fn wire_request_maps_roles_tools_and_limits() {
-        let provider = OpenAiProvider::new(&config("http://h/v1")).unwrap();
+        let provider = OpenAiProvider::new(config("http://h/v1")).unwrap();
         let request = ChatRequest {
             model: String::new(),
             messages: vec![
@@ -611,7 +626,7 @@ mod tests {
         );
 
         let other = OpenAiProvider::with_options(
-            &config("http://h/v1"),
+            config("http://h/v1"),
             OpenAiOptions {
                 max_tokens_field: MaxTokensField::MaxCompletionTokens,
                 ..OpenAiOptions::default()
@@ -636,7 +651,7 @@ mod tests {
     fn debug_redacts_the_key_and_redact_blanks_echoes() {
         let mut settings = config("http://user:pw@h/v1");
         settings.api_key = Some(Secret::new("sk-very-secret"));
-        let provider = OpenAiProvider::new(&settings).unwrap();
+        let provider = OpenAiProvider::new(settings.clone()).unwrap();
         let shown = format!("{provider:?}");
         assert!(!shown.contains("sk-very-secret"), "{shown}");
         assert!(!shown.contains("pw"), "{shown}");

@@ -17,8 +17,8 @@ use async_openai::types::chat::{
 use serde_json::Value;
 
 use super::MaxTokensField;
+use crate::llm::ToolSpec;
 use crate::llm::{ChatMessage, ChatRequest};
-use crate::tools::ToolSpec;
 
 /// How much of an error message ends up in [`LlmError`](crate::llm::LlmError).
 pub(super) const MAX_ERROR_MESSAGE: usize = 1000;

@@ -18,7 +18,7 @@ use super::text_edit::{
     HunkLine, MAX_FILE_BYTES, Matching, Replacement, TextFile, clip, describe_miss, old_lines,
     seek_near, without_trailing_blanks,
 };
-use crate::tools::fs_safe::FsError;
+use crate::fs_safe::FsError;
 use crate::tools::{ConcurrencyClass, Tool, ToolError, ToolResult, Workspace};
 
 const TOOL: &str = "diff_edit";

@@ -722,7 +722,7 @@ fn topological_order(nodes: &[PlanNode]) -> Result<Vec<usize>, Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelPrice;
+    use crate::llm::pricing::ModelPrice;
     use crate::tools::ToolEvent;
     use std::collections::BTreeMap;
     use std::sync::Mutex;

@@ -10,7 +10,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use crate::tools::{ToolError, Workspace, fs_safe};
+use crate::fs_safe;
+use crate::tools::{ToolError, Workspace};
 
 /// Settings that keep child output plain text without pagers or colour codes.
 const PLAIN_OUTPUT_ENV: [(&str, &str); 4] = [

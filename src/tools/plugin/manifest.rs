@@ -5,10 +5,52 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::config::PluginConfig;
 use crate::tools::args::ArgsValidator;
+
+/// `[[plugins]]`: an external program offered as a tool, as the configuration gives it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The tool name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The program to run.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Whether calls run in the background.
+    #[serde(default)]
+    pub spawn_only: bool,
+    /// Capability tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Whether it must run alone.
+    #[serde(default = "default_true")]
+    pub exclusive: bool,
+    /// Kill it after this many milliseconds.
+    #[serde(default = "default_plugin_timeout")]
+    pub timeout_ms: u64,
+    /// JSON Schema of its arguments.
+    #[serde(default = "default_plugin_schema")]
+    pub input_schema: Value,
+}
+
+pub(crate) fn default_true() -> bool {
+    true
+}
+
+pub(crate) fn default_plugin_timeout() -> u64 {
+    600_000
+}
+
+pub(crate) fn default_plugin_schema() -> Value {
+    serde_json::json!({"type": "object"})
+}
 
 /// Longest tool name a plugin may have.
 pub const MAX_NAME_LEN: usize = 64;

@@ -23,8 +23,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use self::manifest::Definition;
-use crate::config::PluginConfig;
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+pub use manifest::PluginConfig;
 
 pub use self::manifest::{MAX_NAME_LEN, PluginError};
 pub use self::output::{STDERR_TAIL_BYTES, STDOUT_CAP_BYTES};

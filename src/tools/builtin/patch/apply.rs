@@ -8,11 +8,11 @@ use serde_json::{Value, json};
 
 use super::TOOL;
 use super::parse::{FileOp, Hunk, Patch};
+use crate::fs_safe::FsError;
 use crate::tools::builtin::text_edit::{
     MAX_FILE_BYTES, Replacement, TextFile, clip, describe_miss, old_lines, seek,
     without_trailing_blanks,
 };
-use crate::tools::fs_safe::FsError;
 use crate::tools::{ToolError, ToolResult, Workspace};
 
 /// Applies an Update's hunks to a file's text; the error says which hunk failed and why.

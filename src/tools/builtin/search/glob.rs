@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::walk::{FileWalk, PathFilter, compile_glob};
 use super::{TAGS, blocking, cancelled, display, resolve_start};
+use crate::fs_safe::Beneath;
 use crate::tools::builtin::parse_args;
-use crate::tools::fs_safe::Beneath;
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
 
 /// Paths `glob` shows.

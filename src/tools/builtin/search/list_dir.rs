@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{TAGS, blocking, cancelled, display, resolve_start};
+use crate::fs_safe::{Beneath, DirEntryInfo, EntryKind};
 use crate::tools::builtin::parse_args;
-use crate::tools::fs_safe::{Beneath, DirEntryInfo, EntryKind};
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
 
 /// Deepest `list_dir` listing.

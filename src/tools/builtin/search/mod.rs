@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::glob::Glob;
 pub use self::grep::{GREP_MAX_LINE_BYTES, Grep};
 pub use self::list_dir::ListDir;
-use crate::tools::fs_safe::Beneath;
+use crate::fs_safe::Beneath;
 use crate::tools::{ToolError, Workspace};
 
 const TAGS: &[&str] = &["search"];

@@ -8,8 +8,8 @@ use globset::{GlobBuilder, GlobMatcher};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use crate::fs_safe::{Beneath, DirEntryInfo, EntryKind};
 use crate::tools::ToolError;
-use crate::tools::fs_safe::{Beneath, DirEntryInfo, EntryKind};
 
 /// Largest ignore file read; a larger one is not applied.
 const IGNORE_FILE_LIMIT: u64 = 1 << 20;
