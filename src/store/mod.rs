@@ -11,6 +11,7 @@
 
 pub mod journal;
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 
 #[cfg(test)]

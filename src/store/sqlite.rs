@@ -17,9 +17,12 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
+use super::rows::{
+    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, event_row, session_row, task_row,
+};
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    TaskState, Write, db_error, decode_error, timestamp_now,
+    Write, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -275,63 +278,34 @@ where
     row.try_get(column).map_err(db_error)
 }
 
-const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq";
-
-fn session_row(row: &SqliteRow) -> StoreResult<SessionRow> {
-    Ok(SessionRow {
-        session_id: get(row, "session_id")?,
-        user_name: get(row, "user_name")?,
-        title: get(row, "title")?,
-        cwd: get(row, "cwd")?,
-        created_at: get_ts(row, "created_at")?,
-        updated_at: get_ts(row, "updated_at")?,
-        last_seq: get(row, "last_seq")?,
-    })
-}
-
-fn event_row(row: &SqliteRow) -> StoreResult<EventRow> {
-    Ok(EventRow {
-        session_id: get(row, "session_id")?,
-        seq: get(row, "seq")?,
-        method: get(row, "method")?,
-        params: get_json(row, "params")?,
-        created_at: get_ts(row, "created_at")?,
-    })
-}
-
-const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, exit_code, \
-     reason, total_bytes, output_path, created_at, finished_at";
-
-fn task_row(row: &SqliteRow) -> StoreResult<TaskRow> {
-    Ok(TaskRow {
-        task_id: get(row, "task_id")?,
-        session_id: get(row, "session_id")?,
-        tool_call_id: get(row, "tool_call_id")?,
-        tool_name: get(row, "tool_name")?,
-        state: TaskState::parse(&get::<String>(row, "state")?)?,
-        exit_code: get(row, "exit_code")?,
-        reason: get(row, "reason")?,
-        total_bytes: get(row, "total_bytes")?,
-        output_path: get(row, "output_path")?,
-        created_at: get_ts(row, "created_at")?,
-        finished_at: get_opt_ts(row, "finished_at")?,
-    })
-}
-
-fn cost_row(row: &SqliteRow) -> StoreResult<CostRow> {
-    Ok(CostRow {
-        session_id: get(row, "session_id")?,
-        node_id: get(row, "node_id")?,
-        model: get(row, "model")?,
-        reserved_usd: get(row, "reserved_usd")?,
-        actual_usd: get(row, "actual_usd")?,
-        tokens_in: get(row, "tokens_in")?,
-        tokens_out: get(row, "tokens_out")?,
-        committed: get(row, "committed")?,
-        turn_id: get(row, "turn_id")?,
-        task_id: get(row, "task_id")?,
-        created_at: get_ts(row, "created_at")?,
-    })
+impl StoredRow for SqliteRow {
+    fn text(&self, column: &str) -> StoreResult<String> {
+        get(self, column)
+    }
+    fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
+        get(self, column)
+    }
+    fn int(&self, column: &str) -> StoreResult<i64> {
+        get(self, column)
+    }
+    fn opt_int32(&self, column: &str) -> StoreResult<Option<i32>> {
+        get(self, column)
+    }
+    fn real(&self, column: &str) -> StoreResult<f64> {
+        get(self, column)
+    }
+    fn flag(&self, column: &str) -> StoreResult<bool> {
+        get(self, column)
+    }
+    fn json(&self, column: &str) -> StoreResult<Value> {
+        get_json(self, column)
+    }
+    fn time(&self, column: &str) -> StoreResult<OffsetDateTime> {
+        get_ts(self, column)
+    }
+    fn opt_time(&self, column: &str) -> StoreResult<Option<OffsetDateTime>> {
+        get_opt_ts(self, column)
+    }
 }
 
 #[async_trait]
