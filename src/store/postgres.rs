@@ -15,7 +15,8 @@ use sqlx::{Connection, Row};
 use time::OffsetDateTime;
 
 use super::rows::{
-    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, event_row, session_row, task_row,
+    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row, session_row,
+    task_row,
 };
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
@@ -103,24 +104,8 @@ fn opt_text(value: &Option<String>) -> Option<String> {
 }
 
 impl StoredRow for PgRow {
-    fn text(&self, column: &str) -> StoreResult<String> {
-        get(self, column)
-    }
-    fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
-        get(self, column)
-    }
-    fn int(&self, column: &str) -> StoreResult<i64> {
-        get(self, column)
-    }
-    fn opt_int32(&self, column: &str) -> StoreResult<Option<i32>> {
-        get(self, column)
-    }
-    fn real(&self, column: &str) -> StoreResult<f64> {
-        get(self, column)
-    }
-    fn flag(&self, column: &str) -> StoreResult<bool> {
-        get(self, column)
-    }
+    decoded_columns!();
+
     fn json(&self, column: &str) -> StoreResult<Value> {
         get_json(self, column)
     }

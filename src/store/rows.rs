@@ -36,6 +36,32 @@ pub(crate) trait StoredRow {
     fn opt_time(&self, column: &str) -> StoreResult<Option<OffsetDateTime>>;
 }
 
+/// The [`StoredRow`] methods of the column kinds a backend decodes as they are, with the `get`
+/// function in scope where it is used.
+macro_rules! decoded_columns {
+    () => {
+        fn text(&self, column: &str) -> StoreResult<String> {
+            get(self, column)
+        }
+        fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
+            get(self, column)
+        }
+        fn int(&self, column: &str) -> StoreResult<i64> {
+            get(self, column)
+        }
+        fn opt_int32(&self, column: &str) -> StoreResult<Option<i32>> {
+            get(self, column)
+        }
+        fn real(&self, column: &str) -> StoreResult<f64> {
+            get(self, column)
+        }
+        fn flag(&self, column: &str) -> StoreResult<bool> {
+            get(self, column)
+        }
+    };
+}
+pub(crate) use decoded_columns;
+
 /// A session from the columns of [`SESSION_COLUMNS`].
 pub(crate) fn session_row(row: &impl StoredRow) -> StoreResult<SessionRow> {
     Ok(SessionRow {

@@ -18,7 +18,8 @@ use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
 use super::rows::{
-    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, event_row, session_row, task_row,
+    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row, session_row,
+    task_row,
 };
 use super::{
     CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
@@ -279,24 +280,8 @@ where
 }
 
 impl StoredRow for SqliteRow {
-    fn text(&self, column: &str) -> StoreResult<String> {
-        get(self, column)
-    }
-    fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
-        get(self, column)
-    }
-    fn int(&self, column: &str) -> StoreResult<i64> {
-        get(self, column)
-    }
-    fn opt_int32(&self, column: &str) -> StoreResult<Option<i32>> {
-        get(self, column)
-    }
-    fn real(&self, column: &str) -> StoreResult<f64> {
-        get(self, column)
-    }
-    fn flag(&self, column: &str) -> StoreResult<bool> {
-        get(self, column)
-    }
+    decoded_columns!();
+
     fn json(&self, column: &str) -> StoreResult<Value> {
         get_json(self, column)
     }

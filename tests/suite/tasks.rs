@@ -112,6 +112,10 @@ async fn a_spawn_only_plugin_runs_in_the_background_and_is_read_every_way() {
         .parse::<usize>()
         .unwrap();
     assert!(lines >= 3);
+    // The call took the one call path: counted once, with its background run's outcome.
+    let (_, metrics) = app.get("/metrics", None).await;
+    let counted = r#"agentd_tool_calls_total{tool="ticker",outcome="success"} 1"#;
+    assert!(metrics.contains(counted), "missing {counted}\n{metrics}");
 
     let base = format!("/api/tasks/{task}/output");
     let tail = app
