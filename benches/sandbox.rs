@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use agentd::config::{SandboxConfig, SandboxMode};
 use agentd::sandbox::Sandbox;
 use agentd::tools::builtin::shell::Shell;
-use agentd::tools::{Tool, Workspace};
+use agentd::tools::{Tool, ToolContext, Workspace};
 use serde_json::json;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -44,12 +44,15 @@ fn main() {
     let confined = Shell::new(Workspace::anchored(&root, "", Some(session)));
     let open = Shell::new(Workspace::new(&root));
     let args = json!({"command": "true"});
+    let ctx = ToolContext::detached(&root);
 
     let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..runs {
         for (slot, tool) in [(0, &open), (1, &confined)] {
             let started = Instant::now();
-            let result = runtime.block_on(tool.execute(&args)).expect("shell runs");
+            let result = runtime
+                .block_on(tool.call(&ctx, &args))
+                .expect("shell runs");
             times[slot].push(started.elapsed());
             assert!(result.success, "{}", result.output);
         }

@@ -4,30 +4,31 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use agentd::tools::args::estimate_json_size;
-use agentd::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolResult};
+use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolRegistry, ToolResult};
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
 /// A tool that does nothing, so only the registry's own work is measured.
-struct Noop(String);
+struct Noop(ToolMeta);
 
-#[async_trait]
-impl Tool for Noop {
-    fn name(&self) -> &str {
-        &self.0
-    }
-    fn description(&self) -> &str {
-        "does nothing"
-    }
-    fn input_schema(&self) -> Value {
-        json!({
+impl Noop {
+    fn new(name: String) -> Self {
+        let schema = json!({
             "type": "object",
             "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
             "required": ["path"]
-        })
+        });
+        Self(ToolMeta::new(name, "does nothing", schema))
     }
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+}
+
+#[async_trait]
+impl Tool for Noop {
+    fn meta(&self) -> &ToolMeta {
+        &self.0
+    }
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         Ok(ToolResult::ok(""))
     }
 }
@@ -36,7 +37,7 @@ fn registry(tools: usize) -> ToolRegistry {
     let mut registry = ToolRegistry::default();
     for i in 0..tools {
         registry
-            .register(Arc::new(Noop(format!("tool_{i:02}"))))
+            .register(Arc::new(Noop::new(format!("tool_{i:02}"))))
             .expect("valid schema");
     }
     for base in ["tool_00", "tool_01", "tool_02"] {

@@ -1,6 +1,6 @@
 //! The model's side of background tasks: `read_task_output` and `check_background_tasks`.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::query::{OutputParams, optional_mode_object};
 use super::read::{TaskReadError, read_task_output, task_of_session};
 use crate::store::Store;
-use crate::tools::{Tool, ToolContext, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 fn model_error(err: TaskReadError) -> ToolError {
     match err {
@@ -43,59 +43,46 @@ impl ReadTaskOutput {
 
 #[async_trait]
 impl Tool for ReadTaskOutput {
-    fn name(&self) -> &str {
-        "read_task_output"
-    }
-
-    fn description(&self) -> &str {
-        "Read the output of a background task by its task_handle. Modes: head (first lines), \
-         tail (last lines), grep (lines containing a substring), line_range (1-based, \
-         inclusive) and bytes (a byte window, for paging with next_offset). Read only what you \
-         need; the answer says whether the task is complete."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "task_handle": {"type": "string", "description": "The task_handle a background call returned."},
-                "mode": {
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "read_task_output",
+                "Read the output of a background task by its task_handle. Modes: head (first \
+                 lines), tail (last lines), grep (lines containing a substring), line_range \
+                 (1-based, inclusive) and bytes (a byte window, for paging with next_offset). Read \
+                 only what you need; the answer says whether the task is complete.",
+                json!({
                     "type": "object",
-                    "description": "What to read; head with 50 lines when omitted.",
                     "properties": {
-                        "kind": {"type": "string", "enum": ["head", "tail", "grep", "line_range", "bytes"], "description": "The reading mode."},
-                        "lines": {"type": "integer", "minimum": 1, "description": "head/tail: number of lines (default 50, at most 500)."},
-                        "pattern": {"type": "string", "description": "grep: the substring to look for."},
-                        "max_matches": {"type": "integer", "minimum": 1, "description": "grep: most matching lines (default 20, at most 100)."},
-                        "start": {"type": "integer", "minimum": 1, "description": "line_range: first line, 1-based."},
-                        "end": {"type": "integer", "minimum": 1, "description": "line_range: last line, inclusive."},
-                        "offset": {"type": "integer", "minimum": 0, "description": "bytes: where to start."},
-                        "limit_bytes": {"type": "integer", "minimum": 1, "description": "bytes: how much (default 65536, at most 1048576)."}
+                        "task_handle": {"type": "string", "description": "The task_handle a background call returned."},
+                        "mode": {
+                            "type": "object",
+                            "description": "What to read; head with 50 lines when omitted.",
+                            "properties": {
+                                "kind": {"type": "string", "enum": ["head", "tail", "grep", "line_range", "bytes"], "description": "The reading mode."},
+                                "lines": {"type": "integer", "minimum": 1, "description": "head/tail: number of lines (default 50, at most 500)."},
+                                "pattern": {"type": "string", "description": "grep: the substring to look for."},
+                                "max_matches": {"type": "integer", "minimum": 1, "description": "grep: most matching lines (default 20, at most 100)."},
+                                "start": {"type": "integer", "minimum": 1, "description": "line_range: first line, 1-based."},
+                                "end": {"type": "integer", "minimum": 1, "description": "line_range: last line, inclusive."},
+                                "offset": {"type": "integer", "minimum": 0, "description": "bytes: where to start."},
+                                "limit_bytes": {"type": "integer", "minimum": 1, "description": "bytes: how much (default 65536, at most 1048576)."}
+                            },
+                            "required": ["kind"],
+                            "additionalProperties": false
+                        }
                     },
-                    "required": ["kind"],
+                    "required": ["task_handle"],
                     "additionalProperties": false
-                }
-            },
-            "required": ["task_handle"],
-            "additionalProperties": false
-        })
+                }),
+            )
+            .tags(&["agents"])
+        });
+        &META
     }
 
-    fn tags(&self) -> &[&str] {
-        &["agents"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: ReadArgs = crate::tools::builtin::parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: ReadArgs = crate::tools::builtin::parse_args(&self.meta().name, args)?;
         let query = match args.mode {
             Some(mode) => mode
                 .to_query()
@@ -140,33 +127,20 @@ impl CheckBackgroundTasks {
 
 #[async_trait]
 impl Tool for CheckBackgroundTasks {
-    fn name(&self) -> &str {
-        "check_background_tasks"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "check_background_tasks",
+                "List this session's background tasks: their handles, tools, states (running, \
+                 completed, failed, cancelled), exit codes and output sizes.",
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            )
+            .tags(&["agents"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "List this session's background tasks: their handles, tools, states (running, \
-         completed, failed, cancelled), exit codes and output sizes."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["agents"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        _args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         let tasks = self
             .store
             .list_tasks(&ctx.session_id)

@@ -172,7 +172,7 @@ impl ToolRegistry {
             return;
         }
         let tool = (deferral.factory)(&listed);
-        let Ok(validator) = ArgsValidator::compile(&tool.input_schema()) else {
+        let Ok(validator) = ArgsValidator::compile(tool.input_schema()) else {
             tracing::error!(tool = %deferral.name, "deferral tool has an invalid schema");
             return;
         };

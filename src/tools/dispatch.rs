@@ -131,7 +131,7 @@ impl PreparedCall {
 
     /// [`PreparedCall::run`] under a session's concurrency rule: an Exclusive tool holds
     /// `exclusivity` alone, a Safe one shares it, and a tool that only coordinates
-    /// ([`Tool::coordinates_only`]) stays out of it.
+    /// (`ToolMeta::coordinates_only`) stays out of it.
     pub async fn run_guarded(
         &self,
         ctx: &ToolContext,
@@ -153,7 +153,7 @@ impl PreparedCall {
     /// stops when `ctx.cancel` fires: at once if the tool answers, after [`CANCEL_GRACE`] if not.
     pub async fn run(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, DispatchError> {
         let span = tracing::debug_span!("tool", tool = %self.name, call_id = %ctx.tool_call_id);
-        let running = self.tool.execute_with_context(ctx, args).instrument(span);
+        let running = self.tool.call(ctx, args).instrument(span);
         tokio::pin!(running);
         let outcome = tokio::select! {
             biased;

@@ -23,7 +23,6 @@ pub(crate) mod process_probe;
 pub mod registry;
 pub mod workspace;
 
-use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -275,63 +274,126 @@ impl ToolContext {
     }
 }
 
-/// A capability the model can call.
+/// What a tool is, as data fixed when it is built: what the model is shown and how the
+/// dispatcher schedules it.
+///
+/// Built with [`ToolMeta::new`] (an untagged Safe tool that calls no model) and the chained
+/// setters below; tools whose metadata never varies keep one in a `static` `LazyLock`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolMeta {
+    /// The unique name the model calls it by.
+    pub name: String,
+    /// What it does, written for the model.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// Capability tags (`fs`, `search`, `web`, …); an untagged tool passes every tag filter.
+    pub tags: Vec<&'static str>,
+    /// Safe tools run concurrently within a batch; Exclusive ones run alone.
+    pub concurrency: ConcurrencyClass,
+    /// Whether the tool calls models itself (and so spends the session's budget): it is then
+    /// given what is left of the budget, held for it until it ends.
+    pub uses_models: bool,
+    /// Whether the tool only asks its session to act and waits for the answer, touching no
+    /// workspace state itself: it then stays out of the Safe/Exclusive lock, so a long wait
+    /// (`wait_agent`) never holds off the session's other calls. Batch order still follows
+    /// [`ToolMeta::concurrency`].
+    pub coordinates_only: bool,
+}
+
+impl ToolMeta {
+    /// An untagged, Safe tool that calls no model.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            tags: Vec::new(),
+            concurrency: ConcurrencyClass::Safe,
+            uses_models: false,
+            coordinates_only: false,
+        }
+    }
+
+    /// Sets the capability tags.
+    pub fn tags(mut self, tags: &[&'static str]) -> Self {
+        self.tags = tags.to_vec();
+        self
+    }
+
+    /// Marks the tool Exclusive: it runs alone, in the model's order.
+    pub fn exclusive(mut self) -> Self {
+        self.concurrency = ConcurrencyClass::Exclusive;
+        self
+    }
+
+    /// Marks the tool as one that calls models itself (see the field of that name).
+    pub fn uses_models(mut self) -> Self {
+        self.uses_models = true;
+        self
+    }
+
+    /// Marks the tool as one that only coordinates (see the field of that name).
+    pub fn coordinates_only(mut self) -> Self {
+        self.coordinates_only = true;
+        self
+    }
+}
+
+/// A capability the model can call: its [`ToolMeta`] and what one call does.
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
-    /// The unique name the model calls it by.
-    fn name(&self) -> &str;
+    /// What the tool is: name, description, schema, tags and scheduling.
+    fn meta(&self) -> &ToolMeta;
 
-    /// What it does, written for the model.
-    fn description(&self) -> &str;
-
-    /// JSON Schema of the arguments.
-    fn input_schema(&self) -> Value;
-
-    /// Capability tags (`fs`, `search`, `web`, …); an untagged tool passes every tag filter.
-    fn tags(&self) -> &[&str] {
-        &[]
-    }
-
-    /// Safe tools run concurrently within a batch; Exclusive ones run alone.
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Safe
-    }
-
-    /// Runs the tool without knowing who called it.
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError>;
-
-    /// Runs the tool with the call's context; tools that need the session, cancellation or
-    /// progress override this.
-    async fn execute_with_context(
-        &self,
-        _ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        self.execute(args).await
-    }
+    /// Runs one call with its context (session, cancellation, progress events, catalog).
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError>;
 
     /// A copy of this tool working in `workspace`, for tools bound to a workspace directory;
     /// `None` for tools that do not depend on one (they stay shared as they are).
     fn rebind_cwd(&self, _workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         None
     }
+}
 
-    /// Whether the tool calls models itself (and so spends the session's budget): it is then
-    /// given what is left of the budget, held for it until it ends.
-    fn uses_models(&self) -> bool {
-        false
+/// Shorthands for the fields of [`Tool::meta`], so callers holding a `dyn Tool` read as before.
+impl dyn Tool {
+    /// The unique name the model calls it by.
+    pub fn name(&self) -> &str {
+        &self.meta().name
     }
 
-    /// Whether the tool only asks its session to act and waits for the answer, touching no
-    /// workspace state itself: it then stays out of the Safe/Exclusive lock, so a long wait
-    /// (`wait_agent`) never holds off the session's other calls. Batch order still follows
-    /// [`Tool::concurrency_class`].
-    fn coordinates_only(&self) -> bool {
-        false
+    /// What it does, written for the model.
+    pub fn description(&self) -> &str {
+        &self.meta().description
     }
 
-    /// Lets the host reach a concrete tool type in the rare cases it must wire one up.
-    fn as_any(&self) -> &dyn Any {
-        &()
+    /// JSON Schema of the arguments.
+    pub fn input_schema(&self) -> &Value {
+        &self.meta().input_schema
+    }
+
+    /// Capability tags.
+    pub fn tags(&self) -> &[&'static str] {
+        &self.meta().tags
+    }
+
+    /// Whether it runs alongside other tools of a batch.
+    pub fn concurrency_class(&self) -> ConcurrencyClass {
+        self.meta().concurrency
+    }
+
+    /// Whether it calls models itself.
+    pub fn uses_models(&self) -> bool {
+        self.meta().uses_models
+    }
+
+    /// Whether it only coordinates and so stays out of the Safe/Exclusive lock.
+    pub fn coordinates_only(&self) -> bool {
+        self.meta().coordinates_only
     }
 }

@@ -116,7 +116,7 @@ impl ToolRegistry {
     /// as removed instead, so it stays forbidden rather than unknown.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let name = tool.name().to_string();
-        let validator = ArgsValidator::compile(&tool.input_schema()).map_err(|err| {
+        let validator = ArgsValidator::compile(tool.input_schema()).map_err(|err| {
             RegistryError::InvalidSchema {
                 tool: name.clone(),
                 message: err.message,
@@ -332,7 +332,7 @@ impl ToolRegistry {
                 .map(|(_, name, tool)| ToolSpec {
                     name: name.to_string(),
                     description: tool.description().to_string(),
-                    input_schema: tool.input_schema(),
+                    input_schema: tool.input_schema().clone(),
                 })
                 .collect()
         }))

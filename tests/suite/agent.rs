@@ -1,11 +1,11 @@
 //! Turns end to end: the real server and provider against the scripted model, asserting on what
 //! the model was sent as well as on what the client saw.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use agentd::config::{Config, ModelPrice};
-use agentd::tools::{ConcurrencyClass, Tool, ToolError, ToolResult};
+use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
@@ -210,24 +210,25 @@ async fn a_tool_call_then_an_answer_keeps_the_call_ids_matched() {
 
 /// A Safe tool that only finishes once its twin has started too.
 struct BarrierTool {
-    name: &'static str,
+    meta: ToolMeta,
     barrier: Arc<Barrier>,
+}
+
+impl BarrierTool {
+    fn new(name: &str, barrier: Arc<Barrier>) -> Self {
+        let meta = ToolMeta::new(name, "Waits for its twin.", json!({"type": "object"}));
+        Self { meta, barrier }
+    }
 }
 
 #[async_trait]
 impl Tool for BarrierTool {
-    fn name(&self) -> &str {
-        self.name
+    fn meta(&self) -> &ToolMeta {
+        &self.meta
     }
-    fn description(&self) -> &str {
-        "Waits for its twin."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         match tokio::time::timeout(WAIT, self.barrier.wait()).await {
-            Ok(_) => Ok(ToolResult::ok(format!("{} met its twin", self.name))),
+            Ok(_) => Ok(ToolResult::ok(format!("{} met its twin", self.meta.name))),
             Err(_) => Ok(ToolResult::failure("the twin never ran at the same time")),
         }
     }
@@ -238,19 +239,18 @@ struct Step;
 
 #[async_trait]
 impl Tool for Step {
-    fn name(&self) -> &str {
-        "step"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "step",
+                "Succeeds unless told to fail.",
+                json!({"type": "object", "properties": {"fail": {"type": "boolean"}, "n": {"type": "integer"}}}),
+            )
+            .exclusive()
+        });
+        &META
     }
-    fn description(&self) -> &str {
-        "Succeeds unless told to fail."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {"fail": {"type": "boolean"}, "n": {"type": "integer"}}})
-    }
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         if args["fail"] == true {
             return Err(ToolError::model("invalid_input", "told to fail"));
         }
@@ -262,14 +262,8 @@ impl Tool for Step {
 async fn safe_calls_run_together_and_an_exclusive_batch_stops_at_the_first_failure() {
     let barrier = Arc::new(Barrier::new(2));
     let tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(BarrierTool {
-            name: "twin_a",
-            barrier: Arc::clone(&barrier),
-        }),
-        Arc::new(BarrierTool {
-            name: "twin_b",
-            barrier,
-        }),
+        Arc::new(BarrierTool::new("twin_a", Arc::clone(&barrier))),
+        Arc::new(BarrierTool::new("twin_b", barrier)),
         Arc::new(Step),
     ];
     let mock = MockLlm::start(Script::sequence(vec![
@@ -329,28 +323,32 @@ async fn safe_calls_run_together_and_an_exclusive_batch_stops_at_the_first_failu
 }
 
 /// A tool that does nothing, to crowd the registry.
-struct Filler(String);
+struct Filler(ToolMeta);
+
+impl Filler {
+    fn new(name: String) -> Self {
+        Self(ToolMeta::new(
+            name,
+            "Fills the tool list.",
+            json!({"type": "object"}),
+        ))
+    }
+}
 
 #[async_trait]
 impl Tool for Filler {
-    fn name(&self) -> &str {
+    fn meta(&self) -> &ToolMeta {
         &self.0
     }
-    fn description(&self) -> &str {
-        "Fills the tool list."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
-        Ok(ToolResult::ok(format!("{} ran", self.0)))
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
+        Ok(ToolResult::ok(format!("{} ran", self.0.name)))
     }
 }
 
 #[tokio::test]
 async fn idle_tools_are_evicted_and_come_back_when_called() {
     let tools: Vec<Arc<dyn Tool>> = (0..12)
-        .map(|i| Arc::new(Filler(format!("filler_{i:02}"))) as Arc<dyn Tool>)
+        .map(|i| Arc::new(Filler::new(format!("filler_{i:02}"))) as Arc<dyn Tool>)
         .collect();
     let list_dir = || ScriptedCall::whole("l", "list_dir", &json!({}));
     let mut replies: Vec<Reply> = (0..5)

@@ -9,11 +9,11 @@
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use agentd::config::{Config, ModelPrice, PluginConfig};
-use agentd::tools::{Tool, ToolError, ToolResult};
+use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures_util::FutureExt;
@@ -355,16 +355,17 @@ struct Handout;
 
 #[async_trait::async_trait]
 impl Tool for Handout {
-    fn name(&self) -> &str {
-        "handout"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "handout",
+                "Offers report.txt as a download.",
+                json!({"type": "object"}),
+            )
+        });
+        &META
     }
-    fn description(&self) -> &str {
-        "Offers report.txt as a download."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         let mut result = ToolResult::ok("here is the report");
         result.files_to_send = vec!["report.txt".into()];
         Ok(result)

@@ -3,10 +3,10 @@
 //! may hold, stalled frames, the per-session in-flight cap, the stored-argument cap and
 //! JSON-RPC ids echoed as sent.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use agentd::tools::{Tool, ToolError, ToolResult};
+use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -300,16 +300,13 @@ struct Gate(Arc<Semaphore>);
 
 #[async_trait]
 impl Tool for Gate {
-    fn name(&self) -> &str {
-        "gate"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new("gate", "Waits until released.", json!({"type": "object"}))
+        });
+        &META
     }
-    fn description(&self) -> &str {
-        "Waits until released."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         match tokio::time::timeout(WAIT, self.0.acquire()).await {
             Ok(Ok(permit)) => {
                 permit.forget();

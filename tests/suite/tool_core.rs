@@ -2,11 +2,11 @@
 //! a base registry, with policies, deferral and the file-safety layer all in the path.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use agentd::fs_safe::{read_no_follow, resolve_path};
 use agentd::tools::{
-    DispatchError, HiddenReason, Tool, ToolContext, ToolError, ToolPolicy, ToolRegistry,
+    DispatchError, HiddenReason, Tool, ToolContext, ToolError, ToolMeta, ToolPolicy, ToolRegistry,
     ToolResult, ToolState, Workspace,
 };
 use async_trait::async_trait;
@@ -19,24 +19,23 @@ struct Cat {
 
 #[async_trait]
 impl Tool for Cat {
-    fn name(&self) -> &str {
-        "read_file"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "read_file",
+                "Reads a file of the workspace.",
+                json!({
+                    "type": "object",
+                    "properties": {"path": {"type": "string", "description": "relative path"}},
+                    "required": ["path"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["fs"])
+        });
+        &META
     }
-    fn description(&self) -> &str {
-        "Reads a file of the workspace."
-    }
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": {"type": "string", "description": "relative path"}},
-            "required": ["path"],
-            "additionalProperties": false
-        })
-    }
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let requested = args["path"].as_str().unwrap_or_default();
         let rel = resolve_path(&self.root, requested)?;
         let bytes = read_no_follow(&self.root, &rel, 1024 * 1024)?;
@@ -54,19 +53,18 @@ struct WebStub;
 
 #[async_trait]
 impl Tool for WebStub {
-    fn name(&self) -> &str {
-        "web_fetch"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "web_fetch",
+                "Stands in for a web tool.",
+                json!({"type": "object"}),
+            )
+            .tags(&["web"])
+        });
+        &META
     }
-    fn description(&self) -> &str {
-        "Stands in for a web tool."
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    fn tags(&self) -> &[&str] {
-        &["web"]
-    }
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         Err(ToolError::unsupported(
             "web_fetch",
             "no provider is configured",

@@ -6,6 +6,7 @@
 //! child's state has one writer, and every change it makes reaches the client as `task/updated`
 //! in order.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
 use super::parse_args;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
 
 /// How long `wait_agent` waits when the model does not say.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -194,52 +195,33 @@ pub struct SpawnAgent;
 
 #[async_trait]
 impl Tool for SpawnAgent {
-    fn name(&self) -> &str {
-        "spawn_agent"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "spawn_agent",
+                "Start a sub-agent on a self-contained task; it works in the background in the \
+                 same workspace with its own conversation and returns {agent_id, status} at once. \
+                 Collect its answer with wait_agent, steer it with send_input, stop it with \
+                 close_agent. It cannot run shell commands or start agents of its own.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "message": {"type": "string", "minLength": 1, "description": MESSAGE_SCHEMA},
+                        "model": {"type": "string", "description": "Another model id for this agent; the session's model when omitted."}
+                    },
+                    "required": ["message"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["sessions"])
+            .exclusive()
+            .coordinates_only()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Start a sub-agent on a self-contained task; it works in the background in the same \
-         workspace with its own conversation and returns {agent_id, status} at once. Collect its \
-         answer with wait_agent, steer it with send_input, stop it with close_agent. It cannot \
-         run shell commands or start agents of its own."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "message": {"type": "string", "minLength": 1, "description": MESSAGE_SCHEMA},
-                "model": {"type": "string", "description": "Another model id for this agent; the session's model when omitted."}
-            },
-            "required": ["message"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["sessions"]
-    }
-
-    fn coordinates_only(&self) -> bool {
-        true
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: SpawnArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: SpawnArgs = parse_args(&self.meta().name, args)?;
         ask_status(ctx, |reply| SubAgentRequest::Spawn {
             message: args.message,
             model: args.model,
@@ -266,52 +248,33 @@ pub struct SendInput;
 
 #[async_trait]
 impl Tool for SendInput {
-    fn name(&self) -> &str {
-        "send_input"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "send_input",
+                "Send a message to a sub-agent. A running agent reads it before its next model \
+                 call (at once, stopping its current step, with interrupt: true); a finished agent \
+                 starts a new turn with its history kept. Wait for the new answer with wait_agent.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "target": {"type": "string", "description": "The agent_id."},
+                        "message": {"type": "string", "minLength": 1, "description": "The message."},
+                        "interrupt": {"type": "boolean", "description": "Stop the agent's current step and take the message now.", "default": false}
+                    },
+                    "required": ["target", "message"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["sessions"])
+            .exclusive()
+            .coordinates_only()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Send a message to a sub-agent. A running agent reads it before its next model call (at \
-         once, stopping its current step, with interrupt: true); a finished agent starts a new \
-         turn with its history kept. Wait for the new answer with wait_agent."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "target": {"type": "string", "description": "The agent_id."},
-                "message": {"type": "string", "minLength": 1, "description": "The message."},
-                "interrupt": {"type": "boolean", "description": "Stop the agent's current step and take the message now.", "default": false}
-            },
-            "required": ["target", "message"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["sessions"]
-    }
-
-    fn coordinates_only(&self) -> bool {
-        true
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: SendInputArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: SendInputArgs = parse_args(&self.meta().name, args)?;
         ask_status(ctx, |reply| SubAgentRequest::SendInput {
             target: args.target,
             message: args.message,
@@ -334,47 +297,28 @@ pub struct ResumeAgent;
 
 #[async_trait]
 impl Tool for ResumeAgent {
-    fn name(&self) -> &str {
-        "resume_agent"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "resume_agent",
+                "Start a sub-agent that finished or failed again from its history, without a new \
+                 message (to continue after an error or an interruption).",
+                json!({
+                    "type": "object",
+                    "properties": {"id": {"type": "string", "description": "The agent_id."}},
+                    "required": ["id"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["sessions"])
+            .exclusive()
+            .coordinates_only()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Start a sub-agent that finished or failed again from its history, without a new \
-         message (to continue after an error or an interruption)."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"id": {"type": "string", "description": "The agent_id."}},
-            "required": ["id"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["sessions"]
-    }
-
-    fn coordinates_only(&self) -> bool {
-        true
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: ResumeArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: ResumeArgs = parse_args(&self.meta().name, args)?;
         ask_status(ctx, |reply| SubAgentRequest::Resume { id: args.id, reply }).await
     }
 }
@@ -394,46 +338,30 @@ pub struct WaitAgent;
 
 #[async_trait]
 impl Tool for WaitAgent {
-    fn name(&self) -> &str {
-        "wait_agent"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "wait_agent",
+                "Wait until one of the named sub-agents has finished its current turn (without \
+                 ids: one of those running now), or the timeout passes; returns every named (or \
+                 open) agent's status and, for those that completed, its answer.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "ids": {"type": "array", "items": {"type": "string"}, "description": "The agent_ids; all of the session's agents when omitted."},
+                        "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT.as_millis() as u64, "description": "How long to wait at most (default 30000)."}
+                    },
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["sessions"])
+            .coordinates_only()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Wait until one of the named sub-agents has finished its current turn (without ids: \
-         one of those running now), or the timeout passes; returns every named (or open) \
-         agent's status and, for those that completed, its answer."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "ids": {"type": "array", "items": {"type": "string"}, "description": "The agent_ids; all of the session's agents when omitted."},
-                "timeout_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT.as_millis() as u64, "description": "How long to wait at most (default 30000)."}
-            },
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["sessions"]
-    }
-
-    fn coordinates_only(&self) -> bool {
-        true
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: WaitArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: WaitArgs = parse_args(&self.meta().name, args)?;
         let timeout = args
             .timeout_ms
             .map_or(DEFAULT_WAIT, Duration::from_millis)
@@ -513,47 +441,28 @@ pub struct CloseAgent;
 
 #[async_trait]
 impl Tool for CloseAgent {
-    fn name(&self) -> &str {
-        "close_agent"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "close_agent",
+                "Stop a sub-agent (cancelling what it is doing) and free it; it cannot be used \
+                 again. Its transcript stays readable with read_task_output.",
+                json!({
+                    "type": "object",
+                    "properties": {"target": {"type": "string", "description": "The agent_id."}},
+                    "required": ["target"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["sessions"])
+            .exclusive()
+            .coordinates_only()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Stop a sub-agent (cancelling what it is doing) and free it; it cannot be used again. \
-         Its transcript stays readable with read_task_output."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"target": {"type": "string", "description": "The agent_id."}},
-            "required": ["target"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["sessions"]
-    }
-
-    fn coordinates_only(&self) -> bool {
-        true
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: CloseArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: CloseArgs = parse_args(&self.meta().name, args)?;
         ask_status(ctx, |reply| SubAgentRequest::Close {
             target: args.target,
             reply,

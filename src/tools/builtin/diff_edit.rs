@@ -5,9 +5,8 @@
 //! compares lines with their endings, so CRLF files would not match an LF diff. Matching and
 //! rendering are shared with `apply_patch` (see `text_edit`).
 
-use std::any::Any;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -19,7 +18,7 @@ use super::text_edit::{
     seek_near, without_trailing_blanks,
 };
 use crate::fs_safe::FsError;
-use crate::tools::{ConcurrencyClass, Tool, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 const TOOL: &str = "diff_edit";
 
@@ -571,43 +570,37 @@ impl DiffEdit {
 
 #[async_trait]
 impl Tool for DiffEdit {
-    fn name(&self) -> &str {
-        TOOL
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                TOOL,
+                DESCRIPTION,
+                json!({
+                    "type": "object",
+                    "description": "One unified diff for one file.",
+                    "properties": {
+                        "path": {
+                            "type": "string",
+                            "description": "The file to change, relative to the workspace root."
+                        },
+                        "diff": {
+                            "type": "string",
+                            "description": "The unified diff: optional `---`/`+++` headers, then \
+                                            one or more hunks each starting with `@@ -a,b +c,d \
+                                            @@`."
+                        }
+                    },
+                    "required": ["path", "diff"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["fs"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "One unified diff for one file.",
-            "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "The file to change, relative to the workspace root."
-                },
-                "diff": {
-                    "type": "string",
-                    "description": "The unified diff: optional `---`/`+++` headers, then one or \
-                                    more hunks each starting with `@@ -a,b +c,d @@`."
-                }
-            },
-            "required": ["path", "diff"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args: Args = parse_args(TOOL, args)?;
         let tool = self.clone();
         // File I/O blocks; keep it off the async workers.
@@ -619,15 +612,12 @@ impl Tool for DiffEdit {
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
     }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ConcurrencyClass;
     use std::fs;
 
     fn workspace(files: &[(&str, &str)]) -> (tempfile::TempDir, Arc<Workspace>) {
@@ -643,7 +633,10 @@ mod tests {
 
     async fn run(ws: &Arc<Workspace>, path: &str, diff: &str) -> Result<ToolResult, ToolError> {
         DiffEdit::new(Arc::clone(ws))
-            .execute(&json!({ "path": path, "diff": diff }))
+            .call(
+                &ToolContext::detached("."),
+                &json!({ "path": path, "diff": diff }),
+            )
             .await
     }
 
@@ -966,10 +959,10 @@ mod tests {
     async fn the_tool_is_an_exclusive_fs_tool_that_rebinds() {
         let (_dir, ws) = workspace(&[]);
         let tool = DiffEdit::new(Arc::clone(&ws));
-        assert_eq!(tool.name(), "diff_edit");
-        assert_eq!(tool.tags(), ["fs"]);
-        assert_eq!(tool.concurrency_class(), ConcurrencyClass::Exclusive);
-        let schema = tool.input_schema();
+        assert_eq!(tool.meta().name, "diff_edit");
+        assert_eq!(tool.meta().tags, ["fs"]);
+        assert_eq!(tool.meta().concurrency, ConcurrencyClass::Exclusive);
+        let schema = &tool.meta().input_schema;
         assert_eq!(schema["additionalProperties"], json!(false));
         let mut registry = crate::tools::ToolRegistry::default();
         registry
@@ -979,12 +972,19 @@ mod tests {
         let (other_dir, other) = workspace(&[("x.txt", "a\n")]);
         let rebound = tool.rebind_cwd(&other).unwrap();
         let result = rebound
-            .execute(&json!({"path": "x.txt", "diff": "@@ -1 +1 @@\n-a\n+b\n"}))
+            .call(
+                &ToolContext::detached("."),
+                &json!({"path": "x.txt", "diff": "@@ -1 +1 @@\n-a\n+b\n"}),
+            )
             .await
             .unwrap();
         assert!(result.success);
         assert_eq!(read(&other_dir, "x.txt").unwrap(), "b\n");
-        let (kind, _) = message(tool.execute(&json!({"path": "x.txt"})).await.unwrap_err());
+        let (kind, _) = message(
+            tool.call(&ToolContext::detached("."), &json!({"path": "x.txt"}))
+                .await
+                .unwrap_err(),
+        );
         assert_eq!(kind, "invalid_input");
     }
 }

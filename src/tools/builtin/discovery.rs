@@ -1,7 +1,7 @@
 //! tool_search, tool_suggest and activate_tools: finding and loading tools the model cannot see
 //! yet, from the registry's live catalog.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use super::parse_args;
 use crate::tools::catalog::{CatalogEntry, ToolCatalog, ToolState};
 use crate::tools::policy;
 use crate::tools::registry::DeferralToolFactory;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Words too common to say anything about which tool fits.
 const STOP_WORDS: &[&str] = &[
@@ -145,43 +145,30 @@ pub struct ToolSearch;
 
 #[async_trait]
 impl Tool for ToolSearch {
-    fn name(&self) -> &str {
-        "tool_search"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "tool_search",
+                "Search every tool this session can use, including deferred ones you cannot see \
+                 yet, by name, description and tags. Returns matching tools with their state.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": "Words describing the tool you need, or part of its name."},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return. Default 10."}
+                    },
+                    "required": ["query"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["meta"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Search every tool this session can use, including deferred ones you cannot see yet, \
-         by name, description and tags. Returns matching tools with their state."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "Words describing the tool you need, or part of its name."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return. Default 10."}
-            },
-            "required": ["query"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["meta"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: SearchArgs = parse_args(self.name(), args)?;
-        let catalog = catalog_of(ctx, self.name())?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: SearchArgs = parse_args(&self.meta().name, args)?;
+        let catalog = catalog_of(ctx, &self.meta().name)?;
         let mut ranked = rank(&catalog, &args.query);
         if ranked.is_empty() {
             return Ok(ToolResult::ok(format!(
@@ -210,42 +197,29 @@ pub struct ToolSuggest;
 
 #[async_trait]
 impl Tool for ToolSuggest {
-    fn name(&self) -> &str {
-        "tool_suggest"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "tool_suggest",
+                "Describe what you are trying to do and get the five tools that fit it best, \
+                 including deferred ones, with how to load them.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "task": {"type": "string", "description": "What you want to do, in a sentence."}
+                    },
+                    "required": ["task"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["meta"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Describe what you are trying to do and get the five tools that fit it best, including \
-         deferred ones, with how to load them."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "task": {"type": "string", "description": "What you want to do, in a sentence."}
-            },
-            "required": ["task"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["meta"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: SuggestArgs = parse_args(self.name(), args)?;
-        let catalog = catalog_of(ctx, self.name())?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: SuggestArgs = parse_args(&self.meta().name, args)?;
+        let catalog = catalog_of(ctx, &self.meta().name)?;
         let mut ranked = rank(&catalog, &args.task);
         if ranked.is_empty() {
             return Ok(ToolResult::ok(
@@ -269,19 +243,30 @@ struct ActivateArgs {
 /// Loads deferred tools so the model sees them from its next step on; registered by the
 /// registry only while something is deferred, with a description naming what is.
 pub struct ActivateTools {
-    description: String,
+    meta: ToolMeta,
 }
 
 impl ActivateTools {
     /// An activate_tools whose description lists `deferred`.
     pub fn new(deferred: &[&str]) -> Self {
+        let description = format!(
+            "Load deferred tools so you can see and call them from your next step on. \
+             Deferred now: {}. You may also call a deferred tool directly; it loads on \
+             first use.",
+            deferred.join(", ")
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "tools": {"type": "array", "items": {"type": "string"}, "description": "Names of deferred tools to load."},
+                "group": {"type": "string", "description": "A group to load whole: fs, search, runtime, web or sessions (with or without the group: prefix)."}
+            },
+            "additionalProperties": false
+        });
         Self {
-            description: format!(
-                "Load deferred tools so you can see and call them from your next step on. \
-                 Deferred now: {}. You may also call a deferred tool directly; it loads on \
-                 first use.",
-                deferred.join(", ")
-            ),
+            meta: ToolMeta::new("activate_tools", description, schema)
+                .tags(&["meta"])
+                .exclusive(),
         }
     }
 
@@ -293,44 +278,12 @@ impl ActivateTools {
 
 #[async_trait]
 impl Tool for ActivateTools {
-    fn name(&self) -> &str {
-        "activate_tools"
+    fn meta(&self) -> &ToolMeta {
+        &self.meta
     }
 
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "tools": {"type": "array", "items": {"type": "string"}, "description": "Names of deferred tools to load."},
-                "group": {"type": "string", "description": "A group to load whole: fs, search, runtime, web or sessions (with or without the group: prefix)."}
-            },
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["meta"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: ActivateArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: ActivateArgs = parse_args(&self.meta().name, args)?;
         let Some(cell) = ctx.catalog.as_ref() else {
             return Err(ToolError::model(
                 "unavailable",
@@ -431,7 +384,7 @@ mod tests {
         let mut registry = registry();
         registry.defer_group("group:fs");
         let result = ToolSearch
-            .execute_with_context(&ctx(&registry), &json!({"query": "write a file"}))
+            .call(&ctx(&registry), &json!({"query": "write a file"}))
             .await
             .unwrap();
         let names: Vec<&str> = result.structured_metadata.as_ref().unwrap()["tools"]
@@ -449,7 +402,7 @@ mod tests {
         assert!(result.output.contains("activate_tools"));
 
         let none = ToolSearch
-            .execute_with_context(&ctx(&registry), &json!({"query": "teleport"}))
+            .call(&ctx(&registry), &json!({"query": "teleport"}))
             .await
             .unwrap();
         assert!(none.output.starts_with("no tool matches"));
@@ -460,7 +413,7 @@ mod tests {
         let mut registry = registry();
         let cell_ctx = ctx(&registry);
         let before = ToolSuggest
-            .execute_with_context(&cell_ctx, &json!({"task": "I need to plan my steps"}))
+            .call(&cell_ctx, &json!({"task": "I need to plan my steps"}))
             .await
             .unwrap();
         assert!(
@@ -470,12 +423,12 @@ mod tests {
         );
         registry.unregister("update_plan");
         let after = ToolSuggest
-            .execute_with_context(&cell_ctx, &json!({"task": "I need to plan my steps"}))
+            .call(&cell_ctx, &json!({"task": "I need to plan my steps"}))
             .await
             .unwrap();
         assert!(!after.output.contains("update_plan"), "{}", after.output);
         let detached = ToolSuggest
-            .execute(&json!({"task": "x"}))
+            .call(&ToolContext::detached("."), &json!({"task": "x"}))
             .await
             .unwrap_err();
         assert!(matches!(

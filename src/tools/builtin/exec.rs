@@ -10,7 +10,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -24,7 +24,7 @@ use super::parse_args;
 pub use super::process::{child_env, forbid_env_var};
 pub(crate) use super::process::{kill_group, sandboxed_command, signal_name};
 use super::process::{merged_output, resolve_workdir, shell_command, truncate_middle};
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 const EXEC_NAME: &str = "exec_command";
 const WRITE_NAME: &str = "write_stdin";
@@ -538,82 +538,63 @@ impl ExecCommand {
 
 #[async_trait]
 impl Tool for ExecCommand {
-    fn name(&self) -> &str {
-        EXEC_NAME
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                EXEC_NAME,
+                "Start a command (run with `sh -c` in the workspace) as a process you can keep \
+                 talking to: interactive programs, REPLs, servers, watchers, anything slow. For a \
+                 quick one-shot command prefer `shell`. Waits up to yield_time_ms for output \
+                 (returns early if the process exits) and answers JSON {session_id, output, \
+                 exit_code, wall_time_seconds, original_token_count}. While the process runs, \
+                 `session_id` is set and `exit_code` absent: pass the id to write_stdin to type \
+                 input or, with empty chars, to collect more output. Once it has exited, \
+                 `exit_code` is set and `session_id` is gone. stdout and stderr are merged. \
+                 Background jobs (`&`) are killed when the command exits, so run servers in the \
+                 foreground. A session holds at most 64 processes by default.",
+                json!({
+                    "type": "object",
+                    "description": "Start a long-running or interactive process.",
+                    "properties": {
+                        "cmd": {
+                            "type": "string",
+                            "description": "The command line, run with `sh -c`, e.g. \"python3 -i\" or \"npm run dev\"."
+                        },
+                        "workdir": {
+                            "type": "string",
+                            "description": "Directory to run in, relative to the workspace root (default: the root). It must exist inside the workspace and not pass through a symlink."
+                        },
+                        "tty": {
+                            "type": "boolean",
+                            "description": "true to attach a real pseudo-terminal, for programs that need one (REPLs, prompts, curses tools); your input is then echoed back and lines end in \\r\\n. Default false: plain pipes."
+                        },
+                        "yield_time_ms": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "How long to wait for output before answering, in milliseconds; 250 to 30000, default 10000. The answer comes sooner if the process exits."
+                        },
+                        "max_output_tokens": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its beginning and end and says how much was left out."
+                        }
+                    },
+                    "required": ["cmd"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["runtime"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Start a command (run with `sh -c` in the workspace) as a process you can keep talking \
-         to: interactive programs, REPLs, servers, watchers, anything slow. For a quick \
-         one-shot command prefer `shell`. Waits up to yield_time_ms for output (returns early \
-         if the process exits) and answers JSON {session_id, output, exit_code, \
-         wall_time_seconds, original_token_count}. While the process runs, `session_id` is \
-         set and `exit_code` absent: pass the id to write_stdin to type input or, with empty \
-         chars, to collect more output. Once it has exited, `exit_code` is set and \
-         `session_id` is gone. stdout and stderr are merged. Background jobs (`&`) are killed \
-         when the command exits, so run servers in the foreground. A session holds at most \
-         64 processes by default."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "Start a long-running or interactive process.",
-            "properties": {
-                "cmd": {
-                    "type": "string",
-                    "description": "The command line, run with `sh -c`, e.g. \"python3 -i\" or \"npm run dev\"."
-                },
-                "workdir": {
-                    "type": "string",
-                    "description": "Directory to run in, relative to the workspace root (default: the root). It must exist inside the workspace and not pass through a symlink."
-                },
-                "tty": {
-                    "type": "boolean",
-                    "description": "true to attach a real pseudo-terminal, for programs that need one (REPLs, prompts, curses tools); your input is then echoed back and lines end in \\r\\n. Default false: plain pipes."
-                },
-                "yield_time_ms": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "How long to wait for output before answering, in milliseconds; 250 to 30000, default 10000. The answer comes sooner if the process exits."
-                },
-                "max_output_tokens": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its beginning and end and says how much was left out."
-                }
-            },
-            "required": ["cmd"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["runtime"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(&CancellationToken::new(), args).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(&ctx.cancel, args).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 
@@ -681,81 +662,63 @@ impl WriteStdin {
 
 #[async_trait]
 impl Tool for WriteStdin {
-    fn name(&self) -> &str {
-        WRITE_NAME
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                WRITE_NAME,
+                "Send characters to a process started by exec_command and return the output it \
+                 produced since the last read. Include \"\\n\" to press Enter; with tty processes \
+                 \"\\u0003\" is Ctrl-C and \"\\u0004\" Ctrl-D. Leave chars empty to just wait and \
+                 poll for more output. Waits yield_time_ms (default 250) unless the process exits \
+                 first, and answers the same JSON as exec_command: exit_code is set and session_id \
+                 gone once it has exited, after which the session id is no longer valid.",
+                json!({
+                    "type": "object",
+                    "description": "Type into, or poll, a process started by exec_command.",
+                    "properties": {
+                        "session_id": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "The session_id exec_command returned for the process."
+                        },
+                        "chars": {
+                            "type": "string",
+                            "description": "Characters to write to the process's input, e.g. \"yes\\n\". Empty or omitted: write nothing, only collect output."
+                        },
+                        "yield_time_ms": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "How long to wait for output after writing, in milliseconds; 250 to 30000, default 250. The answer comes sooner if the process exits."
+                        },
+                        "max_output_tokens": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its beginning and end and says how much was left out."
+                        }
+                    },
+                    "required": ["session_id"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["runtime"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Send characters to a process started by exec_command and return the output it produced \
-         since the last read. Include \"\\n\" to press Enter; with tty processes \"\\u0003\" is \
-         Ctrl-C and \"\\u0004\" Ctrl-D. Leave chars empty to just wait and poll for more output. \
-         Waits yield_time_ms (default 250) unless the process exits first, and answers the \
-         same JSON as exec_command: exit_code is set and session_id gone once it has exited, \
-         after which the session id is no longer valid."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "Type into, or poll, a process started by exec_command.",
-            "properties": {
-                "session_id": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "The session_id exec_command returned for the process."
-                },
-                "chars": {
-                    "type": "string",
-                    "description": "Characters to write to the process's input, e.g. \"yes\\n\". Empty or omitted: write nothing, only collect output."
-                },
-                "yield_time_ms": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "How long to wait for output after writing, in milliseconds; 250 to 30000, default 250. The answer comes sooner if the process exits."
-                },
-                "max_output_tokens": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its beginning and end and says how much was left out."
-                }
-            },
-            "required": ["session_id"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["runtime"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(&CancellationToken::new(), args).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(&ctx.cancel, args).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ConcurrencyClass;
     use crate::tools::process_probe::{gone, pids_in, wait_gone};
 
     const WAIT: Duration = Duration::from_secs(20);
@@ -768,14 +731,14 @@ mod tests {
 
     async fn exec(ws: &Arc<Workspace>, args: Value) -> Result<ToolResult, ToolError> {
         let tool = ExecCommand::new(Arc::clone(ws));
-        tokio::time::timeout(WAIT, tool.execute(&args))
+        tokio::time::timeout(WAIT, tool.call(&ToolContext::detached("."), &args))
             .await
             .expect("exec_command answers within its yield time")
     }
 
     async fn write(ws: &Arc<Workspace>, args: Value) -> Result<ToolResult, ToolError> {
         let tool = WriteStdin::new(Arc::clone(ws));
-        tokio::time::timeout(WAIT, tool.execute(&args))
+        tokio::time::timeout(WAIT, tool.call(&ToolContext::detached("."), &args))
             .await
             .expect("write_stdin answers within its yield time")
     }

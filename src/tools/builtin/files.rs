@@ -1,7 +1,7 @@
 //! read_file, write_file and edit_file: the plain file tools, all through the workspace's
 //! symlink-safe layer.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 use crate::tools::workspace::{ChangeKind, Workspace};
-use crate::tools::{ConcurrencyClass, Tool, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Largest file the file tools read.
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -63,36 +63,32 @@ struct ReadArgs {
 
 #[async_trait]
 impl Tool for ReadFile {
-    fn name(&self) -> &str {
-        "read_file"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "read_file",
+                "Read a text file of the workspace. Returns lines prefixed with their 1-based line \
+                 numbers and a tab. Use offset and limit to page through long files; the output \
+                 says where to continue. Binary files and files over 10 MiB are refused.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "File path relative to the workspace root."},
+                        "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based). Default 1."},
+                        "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to return. Default 2000."}
+                    },
+                    "required": ["path"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["fs"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Read a text file of the workspace. Returns lines prefixed with their 1-based line \
-         numbers and a tab. Use offset and limit to page through long files; the output says \
-         where to continue. Binary files and files over 10 MiB are refused."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based). Default 1."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to return. Default 2000."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        let args: ReadArgs = parse_args(self.name(), args)?;
-        let text = read_text(&self.workspace, self.name(), &args.path)?;
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: ReadArgs = parse_args(&self.meta().name, args)?;
+        let text = read_text(&self.workspace, &self.meta().name, &args.path)?;
         if text.is_empty() {
             return Ok(ToolResult::ok(format!("{} is empty", args.path)));
         }
@@ -158,38 +154,32 @@ struct WriteArgs {
 
 #[async_trait]
 impl Tool for WriteFile {
-    fn name(&self) -> &str {
-        "write_file"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "write_file",
+                "Create or overwrite a file of the workspace with the given content. Missing \
+                 parent directories are created. The write is atomic: readers see the old or the \
+                 new file, never half of it. Prefer edit_file or apply_patch for changes to \
+                 existing files.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "File path relative to the workspace root."},
+                        "content": {"type": "string", "description": "The complete new content of the file."}
+                    },
+                    "required": ["path", "content"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["fs"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Create or overwrite a file of the workspace with the given content. Missing parent \
-         directories are created. The write is atomic: readers see the old or the new file, \
-         never half of it. Prefer edit_file or apply_patch for changes to existing files."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        let args: WriteArgs = parse_args(self.name(), args)?;
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: WriteArgs = parse_args(&self.meta().name, args)?;
         let rel = self.workspace.resolve(&args.path)?;
         if rel.as_os_str().is_empty() {
             return Err(ToolError::model(
@@ -199,7 +189,7 @@ impl Tool for WriteFile {
         }
         let kind = self
             .workspace
-            .write(self.name(), &rel, args.content.as_bytes())?;
+            .write(&self.meta().name, &rel, args.content.as_bytes())?;
         let verb = match kind {
             ChangeKind::Created => "created",
             _ => "overwrote",
@@ -242,40 +232,33 @@ struct EditArgs {
 
 #[async_trait]
 impl Tool for EditFile {
-    fn name(&self) -> &str {
-        "edit_file"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "edit_file",
+                "Replace an exact string in a file of the workspace. old_string must match the \
+                 file exactly (including indentation) and, unless replace_all is true, exactly \
+                 once: include enough surrounding lines to make it unique. Read the file first.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "File path relative to the workspace root."},
+                        "old_string": {"type": "string", "description": "The exact text to replace; must not be empty."},
+                        "new_string": {"type": "string", "description": "The text to put in its place."},
+                        "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring exactly one. Default false."}
+                    },
+                    "required": ["path", "old_string", "new_string"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["fs"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Replace an exact string in a file of the workspace. old_string must match the file \
-         exactly (including indentation) and, unless replace_all is true, exactly once: include \
-         enough surrounding lines to make it unique. Read the file first."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path relative to the workspace root."},
-                "old_string": {"type": "string", "description": "The exact text to replace; must not be empty."},
-                "new_string": {"type": "string", "description": "The text to put in its place."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of requiring exactly one. Default false."}
-            },
-            "required": ["path", "old_string", "new_string"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        let args: EditArgs = parse_args(self.name(), args)?;
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: EditArgs = parse_args(&self.meta().name, args)?;
         if args.old_string.is_empty() {
             return Err(ToolError::model(
                 "invalid_input",
@@ -343,7 +326,7 @@ impl Tool for EditFile {
             text.replacen(old.as_str(), &new, 1)
         };
         self.workspace
-            .write(self.name(), &rel, updated.as_bytes())?;
+            .write(&self.meta().name, &rel, updated.as_bytes())?;
         let mut result = ToolResult::ok(format!(
             "replaced {count} occurrence{} in {}",
             if count == 1 { "" } else { "s" },
@@ -380,7 +363,7 @@ mod tests {
     }
 
     async fn run(tool: &dyn Tool, args: Value) -> ToolResult {
-        match tool.execute(&args).await {
+        match tool.call(&ToolContext::detached("."), &args).await {
             Ok(result) => result,
             Err(ToolError::Model { kind, message }) => {
                 ToolResult::failure(message).with_metadata(json!({ "kind": kind }))

@@ -1,13 +1,13 @@
 //! workspace_diff and workspace_log: what this session changed in its workspace.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::parse_args;
 use crate::tools::workspace::Workspace;
-use crate::tools::{Tool, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Largest diff returned whole; a longer one keeps its head and says how much was cut.
 const MAX_DIFF_BYTES: usize = 256 * 1024;
@@ -35,25 +35,21 @@ impl WorkspaceDiff {
 
 #[async_trait]
 impl Tool for WorkspaceDiff {
-    fn name(&self) -> &str {
-        "workspace_diff"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "workspace_diff",
+                "Show one unified diff of every file this session has changed, compared with each \
+                 file's content before the session first touched it. Use it to review your work.",
+                no_arguments(),
+            )
+            .tags(&["fs"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Show one unified diff of every file this session has changed, compared with each \
-         file's content before the session first touched it. Use it to review your work."
-    }
-
-    fn input_schema(&self) -> Value {
-        no_arguments()
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        parse_args::<NoArgs>(self.name(), args)?;
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        parse_args::<NoArgs>(&self.meta().name, args)?;
         let mut diff = self.workspace.diff();
         if diff.is_empty() {
             return Ok(ToolResult::ok("no changes in this session"));
@@ -92,25 +88,21 @@ impl WorkspaceLog {
 
 #[async_trait]
 impl Tool for WorkspaceLog {
-    fn name(&self) -> &str {
-        "workspace_log"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "workspace_log",
+                "List, in order, every file change this session made: created, modified, moved or \
+                 deleted, and by which tool.",
+                no_arguments(),
+            )
+            .tags(&["fs"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "List, in order, every file change this session made: created, modified, moved or \
-         deleted, and by which tool."
-    }
-
-    fn input_schema(&self) -> Value {
-        no_arguments()
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        parse_args::<NoArgs>(self.name(), args)?;
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        parse_args::<NoArgs>(&self.meta().name, args)?;
         let changes = self.workspace.changes();
         if changes.is_empty() {
             return Ok(ToolResult::ok("no changes in this session"));
@@ -154,7 +146,10 @@ mod tests {
         let diff = WorkspaceDiff::new(Arc::clone(&ws));
         let log = WorkspaceLog::new(Arc::clone(&ws));
         assert_eq!(
-            diff.execute(&json!({})).await.unwrap().output,
+            diff.call(&ToolContext::detached("."), &json!({}))
+                .await
+                .unwrap()
+                .output,
             "no changes in this session"
         );
 
@@ -162,12 +157,19 @@ mod tests {
         ws.rename("apply_patch", Path::new("a.txt"), Path::new("b.txt"))
             .unwrap();
 
-        let shown = diff.execute(&json!({})).await.unwrap().output;
+        let shown = diff
+            .call(&ToolContext::detached("."), &json!({}))
+            .await
+            .unwrap()
+            .output;
         assert!(shown.contains("--- a/a.txt\n+++ /dev/null\n"), "{shown}");
         assert!(shown.contains("--- /dev/null\n+++ b/b.txt\n"), "{shown}");
         assert!(shown.contains("+new\n"), "{shown}");
 
-        let listed = log.execute(&json!({})).await.unwrap();
+        let listed = log
+            .call(&ToolContext::detached("."), &json!({}))
+            .await
+            .unwrap();
         let lines: Vec<&str> = listed.output.lines().collect();
         assert_eq!(lines.len(), 2);
         assert!(
@@ -183,7 +185,9 @@ mod tests {
         let meta = listed.structured_metadata.unwrap();
         assert_eq!(meta["changes"][1]["moved_to"], "b.txt");
         assert!(
-            log.execute(&json!({"x": 1})).await.is_err(),
+            log.call(&ToolContext::detached("."), &json!({"x": 1}))
+                .await
+                .is_err(),
             "no arguments accepted"
         );
     }
@@ -196,7 +200,11 @@ mod tests {
         let log = WorkspaceLog::new(ws);
         let fresh = log.rebind_cwd(&Workspace::new(dir.path())).unwrap();
         assert_eq!(
-            fresh.execute(&json!({})).await.unwrap().output,
+            fresh
+                .call(&ToolContext::detached("."), &json!({}))
+                .await
+                .unwrap()
+                .output,
             "no changes in this session"
         );
     }

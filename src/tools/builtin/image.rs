@@ -1,10 +1,12 @@
 //! image_generation: part of the coding-tool contract, with no backend on this server, so every
 //! call answers the typed `unsupported` error instead of pretending.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::tools::{Tool, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Always answers `unsupported`: no image generation backend is configured here.
 #[derive(Debug, Default)]
@@ -12,34 +14,31 @@ pub struct ImageGeneration;
 
 #[async_trait]
 impl Tool for ImageGeneration {
-    fn name(&self) -> &str {
-        "image_generation"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "image_generation",
+                "Generate an image from a text prompt. This server has no image generation \
+                 backend: the call always answers an `unsupported` error, so describe the image in \
+                 text instead.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "prompt": {"type": "string", "description": "What the image should show."},
+                        "size": {"type": "string", "description": "Requested size such as 1024x1024."}
+                    },
+                    "required": ["prompt"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["meta"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Generate an image from a text prompt. This server has no image generation backend: \
-         the call always answers an `unsupported` error, so describe the image in text instead."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "prompt": {"type": "string", "description": "What the image should show."},
-                "size": {"type": "string", "description": "Requested size such as 1024x1024."}
-            },
-            "required": ["prompt"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["meta"]
-    }
-
-    async fn execute(&self, _args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
         Err(ToolError::unsupported(
-            self.name(),
+            &self.meta().name,
             "no image generation backend is configured on this server",
         ))
     }
@@ -52,7 +51,7 @@ mod tests {
     #[tokio::test]
     async fn every_call_is_unsupported() {
         let err = ImageGeneration
-            .execute(&json!({"prompt": "a cat"}))
+            .call(&ToolContext::detached("."), &json!({"prompt": "a cat"}))
             .await
             .unwrap_err();
         match err {

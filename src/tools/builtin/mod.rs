@@ -122,7 +122,7 @@ pub fn with_builtins(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::{ConcurrencyClass, ToolState};
+    use crate::tools::{ConcurrencyClass, ToolContext, ToolState};
 
     /// Tools whose calls only read; everything else writes, runs processes or keeps state.
     const SAFE: &[&str] = &[
@@ -261,7 +261,7 @@ mod tests {
         let base_log = base
             .get("workspace_log")
             .unwrap()
-            .execute(&serde_json::json!({}))
+            .call(&ToolContext::detached("."), &serde_json::json!({}))
             .await
             .unwrap();
         assert_eq!(base_log.output, "no changes in this session");

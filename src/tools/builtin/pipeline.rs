@@ -7,8 +7,7 @@
 //! (clients see them as `structured_metadata.node_costs`).
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::parse_args;
 use crate::llm::pricing::{Allowance, CallCost, Pricing};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, Provider, Usage};
-use crate::tools::{ConcurrencyClass, TokenUsage, Tool, ToolContext, ToolError, ToolResult};
+use crate::tools::{TokenUsage, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Model calls in flight at once when the call does not say.
 pub const DEFAULT_MAX_PARALLEL: usize = 4;
@@ -161,111 +160,93 @@ impl RunPipeline {
 
 #[async_trait]
 impl Tool for RunPipeline {
-    fn name(&self) -> &str {
-        "run_pipeline"
-    }
-
-    fn description(&self) -> &str {
-        "Run several model calls as a dependency graph and get all their answers at once. Each \
-         node is one self-contained model call without tools: it receives its prompt followed \
-         by the outputs of the nodes it depends on, each under a heading with that node's id. \
-         Nodes whose dependencies are done run in parallel. Use it to fan out independent \
-         sub-tasks (summaries, drafts, reviews) and to combine their results in a final node. \
-         A node whose dependency failed is skipped. Each call is charged to the session's \
-         budget."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "nodes": {
-                    "type": "array",
-                    "description": format!(
-                        "The model calls, 1 to {MAX_NODES}. Dependencies must not form a cycle."
-                    ),
-                    "minItems": 1,
-                    "maxItems": MAX_NODES,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {
-                                "type": "string",
-                                "description": format!(
-                                    "A unique name for the node (at most {MAX_ID_CHARS} \
-                                     characters), used in depends_on and in the result."
-                                )
-                            },
-                            "prompt": {
-                                "type": "string",
-                                "description": "The complete, self-contained task for this call; \
-                                    the call sees nothing of your conversation, only this text. \
-                                    Write {{id}} where a dependency's output belongs; outputs of \
-                                    dependencies not placed that way are appended after it."
-                            },
-                            "model": {
-                                "type": "string",
-                                "description": "The model to call for this node; omit to use the \
-                                    session's model."
-                            },
-                            "depends_on": {
-                                "type": "array",
-                                "description": "Ids of the nodes whose outputs this node needs; it \
-                                    starts once they have all completed. Omit for a node that \
-                                    needs none.",
-                                "items": {
-                                    "type": "string",
-                                    "description": "The id of another node of this pipeline."
-                                }
-                            },
-                            "max_tokens": {
-                                "type": "integer",
-                                "minimum": 1,
-                                "description": "The most tokens this node's answer may have; \
-                                    omit for the default. The budget reserves for the whole \
-                                    amount before the call."
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "run_pipeline",
+                "Run several model calls as a dependency graph and get all their answers at once. \
+                 Each node is one self-contained model call without tools: it receives its prompt \
+                 followed by the outputs of the nodes it depends on, each under a heading with \
+                 that node's id. Nodes whose dependencies are done run in parallel. Use it to fan \
+                 out independent sub-tasks (summaries, drafts, reviews) and to combine their \
+                 results in a final node. A node whose dependency failed is skipped. Each call is \
+                 charged to the session's budget.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "nodes": {
+                            "type": "array",
+                            "description": format!(
+                                "The model calls, 1 to {MAX_NODES}. Dependencies must not form a cycle."
+                            ),
+                            "minItems": 1,
+                            "maxItems": MAX_NODES,
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "id": {
+                                        "type": "string",
+                                        "description": format!(
+                                            "A unique name for the node (at most {MAX_ID_CHARS} \
+                                             characters), used in depends_on and in the result."
+                                        )
+                                    },
+                                    "prompt": {
+                                        "type": "string",
+                                        "description": "The complete, self-contained task for this \
+                                            call; the call sees nothing of your conversation, only \
+                                            this text. Write {{id}} where a dependency's output \
+                                            belongs; outputs of dependencies not placed that way \
+                                            are appended after it."
+                                    },
+                                    "model": {
+                                        "type": "string",
+                                        "description": "The model to call for this node; omit to \
+                                            use the session's model."
+                                    },
+                                    "depends_on": {
+                                        "type": "array",
+                                        "description": "Ids of the nodes whose outputs this node \
+                                            needs; it starts once they have all completed. Omit \
+                                            for a node that needs none.",
+                                        "items": {
+                                            "type": "string",
+                                            "description": "The id of another node of this pipeline."
+                                        }
+                                    },
+                                    "max_tokens": {
+                                        "type": "integer",
+                                        "minimum": 1,
+                                        "description": "The most tokens this node's answer may \
+                                            have; omit for the default. The budget reserves for \
+                                            the whole amount before the call."
+                                    }
+                                },
+                                "required": ["id", "prompt"],
+                                "additionalProperties": false
                             }
                         },
-                        "required": ["id", "prompt"],
-                        "additionalProperties": false
-                    }
-                },
-                "max_parallel": {
-                    "type": "integer",
-                    "description": format!(
-                        "How many model calls may run at once, 1 to {MAX_PARALLEL} (values outside \
-                         are clamped); default {DEFAULT_MAX_PARALLEL}."
-                    )
-                }
-            },
-            "required": ["nodes"],
-            "additionalProperties": false
-        })
+                        "max_parallel": {
+                            "type": "integer",
+                            "description": format!(
+                                "How many model calls may run at once, 1 to {MAX_PARALLEL} (values \
+                                 outside are clamped); default {DEFAULT_MAX_PARALLEL}."
+                            )
+                        }
+                    },
+                    "required": ["nodes"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["agents"])
+            .exclusive()
+            .uses_models()
+        });
+        &META
     }
 
-    fn uses_models(&self) -> bool {
-        true
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["agents"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached(PathBuf::new()), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: PipelineArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: PipelineArgs = parse_args(&self.meta().name, args)?;
         let plan = check(args, &self.model, self.default_max_tokens)?;
         Ok(self.run(ctx, &plan).await)
     }
@@ -723,8 +704,9 @@ fn topological_order(nodes: &[PlanNode]) -> Result<Vec<usize>, Vec<usize>> {
 mod tests {
     use super::*;
     use crate::llm::pricing::ModelPrice;
-    use crate::tools::ToolEvent;
+    use crate::tools::{ConcurrencyClass, ToolEvent};
     use std::collections::BTreeMap;
+    use std::path::PathBuf;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -870,7 +852,7 @@ mod tests {
     }
 
     async fn run(tool: &RunPipeline, ctx: &ToolContext, args: Value) -> ToolResult {
-        tokio::time::timeout(WAIT, tool.execute_with_context(ctx, &args))
+        tokio::time::timeout(WAIT, tool.call(ctx, &args))
             .await
             .expect("pipeline finished")
             .expect("pipeline ran")
@@ -1106,7 +1088,7 @@ mod tests {
             ),
         ];
         for (args, needles) in cases {
-            let err = tool.execute_with_context(&ctx(), &args).await.unwrap_err();
+            let err = tool.call(&ctx(), &args).await.unwrap_err();
             let ToolError::Model { kind, message } = err else {
                 panic!("not a model error for {args}");
             };
@@ -1119,7 +1101,7 @@ mod tests {
             .map(|i| json!({"id": format!("n{i}"), "prompt": "p"}))
             .collect();
         let err = tool
-            .execute_with_context(&ctx(), &json!({ "nodes": many }))
+            .call(&ctx(), &json!({ "nodes": many }))
             .await
             .unwrap_err();
         assert!(err.to_string().contains("at most 50"), "{err}");
@@ -1130,7 +1112,7 @@ mod tests {
     async fn a_cycle_message_leaves_out_nodes_merely_downstream_of_it() {
         let (provider, _entered) = FakeProvider::new(&[]);
         let err = tool(&provider)
-            .execute_with_context(
+            .call(
                 &ctx(),
                 &json!({"nodes": [
                     {"id": "after", "prompt": "p", "depends_on": ["x"]},
@@ -1178,7 +1160,7 @@ mod tests {
                     {"id": "b", "prompt": "two"},
                     {"id": "c", "prompt": "three"},
                 ]});
-                tool.execute_with_context(&ctx(), &args).await
+                tool.call(&ctx(), &args).await
             })
         };
         let mut next_entry = async || {
@@ -1375,7 +1357,7 @@ mod tests {
                     {"id": "c", "prompt": "later"},
                     {"id": "d", "prompt": "after b", "depends_on": ["b"]},
                 ]});
-                tool.execute_with_context(&ctx, &args).await
+                tool.call(&ctx, &args).await
             })
         };
         loop {
@@ -1454,9 +1436,9 @@ mod tests {
         }
         let (provider, _entered) = FakeProvider::new(&[]);
         let tool = tool(&provider);
-        check_schema("", &tool.input_schema());
-        assert_eq!(tool.name(), "run_pipeline");
-        assert_eq!(tool.tags(), ["agents"]);
-        assert_eq!(tool.concurrency_class(), ConcurrencyClass::Exclusive);
+        check_schema("", &tool.meta().input_schema);
+        assert_eq!(tool.meta().name, "run_pipeline");
+        assert_eq!(tool.meta().tags, ["agents"]);
+        assert_eq!(tool.meta().concurrency, ConcurrencyClass::Exclusive);
     }
 }

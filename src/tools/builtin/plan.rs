@@ -1,5 +1,6 @@
 //! update_plan and request_user_input: the model's plan, and questions it puts to the user.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::parse_args;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
 
 /// How long `request_user_input` waits for an answer by default.
 pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -48,59 +49,43 @@ pub struct UpdatePlan;
 
 #[async_trait]
 impl Tool for UpdatePlan {
-    fn name(&self) -> &str {
-        "update_plan"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "update_plan",
+                "Record your plan for the task as a list of short steps, each pending, in_progress \
+                 or completed. At most one step may be in_progress. Call it again whenever a step \
+                 starts or finishes; the user sees the plan live.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "explanation": {"type": "string", "description": "Optional note on why the plan changed."},
+                        "plan": {
+                            "type": "array",
+                            "description": "The whole plan, in order.",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "step": {"type": "string", "description": "What the step does, in a few words."},
+                                    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"], "description": "Where the step stands."}
+                                },
+                                "required": ["step", "status"],
+                                "additionalProperties": false
+                            }
+                        }
+                    },
+                    "required": ["plan"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["plan"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Record your plan for the task as a list of short steps, each pending, in_progress or \
-         completed. At most one step may be in_progress. Call it again whenever a step starts \
-         or finishes; the user sees the plan live."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "explanation": {"type": "string", "description": "Optional note on why the plan changed."},
-                "plan": {
-                    "type": "array",
-                    "description": "The whole plan, in order.",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "step": {"type": "string", "description": "What the step does, in a few words."},
-                            "status": {"type": "string", "enum": ["pending", "in_progress", "completed"], "description": "Where the step stands."}
-                        },
-                        "required": ["step", "status"],
-                        "additionalProperties": false
-                    }
-                }
-            },
-            "required": ["plan"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["plan"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: PlanArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: PlanArgs = parse_args(&self.meta().name, args)?;
         let in_progress = args
             .plan
             .iter()
@@ -176,73 +161,57 @@ impl RequestUserInput {
 
 #[async_trait]
 impl Tool for RequestUserInput {
-    fn name(&self) -> &str {
-        "request_user_input"
-    }
-
-    fn description(&self) -> &str {
-        "Ask the user one or more questions and wait for their answers. Use it only when you \
-         cannot proceed without a decision or information only the user has. Offer options \
-         when the choices are known."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "questions": {
-                    "type": "array",
-                    "minItems": 1,
-                    "description": "The questions to ask, in order.",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "string", "description": "Identifier the answer is keyed by."},
-                            "header": {"type": "string", "description": "A short title for the question."},
-                            "question": {"type": "string", "description": "The question itself."},
-                            "options": {
-                                "type": "array",
-                                "description": "Choices to offer, if the answer is one of a known set.",
-                                "items": {
-                                    "type": "object",
-                                    "properties": {
-                                        "label": {"type": "string", "description": "The choice as shown."},
-                                        "description": {"type": "string", "description": "What choosing it means."}
-                                    },
-                                    "required": ["label", "description"],
-                                    "additionalProperties": false
-                                }
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "request_user_input",
+                "Ask the user one or more questions and wait for their answers. Use it only when \
+                 you cannot proceed without a decision or information only the user has. Offer \
+                 options when the choices are known.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "questions": {
+                            "type": "array",
+                            "minItems": 1,
+                            "description": "The questions to ask, in order.",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "id": {"type": "string", "description": "Identifier the answer is keyed by."},
+                                    "header": {"type": "string", "description": "A short title for the question."},
+                                    "question": {"type": "string", "description": "The question itself."},
+                                    "options": {
+                                        "type": "array",
+                                        "description": "Choices to offer, if the answer is one of a known set.",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {
+                                                "label": {"type": "string", "description": "The choice as shown."},
+                                                "description": {"type": "string", "description": "What choosing it means."}
+                                            },
+                                            "required": ["label", "description"],
+                                            "additionalProperties": false
+                                        }
+                                    }
+                                },
+                                "required": ["id", "header", "question"],
+                                "additionalProperties": false
                             }
-                        },
-                        "required": ["id", "header", "question"],
-                        "additionalProperties": false
-                    }
-                }
-            },
-            "required": ["questions"],
-            "additionalProperties": false
-        })
+                        }
+                    },
+                    "required": ["questions"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["plan"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn tags(&self) -> &[&str] {
-        &["plan"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
-        let args: QuestionArgs = parse_args(self.name(), args)?;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let args: QuestionArgs = parse_args(&self.meta().name, args)?;
         if args.questions.is_empty() {
             return Err(ToolError::model(
                 "invalid_input",
@@ -315,7 +284,7 @@ mod tests {
             {"step": "write", "status": "in_progress"},
             {"step": "test", "status": "pending"}
         ]});
-        let result = UpdatePlan.execute_with_context(&ctx, &args).await.unwrap();
+        let result = UpdatePlan.call(&ctx, &args).await.unwrap();
         assert_eq!(result.output, "plan updated: 1 of 3 steps completed");
         assert_eq!(
             result.structured_metadata.as_ref().unwrap()["plan"],
@@ -336,10 +305,18 @@ mod tests {
             {"step": "a", "status": "in_progress"},
             {"step": "b", "status": "in_progress"}
         ]});
-        let err = UpdatePlan.execute(&args).await.unwrap_err();
+        let err = UpdatePlan
+            .call(&ToolContext::detached("."), &args)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("at most one"), "{err}");
         let bad = json!({"plan": [{"step": "a", "status": "done"}]});
-        assert!(UpdatePlan.execute(&bad).await.is_err());
+        assert!(
+            UpdatePlan
+                .call(&ToolContext::detached("."), &bad)
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]
@@ -362,7 +339,7 @@ mod tests {
                 other => panic!("unexpected {other:?}"),
             }
         };
-        let (result, ()) = tokio::join!(tool.execute_with_context(&ctx, &args), answer);
+        let (result, ()) = tokio::join!(tool.call(&ctx, &args), answer);
         let result = result.unwrap();
         assert_eq!(result.output, r#"{"db":"sqlite"}"#);
     }
@@ -371,7 +348,7 @@ mod tests {
     async fn request_user_input_without_a_client_or_answer_fails_clearly() {
         let args = json!({"questions": [{"id": "q", "header": "h", "question": "?"}]});
         let err = RequestUserInput::default()
-            .execute(&args)
+            .call(&ToolContext::detached("."), &args)
             .await
             .unwrap_err();
         assert!(
@@ -394,7 +371,7 @@ mod tests {
             let _ = held.await;
             drop(event);
         });
-        let err = tool.execute_with_context(&ctx, &args).await.unwrap_err();
+        let err = tool.call(&ctx, &args).await.unwrap_err();
         assert!(
             matches!(
                 err,
@@ -412,7 +389,7 @@ mod tests {
         let (ctx, mut rx) = listening();
         let dropper = tokio::spawn(async move { drop(rx.recv().await) });
         let err = RequestUserInput::default()
-            .execute_with_context(&ctx, &args)
+            .call(&ctx, &args)
             .await
             .unwrap_err();
         assert!(
@@ -434,7 +411,7 @@ mod tests {
             cancel.cancel();
         };
         let tool = RequestUserInput::default();
-        let (outcome, ()) = tokio::join!(tool.execute_with_context(&ctx, &args), drop_it);
+        let (outcome, ()) = tokio::join!(tool.call(&ctx, &args), drop_it);
         assert!(matches!(
             outcome,
             Err(ToolError::Model {

@@ -9,7 +9,7 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,7 +21,7 @@ use super::parse_args;
 use super::process::{
     HeadTail, Utf8Chunks, kill_group, merged_output, resolve_workdir, shell_command, signal_name,
 };
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 const NAME: &str = "shell";
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -249,79 +249,59 @@ fn report(ending: &Ending, timeout_ms: u64, wall: f64, capture: &HeadTail) -> To
 
 #[async_trait]
 impl Tool for Shell {
-    fn name(&self) -> &str {
-        NAME
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                NAME,
+                "Run one shell command (`sh -c`) in the workspace and wait for it to finish. \
+                 Returns the exit code and the combined output, stdout and stderr interleaved in \
+                 the order they were written; output over 64 KiB keeps its beginning and end. \
+                 Input is empty (nothing can be typed), colours and pagers are off. The command is \
+                 killed with everything it started after timeout_ms (default 120000), and anything \
+                 it leaves in the background is killed when it exits. For servers, watchers or \
+                 interactive programs use exec_command instead.",
+                json!({
+                    "type": "object",
+                    "description": "Run one shell command to completion.",
+                    "properties": {
+                        "command": {
+                            "type": "string",
+                            "description": "The command line, run with `sh -c`, e.g. \"cargo test 2>&1 | tail -n 50\"."
+                        },
+                        "workdir": {
+                            "type": "string",
+                            "description": "Directory to run in, relative to the workspace root (default: the root). It must exist inside the workspace and not pass through a symlink."
+                        },
+                        "timeout_ms": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "Kill the command after this many milliseconds; 1000 to 600000, default 120000."
+                        }
+                    },
+                    "required": ["command"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["runtime"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Run one shell command (`sh -c`) in the workspace and wait for it to finish. Returns \
-         the exit code and the combined output, stdout and stderr interleaved in the order \
-         they were written; output over 64 KiB keeps its beginning and end. Input is empty \
-         (nothing can be typed), colours and pagers are off. The command is killed with \
-         everything it started after timeout_ms (default 120000), and anything it leaves in \
-         the background is killed when it exits. For servers, watchers or interactive \
-         programs use exec_command instead."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "Run one shell command to completion.",
-            "properties": {
-                "command": {
-                    "type": "string",
-                    "description": "The command line, run with `sh -c`, e.g. \"cargo test 2>&1 | tail -n 50\"."
-                },
-                "workdir": {
-                    "type": "string",
-                    "description": "Directory to run in, relative to the workspace root (default: the root). It must exist inside the workspace and not pass through a symlink."
-                },
-                "timeout_ms": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "description": "Kill the command after this many milliseconds; 1000 to 600000, default 120000."
-                }
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["runtime"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(&ToolContext::detached(self.workspace.root()), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(ctx, args).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ToolEvent;
     use crate::tools::process_probe::{pids_in, wait_gone};
+    use crate::tools::{ConcurrencyClass, ToolEvent};
     use tokio::sync::mpsc;
 
     const WAIT: Duration = Duration::from_secs(30);
@@ -335,7 +315,7 @@ mod tests {
 
     async fn shell(ws: &Arc<Workspace>, args: Value) -> Result<ToolResult, ToolError> {
         let tool = Shell::new(Arc::clone(ws));
-        tokio::time::timeout(WAIT, tool.execute(&args))
+        tokio::time::timeout(WAIT, tool.call(&ToolContext::detached("."), &args))
             .await
             .expect("shell answers within its timeout")
     }
@@ -528,7 +508,7 @@ mod tests {
         let cancel = ctx.cancel.clone();
         let tool = Shell::new(Arc::clone(&ws));
         let task = tokio::spawn(async move {
-            tool.execute_with_context(&ctx, &json!({"command": "echo pid:$$; sleep 100"}))
+            tool.call(&ctx, &json!({"command": "echo pid:$$; sleep 100"}))
                 .await
         });
         let event = tokio::time::timeout(WAIT, received.recv())
@@ -629,10 +609,10 @@ mod tests {
     fn shell_is_an_exclusive_runtime_tool() {
         let (_dir, ws) = workspace();
         let tool = Shell::new(ws);
-        assert_eq!(tool.name(), "shell");
-        assert_eq!(tool.tags(), ["runtime"]);
-        assert_eq!(tool.concurrency_class(), ConcurrencyClass::Exclusive);
-        let schema = tool.input_schema();
+        assert_eq!(tool.meta().name, "shell");
+        assert_eq!(tool.meta().tags, ["runtime"]);
+        assert_eq!(tool.meta().concurrency, ConcurrencyClass::Exclusive);
+        let schema = &tool.meta().input_schema;
         assert_eq!(schema["additionalProperties"], false);
         assert_eq!(schema["required"], json!(["command"]));
         for (name, property) in schema["properties"].as_object().unwrap() {

@@ -2,12 +2,13 @@
 //! workspace binding of the plugin shares.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::tools::ToolMeta;
 use crate::tools::args::ArgsValidator;
 
 /// `[[plugins]]`: an external program offered as a tool, as the configuration gives it.
@@ -107,24 +108,16 @@ pub enum PluginError {
 /// The validated, immutable part of a plugin, shared by every workspace binding of it.
 #[derive(Debug)]
 pub(super) struct Definition {
-    /// The tool name.
-    pub(super) name: String,
-    /// What the model is told it does.
-    pub(super) description: String,
+    /// Name, description, schema, tags and concurrency, as the registry reads them.
+    pub(super) meta: ToolMeta,
     /// The program, as configured.
     pub(super) command: String,
     /// Command-line arguments; the call's own arguments go to stdin.
     pub(super) args: Vec<String>,
     /// Whether calls run in the background.
     pub(super) spawn_only: bool,
-    /// Whether calls run alone within a batch.
-    pub(super) exclusive: bool,
     /// How long one call may run.
     pub(super) timeout: Duration,
-    /// JSON Schema of the arguments.
-    pub(super) input_schema: Value,
-    /// Capability tags, interned.
-    pub(super) tags: Arc<[&'static str]>,
 }
 
 impl Definition {
@@ -145,27 +138,27 @@ impl Definition {
             return Err(PluginError::EmptyTag { name, index });
         }
         check_schema(&name, &config.input_schema)?;
-        let tags: Arc<[&'static str]> = config.tags.iter().map(|t| intern(t)).collect();
+        let mut meta = ToolMeta::new(name, &config.description, config.input_schema.clone());
+        meta.tags = config.tags.iter().map(|t| intern(t)).collect();
+        if config.exclusive {
+            meta = meta.exclusive();
+        }
         Ok(Definition {
-            name,
-            description: config.description.clone(),
+            meta,
             command: config.command.clone(),
             args: config.args.clone(),
             spawn_only: config.spawn_only,
-            exclusive: config.exclusive,
             timeout: Duration::from_millis(config.timeout_ms),
-            input_schema: config.input_schema.clone(),
-            tags,
         })
     }
 }
 
 /// One shared copy of each distinct tag text, alive for the whole process.
 ///
-/// [`Tool::tags`](crate::tools::Tool::tags) returns `&[&str]` borrowed from the tool, so the strings must outlive any
-/// one tool value. Leaking each distinct tag text once (and only once, however many times
-/// plugins are built or rebound) keeps that sound at a cost bounded by the configured tags;
-/// the per-plugin slice itself is an ordinary `Arc` shared by rebinds and freed with them.
+/// [`ToolMeta::tags`] holds `&'static str`s, so the strings must outlive any one tool value.
+/// Leaking each distinct tag text once (and only once, however many times plugins are built or
+/// rebound) keeps that sound at a cost bounded by the configured tags; the per-plugin list
+/// itself lives in the [`Definition`] shared by rebinds and is freed with it.
 fn intern(tag: &str) -> &'static str {
     static TAGS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
     let mut tags = TAGS

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use self::manifest::Definition;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 pub use manifest::PluginConfig;
 
 pub use self::manifest::{MAX_NAME_LEN, PluginError};
@@ -54,40 +54,11 @@ impl PluginTool {
 
 #[async_trait]
 impl Tool for PluginTool {
-    fn name(&self) -> &str {
-        &self.def.name
+    fn meta(&self) -> &ToolMeta {
+        &self.def.meta
     }
 
-    fn description(&self) -> &str {
-        &self.def.description
-    }
-
-    fn input_schema(&self) -> Value {
-        self.def.input_schema.clone()
-    }
-
-    fn tags(&self) -> &[&str] {
-        &self.def.tags
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        if self.def.exclusive {
-            ConcurrencyClass::Exclusive
-        } else {
-            ConcurrencyClass::Safe
-        }
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(&ToolContext::detached(self.workspace.root()), args)
-            .await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(ctx, args).await
     }
 
@@ -96,9 +67,5 @@ impl Tool for PluginTool {
             def: Arc::clone(&self.def),
             workspace: Arc::clone(workspace),
         }))
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }

@@ -80,7 +80,7 @@ impl PluginTool {
                         "spawn_failed",
                         format!(
                             "plugin {}: could not start `{}`: {err}",
-                            self.def.name, self.def.command
+                            self.def.meta.name, self.def.command
                         ),
                     ));
                 }
@@ -95,7 +95,7 @@ impl PluginTool {
         ctx: &ToolContext,
         args: &Value,
     ) -> Result<ToolResult, ToolError> {
-        let name = &self.def.name;
+        let name = &self.def.meta.name;
         if ctx.cancel.is_cancelled() {
             return Ok(ToolResult::failure(format!(
                 "plugin {name}: cancelled before the program started"
@@ -202,7 +202,7 @@ impl PluginTool {
         out: &Capture,
         stderr: &Tail,
     ) -> ToolResult {
-        let name = &self.def.name;
+        let name = &self.def.meta.name;
         let (mut code, mut signal) = (None, None);
         let failure = match ending {
             Ending::Exited(Ok(status)) => {

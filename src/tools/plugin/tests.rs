@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::*;
-use crate::tools::ToolEvent;
 use crate::tools::process_probe::{gone, wait_gone};
+use crate::tools::{ConcurrencyClass, ToolEvent};
 use std::os::unix::fs::PermissionsExt;
 use tokio::sync::mpsc;
 
@@ -60,7 +60,7 @@ fn config(name: &str, command: &str) -> PluginConfig {
 }
 
 async fn call(tool: &PluginTool, args: Value) -> Result<ToolResult, ToolError> {
-    tokio::time::timeout(WAIT, tool.execute(&args))
+    tokio::time::timeout(WAIT, tool.call(&ToolContext::detached("."), &args))
         .await
         .expect("the plugin answers within its timeout")
 }
@@ -186,7 +186,7 @@ async fn stderr_lines_stream_as_output_events() {
         tool_call_id: "call-7".into(),
         ..ToolContext::detached(fx.ws.root())
     };
-    let result = tokio::time::timeout(WAIT, tool.execute_with_context(&ctx, &json!({})))
+    let result = tokio::time::timeout(WAIT, tool.call(&ctx, &json!({})))
         .await
         .unwrap()
         .unwrap();
@@ -258,7 +258,7 @@ async fn cancellation_kills_the_process_group() {
         ..ToolContext::detached(fx.ws.root())
     };
     let cancel = ctx.cancel.clone();
-    let task = tokio::spawn(async move { tool.execute_with_context(&ctx, &json!({})).await });
+    let task = tokio::spawn(async move { tool.call(&ctx, &json!({})).await });
     let event = tokio::time::timeout(WAIT, received.recv())
         .await
         .unwrap()
@@ -304,7 +304,7 @@ async fn dropping_the_call_kills_the_process_group() {
         events: Some(events),
         ..ToolContext::detached(fx.ws.root())
     };
-    let task = tokio::spawn(async move { tool.execute_with_context(&ctx, &json!({})).await });
+    let task = tokio::spawn(async move { tool.call(&ctx, &json!({})).await });
     tokio::time::timeout(WAIT, received.recv())
         .await
         .unwrap()
@@ -430,21 +430,21 @@ async fn tags_concurrency_spawn_only_and_schema_come_from_the_config() {
     linter.spawn_only = true;
     linter.input_schema = schema.clone();
     let tool = fx.plugin(&linter);
-    assert_eq!(tool.name(), "lint-file_2");
-    assert_eq!(tool.description(), "Lints one file.");
-    assert_eq!(tool.tags(), ["fs", "custom-plugin-tag"]);
-    assert_eq!(tool.concurrency_class(), ConcurrencyClass::Safe);
+    assert_eq!(tool.meta().name, "lint-file_2");
+    assert_eq!(tool.meta().description, "Lints one file.");
+    assert_eq!(tool.meta().tags, ["fs", "custom-plugin-tag"]);
+    assert_eq!(tool.meta().concurrency, ConcurrencyClass::Safe);
     assert!(tool.spawn_only());
-    assert_eq!(tool.input_schema(), schema);
+    assert_eq!(tool.meta().input_schema, schema);
 
     let plain = fx.plugin(&config("plain", "/bin/true"));
-    assert_eq!(plain.tags(), [] as [&str; 0]);
-    assert_eq!(plain.concurrency_class(), ConcurrencyClass::Exclusive);
+    assert_eq!(plain.meta().tags, [] as [&str; 0]);
+    assert_eq!(plain.meta().concurrency, ConcurrencyClass::Exclusive);
     assert!(!plain.spawn_only());
 
     // Building the same tags again reuses the interned strings.
     let again = fx.plugin(&linter);
-    assert!(std::ptr::eq(tool.tags()[1], again.tags()[1]));
+    assert!(std::ptr::eq(tool.meta().tags[1], again.meta().tags[1]));
 
     let mut registry = crate::tools::ToolRegistry::default();
     registry.register(Arc::new(tool)).unwrap();
@@ -466,7 +466,7 @@ async fn rebind_moves_the_working_directory() {
     );
 
     let rebound = tool.rebind_cwd(&other).unwrap();
-    let result = tokio::time::timeout(WAIT, rebound.execute(&json!({})))
+    let result = tokio::time::timeout(WAIT, rebound.call(&ToolContext::detached("."), &json!({})))
         .await
         .unwrap()
         .unwrap();
@@ -474,9 +474,9 @@ async fn rebind_moves_the_working_directory() {
         Path::new(result.output.trim()),
         other_dir.path().canonicalize().unwrap()
     );
-    let rebound = rebound.as_any().downcast_ref::<PluginTool>().unwrap();
-    assert!(Arc::ptr_eq(&rebound.def, &tool.def));
-    assert!(std::ptr::eq(rebound.tags(), tool.tags()));
+    // The rebound tool shares the definition: the very same metadata, tags included.
+    assert!(std::ptr::eq(rebound.meta(), tool.meta()));
+    assert!(std::ptr::eq(rebound.tags(), &tool.meta().tags[..]));
     assert_eq!(rebound.name(), "pwd");
 }
 

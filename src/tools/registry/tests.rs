@@ -7,13 +7,11 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::tools::{ConcurrencyClass, ToolContext, ToolError, ToolEvent, ToolResult};
+use crate::tools::{ConcurrencyClass, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
 
 /// A configurable tool that counts its calls.
 struct Probe {
-    name: String,
-    tags: Vec<&'static str>,
-    schema: Value,
+    meta: ToolMeta,
     cwd: Option<PathBuf>,
     behaviour: Behaviour,
     calls: AtomicUsize,
@@ -27,25 +25,25 @@ enum Behaviour {
     Hang,
     Progress,
     StopsWhenAsked,
+    /// Answers the directory it is bound to.
+    ReportCwd,
 }
 
 impl Probe {
     fn new(name: &str) -> Self {
         Self {
-            name: name.to_string(),
-            tags: Vec::new(),
-            schema: json!({"type": "object"}),
+            meta: ToolMeta::new(name, "a probe", json!({"type": "object"})),
             cwd: None,
             behaviour: Behaviour::Echo,
             calls: AtomicUsize::new(0),
         }
     }
     fn tags(mut self, tags: &[&'static str]) -> Self {
-        self.tags = tags.to_vec();
+        self.meta = self.meta.tags(tags);
         self
     }
     fn schema(mut self, schema: Value) -> Self {
-        self.schema = schema;
+        self.meta.input_schema = schema;
         self
     }
     fn cwd(mut self, cwd: &str) -> Self {
@@ -63,30 +61,13 @@ impl Probe {
 
 #[async_trait]
 impl Tool for Probe {
-    fn name(&self) -> &str {
-        &self.name
+    fn meta(&self) -> &ToolMeta {
+        &self.meta
     }
-    fn description(&self) -> &str {
-        "a probe"
-    }
-    fn input_schema(&self) -> Value {
-        self.schema.clone()
-    }
-    fn tags(&self) -> &[&str] {
-        &self.tags
-    }
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.execute_with_context(&ToolContext::detached("."), args)
-            .await
-    }
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match self.behaviour {
-            Behaviour::Echo => Ok(ToolResult::ok(format!("{} {args}", self.name))),
+            Behaviour::Echo => Ok(ToolResult::ok(format!("{} {args}", self.meta.name))),
             Behaviour::ModelError => Err(ToolError::model("not_found", "no such file: a.txt")),
             Behaviour::Fatal => Err(ToolError::Fatal("disk on fire".into())),
             Behaviour::Hang => std::future::pending().await,
@@ -99,16 +80,16 @@ impl Tool for Probe {
                 ctx.output("chunk").await;
                 Ok(ToolResult::ok("done"))
             }
+            Behaviour::ReportCwd => Ok(ToolResult::ok(format!("{:?}", self.cwd))),
         }
     }
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         self.cwd.as_ref()?;
-        let mut copy = Probe::new(&self.name).tags(&self.tags);
+        let mut copy = Probe::new(&self.meta.name)
+            .tags(&self.meta.tags)
+            .behaviour(self.behaviour);
         copy.cwd = Some(workspace.root().to_path_buf());
         Some(Arc::new(copy))
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 
@@ -362,33 +343,37 @@ fn snapshot_excludes_names_and_groups_and_copies_state() {
     assert!(child.deferred_names().is_empty());
 }
 
-#[test]
-fn rebind_cwd_rebuilds_only_cwd_bound_tools() {
+#[tokio::test]
+async fn rebind_cwd_rebuilds_only_cwd_bound_tools() {
     let mut registry = ToolRegistry::default();
     registry
-        .register(Probe::new("read_file").cwd("/old").arc())
+        .register(
+            Probe::new("read_file")
+                .cwd("/old")
+                .behaviour(Behaviour::ReportCwd)
+                .arc(),
+        )
         .unwrap();
     registry.register(Probe::new("web_fetch").arc()).unwrap();
     let mut child = registry.snapshot_excluding(&[]);
     child.rebind_cwd(Path::new("/new"));
 
+    // A probe told to report its directory answers with the one it is bound to.
+    let cwd_of = async |tool: &Arc<dyn Tool>| tool.call(&ctx(), &json!({})).await.unwrap().output;
     let rebound = child.get("read_file").unwrap();
     assert!(!Arc::ptr_eq(rebound, registry.get("read_file").unwrap()));
-    let probe = rebound.as_any().downcast_ref::<Probe>().unwrap();
-    assert_eq!(probe.cwd.as_deref(), Some(Path::new("/new")));
+    assert_eq!(
+        cwd_of(rebound).await,
+        format!("{:?}", Some(Path::new("/new")))
+    );
     assert!(Arc::ptr_eq(
         child.get("web_fetch").unwrap(),
         registry.get("web_fetch").unwrap()
     ));
-    let original = registry
-        .get("read_file")
-        .unwrap()
-        .as_any()
-        .downcast_ref::<Probe>()
-        .unwrap();
+    let original = registry.get("read_file").unwrap();
     assert_eq!(
-        original.cwd.as_deref(),
-        Some(Path::new("/old")),
+        cwd_of(original).await,
+        format!("{:?}", Some(Path::new("/old"))),
         "parent untouched"
     );
 }
@@ -792,7 +777,7 @@ fn groups_defer_only_when_crowded() {
 
 #[test]
 fn concurrency_class_defaults_to_safe() {
-    assert_eq!(Probe::new("x").concurrency_class(), ConcurrencyClass::Safe);
+    assert_eq!(Probe::new("x").meta().concurrency, ConcurrencyClass::Safe);
 }
 
 #[test]
@@ -816,9 +801,9 @@ fn the_deferral_tool_follows_the_deferred_set() {
     let mut registry = registry_with(&["web_fetch", "web_search", "grep"]);
     let factory: DeferralToolFactory = Arc::new(|deferred: &[&str]| {
         let mut probe = Probe::new("activate_tools");
-        probe.name = format!("activate_tools[{}]", deferred.join(","));
+        probe.meta.name = format!("activate_tools[{}]", deferred.join(","));
         // The registry keys by the configured name; the probe's own name carries the list.
-        Arc::new(Listing(probe)) as Arc<dyn Tool>
+        Arc::new(Listing::new(probe)) as Arc<dyn Tool>
     });
     registry.set_deferral_tool("activate_tools", factory);
     assert!(!registry.contains("activate_tools"), "nothing deferred yet");
@@ -844,20 +829,28 @@ fn the_deferral_tool_follows_the_deferred_set() {
 }
 
 /// Wraps a probe so its description is its (generated) name.
-struct Listing(Probe);
+struct Listing {
+    probe: Probe,
+    meta: ToolMeta,
+}
+
+impl Listing {
+    fn new(probe: Probe) -> Self {
+        let meta = ToolMeta::new(
+            "activate_tools",
+            &probe.meta.name,
+            json!({"type": "object"}),
+        );
+        Self { probe, meta }
+    }
+}
 
 #[async_trait]
 impl Tool for Listing {
-    fn name(&self) -> &str {
-        "activate_tools"
+    fn meta(&self) -> &ToolMeta {
+        &self.meta
     }
-    fn description(&self) -> &str {
-        &self.0.name
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.0.execute(args).await
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        self.probe.call(ctx, args).await
     }
 }

@@ -14,8 +14,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
-use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -23,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 pub use super::text_edit::HunkLine;
-use crate::tools::{ConcurrencyClass, Tool, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 use apply::{failure_result, plan, run_steps, success_result};
 pub use parse::{FileOp, Hunk, Patch, PatchError, parse_patch};
 
@@ -94,39 +93,32 @@ impl ApplyPatch {
 
 #[async_trait]
 impl Tool for ApplyPatch {
-    fn name(&self) -> &str {
-        TOOL
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                TOOL,
+                DESCRIPTION,
+                json!({
+                    "type": "object",
+                    "description": "A patch to apply all-or-nothing.",
+                    "properties": {
+                        "input": {
+                            "type": "string",
+                            "description": "The whole patch, from `*** Begin Patch` to `*** End \
+                                            Patch`, in the format described for this tool."
+                        }
+                    },
+                    "required": ["input"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["fs"])
+            .exclusive()
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        DESCRIPTION
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "A patch to apply all-or-nothing.",
-            "properties": {
-                "input": {
-                    "type": "string",
-                    "description": "The whole patch, from `*** Begin Patch` to `*** End Patch`, \
-                                    in the format described for this tool."
-                }
-            },
-            "required": ["input"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["fs"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Exclusive
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
+    async fn call(&self, _ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args: Args = parse_args(TOOL, args)?;
         let tool = self.clone();
         // File I/O blocks; keep it off the async workers.
@@ -137,9 +129,5 @@ impl Tool for ApplyPatch {
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::apply::{Step, failure_result, run_steps};
 use super::*;
+use crate::tools::ConcurrencyClass;
 
 fn workspace(files: &[(&str, &str)]) -> (tempfile::TempDir, Arc<Workspace>) {
     let dir = tempfile::tempdir().unwrap();
@@ -24,7 +25,7 @@ fn wrap(body: &str) -> String {
 
 async fn run(ws: &Arc<Workspace>, input: &str) -> Result<ToolResult, ToolError> {
     ApplyPatch::new(Arc::clone(ws))
-        .execute(&json!({ "input": input }))
+        .call(&ToolContext::detached("."), &json!({ "input": input }))
         .await
 }
 
@@ -523,10 +524,10 @@ fn a_failed_write_rolls_back_what_was_already_written() {
 async fn the_tool_is_an_exclusive_fs_tool_that_rebinds_and_checks_its_arguments() {
     let (_dir, ws) = workspace(&[]);
     let tool = ApplyPatch::new(Arc::clone(&ws));
-    assert_eq!(tool.name(), "apply_patch");
-    assert_eq!(tool.tags(), ["fs"]);
-    assert_eq!(tool.concurrency_class(), ConcurrencyClass::Exclusive);
-    let schema = tool.input_schema();
+    assert_eq!(tool.meta().name, "apply_patch");
+    assert_eq!(tool.meta().tags, ["fs"]);
+    assert_eq!(tool.meta().concurrency, ConcurrencyClass::Exclusive);
+    let schema = &tool.meta().input_schema;
     assert_eq!(schema["additionalProperties"], json!(false));
     let mut registry = crate::tools::ToolRegistry::default();
     registry
@@ -534,9 +535,12 @@ async fn the_tool_is_an_exclusive_fs_tool_that_rebinds_and_checks_its_arguments(
         .expect("the schema compiles");
     assert!(schema["properties"]["input"]["description"].is_string());
     let (kind, text) = message(
-        tool.execute(&json!({"input": "x", "extra": 1}))
-            .await
-            .unwrap_err(),
+        tool.call(
+            &ToolContext::detached("."),
+            &json!({"input": "x", "extra": 1}),
+        )
+        .await
+        .unwrap_err(),
     );
     assert_eq!(kind, "invalid_input");
     assert!(text.contains("unknown field `extra`"), "{text}");
@@ -544,11 +548,15 @@ async fn the_tool_is_an_exclusive_fs_tool_that_rebinds_and_checks_its_arguments(
     let (other_dir, other) = workspace(&[]);
     let rebound = tool.rebind_cwd(&other).unwrap();
     let result = rebound
-        .execute(&json!({"input": wrap("*** Add File: here.txt\n+x")}))
+        .call(
+            &ToolContext::detached("."),
+            &json!({"input": wrap("*** Add File: here.txt\n+x")}),
+        )
         .await
         .unwrap();
     assert!(result.success);
     assert_eq!(read(&other_dir, "here.txt").as_deref(), Some("x\n"));
     assert!(ws.changes().is_empty());
-    assert!(rebound.as_any().downcast_ref::<ApplyPatch>().is_some());
+    // Still an apply_patch: it carries apply_patch's own metadata, not a copy.
+    assert!(std::ptr::eq(rebound.meta(), tool.meta()));
 }

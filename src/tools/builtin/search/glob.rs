@@ -1,9 +1,8 @@
 //! `glob`: the files beneath a directory whose path matches a glob pattern, honouring ignore
 //! files, each checked again as it is reported.
 
-use std::any::Any;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -14,7 +13,7 @@ use super::walk::{FileWalk, PathFilter, compile_glob};
 use super::{TAGS, blocking, cancelled, display, resolve_start};
 use crate::fs_safe::Beneath;
 use crate::tools::builtin::parse_args;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Paths `glob` shows.
 const GLOB_CAP: usize = 1_000;
@@ -41,65 +40,46 @@ struct GlobArgs {
 
 #[async_trait]
 impl Tool for Glob {
-    fn name(&self) -> &str {
-        "glob"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "glob",
+                "Find files whose path matches a glob pattern, e.g. '**/*.rs' or \
+                 'src/**/test_*.py'. The pattern is matched against each file's path relative to \
+                 the workspace root (and, when `path` is given, also relative to `path`); '*' and \
+                 '?' do not cross '/', '**' spans directories, '{a,b}' and '[abc]' work as usual. \
+                 Files ignored by .gitignore or .ignore, hidden files and directories (names \
+                 starting with '.') and symbolic links are skipped; give `path` to search inside a \
+                 hidden directory. Returns sorted paths relative to the root, at most 1000, with a \
+                 count of the rest.",
+                json!({
+                    "type": "object",
+                    "description": "Which files to find.",
+                    "properties": {
+                        "pattern": {
+                            "type": "string",
+                            "description": "Glob pattern matched against file paths relative to the workspace root, e.g. '**/*.rs'. Use '**/' to match at any depth: '*.rs' matches only files at the top."
+                        },
+                        "path": {
+                            "type": "string",
+                            "description": "Directory to search, relative to the workspace root; defaults to the root."
+                        }
+                    },
+                    "required": ["pattern"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(TAGS)
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Find files whose path matches a glob pattern, e.g. '**/*.rs' or 'src/**/test_*.py'. \
-         The pattern is matched against each file's path relative to the workspace root (and, \
-         when `path` is given, also relative to `path`); '*' and '?' do not cross '/', '**' \
-         spans directories, '{a,b}' and '[abc]' work as usual. Files ignored by .gitignore or \
-         .ignore, hidden files and directories (names starting with '.') and symbolic links \
-         are skipped; give `path` to search inside a hidden directory. Returns sorted paths \
-         relative to the root, at most 1000, with a count of the rest."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "Which files to find.",
-            "properties": {
-                "pattern": {
-                    "type": "string",
-                    "description": "Glob pattern matched against file paths relative to the workspace root, e.g. '**/*.rs'. Use '**/' to match at any depth: '*.rs' matches only files at the top."
-                },
-                "path": {
-                    "type": "string",
-                    "description": "Directory to search, relative to the workspace root; defaults to the root."
-                }
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        TAGS
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Safe
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(args, &CancellationToken::new(), GLOB_CAP).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(args, &ctx.cancel, GLOB_CAP).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

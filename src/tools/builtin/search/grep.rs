@@ -1,10 +1,9 @@
 //! `grep`: a regex search of file contents, line by line with a bounded line length, skipping
 //! binary files, and its answer with what was skipped and why.
 
-use std::any::Any;
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -17,7 +16,7 @@ use super::walk::{FileWalk, PathFilter, compile_glob};
 use super::{TAGS, blocking, cancelled, display, resolve_start};
 use crate::fs_safe::Beneath;
 use crate::tools::builtin::parse_args;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Matching lines `grep` shows unless asked otherwise.
 const GREP_DEFAULT_RESULTS: usize = 100;
@@ -59,77 +58,57 @@ struct GrepArgs {
 
 #[async_trait]
 impl Tool for Grep {
-    fn name(&self) -> &str {
-        "grep"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "grep",
+                "Search file contents with a regular expression (Rust regex syntax, one line at a \
+                 time). Answers 'path:line:text' lines, sorted by path then line number, paths \
+                 relative to the workspace root, each line cut at 500 characters. Files ignored by \
+                 .gitignore or .ignore, hidden files, binary files and symbolic links are skipped. \
+                 Shows at most `max_results` lines (default 100) and says when it stopped there.",
+                json!({
+                    "type": "object",
+                    "description": "What to search for and where.",
+                    "properties": {
+                        "pattern": {
+                            "type": "string",
+                            "description": "Regular expression to find, e.g. 'fn\\s+main' or 'TODO|FIXME'. Escape regex metacharacters to search for them literally. It cannot match across lines."
+                        },
+                        "path": {
+                            "type": "string",
+                            "description": "File or directory to search, relative to the workspace root; defaults to the root."
+                        },
+                        "glob": {
+                            "type": "string",
+                            "description": "Only search files matching this glob. Without a '/' it matches file names at any depth ('*.rs'); with one it matches paths relative to the workspace root ('src/**/*.rs')."
+                        },
+                        "case_insensitive": {
+                            "type": "boolean",
+                            "description": "Match letters regardless of case; default false."
+                        },
+                        "max_results": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": GREP_MAX_RESULTS,
+                            "description": "Most matching lines to return, 1 to 1000; default 100."
+                        }
+                    },
+                    "required": ["pattern"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(TAGS)
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Search file contents with a regular expression (Rust regex syntax, one line at a \
-         time). Answers 'path:line:text' lines, sorted by path then line number, paths \
-         relative to the workspace root, each line cut at 500 characters. Files ignored by \
-         .gitignore or .ignore, hidden files, binary files and symbolic links are skipped. \
-         Shows at most `max_results` lines (default 100) and says when it stopped there."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "What to search for and where.",
-            "properties": {
-                "pattern": {
-                    "type": "string",
-                    "description": "Regular expression to find, e.g. 'fn\\s+main' or 'TODO|FIXME'. Escape regex metacharacters to search for them literally. It cannot match across lines."
-                },
-                "path": {
-                    "type": "string",
-                    "description": "File or directory to search, relative to the workspace root; defaults to the root."
-                },
-                "glob": {
-                    "type": "string",
-                    "description": "Only search files matching this glob. Without a '/' it matches file names at any depth ('*.rs'); with one it matches paths relative to the workspace root ('src/**/*.rs')."
-                },
-                "case_insensitive": {
-                    "type": "boolean",
-                    "description": "Match letters regardless of case; default false."
-                },
-                "max_results": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": GREP_MAX_RESULTS,
-                    "description": "Most matching lines to return, 1 to 1000; default 100."
-                }
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        TAGS
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Safe
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(args, &CancellationToken::new()).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(args, &ctx.cancel).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

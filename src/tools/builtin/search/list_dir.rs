@@ -1,9 +1,8 @@
 //! `list_dir`: an indented tree of a directory beneath the workspace root, capped in entries
 //! shown and in entries counted past the cap.
 
-use std::any::Any;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -13,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{TAGS, blocking, cancelled, display, resolve_start};
 use crate::fs_safe::{Beneath, DirEntryInfo, EntryKind};
 use crate::tools::builtin::parse_args;
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult, Workspace};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Deepest `list_dir` listing.
 const LIST_MAX_DEPTH: usize = 5;
@@ -45,64 +44,44 @@ struct ListDirArgs {
 
 #[async_trait]
 impl Tool for ListDir {
-    fn name(&self) -> &str {
-        "list_dir"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "list_dir",
+                "List a directory of the workspace as an indented tree sorted by name. Directories \
+                 end with '/', symbolic links are shown as 'name -> (symlink, not followed)' and \
+                 never entered. Shows everything, including hidden and git-ignored entries. At \
+                 most 1000 entries are shown; a final line says how many more there were. Use \
+                 `glob` to find files by pattern and `grep` to search contents.",
+                json!({
+                    "type": "object",
+                    "description": "Which directory to list and how deep.",
+                    "properties": {
+                        "path": {
+                            "type": "string",
+                            "description": "Directory to list, relative to the workspace root; defaults to the root. Absolute paths, '..' escapes and symbolic links are refused."
+                        },
+                        "depth": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": LIST_MAX_DEPTH,
+                            "description": "How many levels to show: 1 (default) lists only the directory's own entries, 2 also the entries of its subdirectories, up to 5."
+                        }
+                    },
+                    "additionalProperties": false
+                }),
+            )
+            .tags(TAGS)
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "List a directory of the workspace as an indented tree sorted by name. Directories end \
-         with '/', symbolic links are shown as 'name -> (symlink, not followed)' and never \
-         entered. Shows everything, including hidden and git-ignored entries. At most 1000 \
-         entries are shown; a final line says how many more there were. Use `glob` to find \
-         files by pattern and `grep` to search contents."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "Which directory to list and how deep.",
-            "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "Directory to list, relative to the workspace root; defaults to the root. Absolute paths, '..' escapes and symbolic links are refused."
-                },
-                "depth": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": LIST_MAX_DEPTH,
-                    "description": "How many levels to show: 1 (default) lists only the directory's own entries, 2 also the entries of its subdirectories, up to 5."
-                }
-            },
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        TAGS
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Safe
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.run(args, &CancellationToken::new()).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.run(args, &ctx.cancel).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

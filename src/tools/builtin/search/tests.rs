@@ -48,9 +48,12 @@ fn put(root: &Path, rel: &str, contents: impl AsRef<[u8]>) {
 
 /// Runs a call and flattens it into (success, text) the way the registry would.
 async fn call(tool: &dyn Tool, args: Value) -> (bool, String) {
-    let outcome = tokio::time::timeout(Duration::from_secs(30), tool.execute(&args))
-        .await
-        .expect("tool call timed out");
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(30),
+        tool.call(&ToolContext::detached("."), &args),
+    )
+    .await
+    .expect("tool call timed out");
     match outcome {
         Ok(result) => (result.success, result.output),
         Err(ToolError::Model { message, .. }) => (false, message),
@@ -370,7 +373,10 @@ async fn grep_skips_binary_files() {
     put(&f.root, "bin.dat", b"needle\x00\x01\x02needle\n");
     put(&f.root, "text.txt", "needle\n");
     let tool = Grep::new(Arc::clone(&f.ws));
-    let result = tool.execute(&json!({"pattern": "needle"})).await.unwrap();
+    let result = tool
+        .call(&ToolContext::detached("."), &json!({"pattern": "needle"}))
+        .await
+        .unwrap();
     assert_eq!(result.output, "text.txt:1:needle");
     let meta = result.structured_metadata.unwrap();
     assert_eq!(meta["binary_files_skipped"], 1);
@@ -450,7 +456,10 @@ async fn grep_stops_a_file_at_a_line_over_the_limit_and_says_so() {
     put(&f.root, "big.txt", &big);
     put(&f.root, "small.txt", "needle\n");
     let tool = Grep::new(Arc::clone(&f.ws));
-    let result = tool.execute(&json!({"pattern": "needle"})).await.unwrap();
+    let result = tool
+        .call(&ToolContext::detached("."), &json!({"pattern": "needle"}))
+        .await
+        .unwrap();
     assert!(result.success, "{}", result.output);
     assert_eq!(
         result.output,
@@ -603,7 +612,7 @@ async fn cancelled_calls_stop() {
         } else {
             json!({"pattern": "x"})
         };
-        let call = tool.execute_with_context(&ctx, &args);
+        let call = tool.call(&ctx, &args);
         let outcome = tokio::time::timeout(Duration::from_secs(30), call).await;
         match outcome.unwrap() {
             Err(ToolError::Model { kind, message }) => {
@@ -672,7 +681,8 @@ async fn tools_describe_themselves_and_rebind() {
         }
     }
     let rebound = tools[2].rebind_cwd(&other.ws).unwrap();
-    assert!(rebound.as_any().downcast_ref::<Grep>().is_some());
+    // Still a grep: it carries grep's own metadata, not a copy.
+    assert!(std::ptr::eq(rebound.meta(), tools[2].meta()));
     assert_eq!(
         ok(rebound.as_ref(), json!({"pattern": "needle"})).await,
         "there.rs:1:needle"

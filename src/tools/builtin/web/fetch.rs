@@ -1,7 +1,6 @@
 //! `web_fetch`: downloads one http(s) URL, through the SSRF guard, and returns it as text.
 
-use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use reqwest::Url;
@@ -14,7 +13,7 @@ use super::body::{Body, BodyKind, classify, excerpt, html_to_text, media_type, r
 use super::guard::AddressGuard;
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, request_error};
 use crate::tools::builtin::{ToolPermissions, parse_args};
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Body bytes read from an error response, of which an excerpt is shown.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
@@ -208,63 +207,43 @@ impl WebFetch {
 
 #[async_trait]
 impl Tool for WebFetch {
-    fn name(&self) -> &str {
-        "web_fetch"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "web_fetch",
+                "Fetches one http or https URL and returns its content as text: HTML pages are \
+                 rendered as readable text with links listed as numbered references, text and JSON \
+                 are returned as is, and binary files are only described (type and size). The \
+                 first line gives the final URL after redirects, the HTTP status and the content \
+                 type. Bodies are cut at 5 MiB (or max_bytes); a cut body says it was truncated. \
+                 Addresses on the server's own network (loopback, private, link-local, cloud \
+                 metadata, the server's own interfaces) are refused.",
+                json!({
+                    "type": "object",
+                    "description": "Which URL to fetch and how much of its body to read.",
+                    "properties": {
+                        "url": {
+                            "type": "string",
+                            "description": "The absolute http:// or https:// URL to fetch."
+                        },
+                        "max_bytes": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "Read at most this many bytes of the body (default and \
+                                            maximum 5242880, larger values are lowered to it); use \
+                                            a small value to peek at a large page."
+                        }
+                    },
+                    "required": ["url"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["web"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Fetches one http or https URL and returns its content as text: HTML pages are rendered \
-         as readable text with links listed as numbered references, text and JSON are returned \
-         as is, and binary files are only described (type and size). The first line gives the \
-         final URL after redirects, the HTTP status and the content type. Bodies are cut at \
-         5 MiB (or max_bytes); a cut body says it was truncated. Addresses on the server's own \
-         network (loopback, private, link-local, cloud metadata, the server's own interfaces) \
-         are refused."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "Which URL to fetch and how much of its body to read.",
-            "properties": {
-                "url": {
-                    "type": "string",
-                    "description": "The absolute http:// or https:// URL to fetch."
-                },
-                "max_bytes": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Read at most this many bytes of the body (default and \
-                                    maximum 5242880, larger values are lowered to it); use a \
-                                    small value to peek at a large page."
-                }
-            },
-            "required": ["url"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["web"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Safe
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.fetch(args, &CancellationToken::new()).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.fetch(args, &ctx.cancel).await
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -1,7 +1,7 @@
 //! `web_search`: asks the configured SearXNG-style JSON backend and lists the top results;
 //! without a backend it is `unsupported`.
 
-use std::any::Any;
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use reqwest::Url;
@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::body::{excerpt, read_capped};
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, describe_error};
 use crate::tools::builtin::{ToolPermissions, parse_args};
-use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult};
+use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Search results shown to the model.
 const MAX_SEARCH_RESULTS: usize = 10;
@@ -175,51 +175,31 @@ impl WebSearch {
 
 #[async_trait]
 impl Tool for WebSearch {
-    fn name(&self) -> &str {
-        "web_search"
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "web_search",
+                "Searches the web and returns the top 10 results as a numbered list of title, URL \
+                 and snippet. Use web_fetch on a result's URL to read the page itself.",
+                json!({
+                    "type": "object",
+                    "description": "What to search the web for.",
+                    "properties": {
+                        "query": {
+                            "type": "string",
+                            "description": "The search terms, as you would type them into a search engine."
+                        }
+                    },
+                    "required": ["query"],
+                    "additionalProperties": false
+                }),
+            )
+            .tags(&["web"])
+        });
+        &META
     }
 
-    fn description(&self) -> &str {
-        "Searches the web and returns the top 10 results as a numbered list of title, URL and \
-         snippet. Use web_fetch on a result's URL to read the page itself."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "description": "What to search the web for.",
-            "properties": {
-                "query": {
-                    "type": "string",
-                    "description": "The search terms, as you would type them into a search engine."
-                }
-            },
-            "required": ["query"],
-            "additionalProperties": false
-        })
-    }
-
-    fn tags(&self) -> &[&str] {
-        &["web"]
-    }
-
-    fn concurrency_class(&self) -> ConcurrencyClass {
-        ConcurrencyClass::Safe
-    }
-
-    async fn execute(&self, args: &Value) -> Result<ToolResult, ToolError> {
-        self.search(args, &CancellationToken::new()).await
-    }
-
-    async fn execute_with_context(
-        &self,
-        ctx: &ToolContext,
-        args: &Value,
-    ) -> Result<ToolResult, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         self.search(args, &ctx.cancel).await
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

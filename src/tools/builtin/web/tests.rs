@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 
 use super::{MAX_REDIRECTS, WebFetch, WebSearch, host_addresses};
 use crate::tools::builtin::ToolPermissions;
-use crate::tools::{ConcurrencyClass, Tool, ToolError, ToolResult};
+use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -105,7 +105,7 @@ fn permissive() -> ToolPermissions {
 }
 
 async fn run(tool: &dyn Tool, args: Value) -> Result<ToolResult, ToolError> {
-    tokio::time::timeout(WAIT, tool.execute(&args))
+    tokio::time::timeout(WAIT, tool.call(&ToolContext::detached("."), &args))
         .await
         .expect("the call finished in time")
 }
