@@ -1,7 +1,9 @@
 //! The tool system: the `Tool` trait, what a call returns, and the registry, policy, LRU and
 //! safety layers every call passes through.
 //!
-//! - [`registry`]: the per-session set of tools, spec cache, deferral and dispatch.
+//! - [`registry`]: the per-session set of tools, groups, snapshots, spec cache and catalog.
+//! - [`dispatch`]: preparing a call (policy, re-activation, size cap, schema) and running it.
+//! - [`deferral`]: deferred groups, activation and activation requests.
 //! - [`lifecycle`]: the LRU that evicts idle tools from the model's view.
 //! - [`policy`]: allow / deny / require_tags with groups and wildcards.
 //! - [`catalog`]: the live list of every tool and why it is or is not visible.
