@@ -262,7 +262,7 @@ pub async fn cancel_task(
     // Not running in this server (already ended): report what the store says.
     let state = match state {
         Some(state) => state,
-        None => owned_task(&app, &caller, &task_id).await?.state.to_string(),
+        None => owned_task(&app, &caller, &task_id).await?.state,
     };
     Ok(Json(json!({"task_id": task_id, "state": state})))
 }

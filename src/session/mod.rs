@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::StoreError;
+use crate::store::{StoreError, TaskState};
 use crate::tools::{DispatchError, ToolCatalog, ToolState};
 
 pub use hub::Sessions;
@@ -239,7 +239,7 @@ pub(crate) enum Command {
     },
     CancelTask {
         task_id: String,
-        reply: oneshot::Sender<Option<String>>,
+        reply: oneshot::Sender<Option<TaskState>>,
     },
     Close,
 }
@@ -398,7 +398,7 @@ impl SessionHandle {
 
     /// Stops a running background task of this session and waits for it to end; its final
     /// state, or `None` when it was not running.
-    pub async fn cancel_task(&self, task_id: String) -> Result<Option<String>, SessionError> {
+    pub async fn cancel_task(&self, task_id: String) -> Result<Option<TaskState>, SessionError> {
         self.ask(|reply| Command::CancelTask { task_id, reply })
             .await
     }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::spool::OutputSpool;
+use crate::store::TaskState;
 use crate::tools::{ToolEvent, ToolResult};
 
 /// Output is reported at least this often while a task writes.
@@ -59,7 +60,7 @@ pub(crate) struct RunningTask {
     pub tool_name: String,
     pub cancel: CancellationToken,
     /// Callers of `task/cancel` waiting for the final state.
-    pub cancel_waiters: Vec<tokio::sync::oneshot::Sender<Option<String>>>,
+    pub cancel_waiters: Vec<tokio::sync::oneshot::Sender<Option<TaskState>>>,
 }
 
 impl RunningTask {
@@ -181,7 +182,7 @@ impl TaskSupervisor {
     pub(crate) fn cancel(
         &mut self,
         task_id: &str,
-        waiter: tokio::sync::oneshot::Sender<Option<String>>,
+        waiter: tokio::sync::oneshot::Sender<Option<TaskState>>,
     ) {
         match self.running.get_mut(task_id) {
             Some(task) => {

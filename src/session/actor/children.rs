@@ -44,7 +44,7 @@ pub(super) struct ChildAgent {
     cancel: CancellationToken,
     tool_call_id: String,
     /// `task/cancel` callers waiting for the stopped run's final state.
-    cancel_waiters: Vec<oneshot::Sender<Option<String>>>,
+    cancel_waiters: Vec<oneshot::Sender<Option<TaskState>>>,
     /// When it was spawned, for listing children in that order.
     spawned_at: std::time::Instant,
 }
@@ -520,7 +520,7 @@ impl SessionActor {
         if let Some(child) = self.children.get_mut(&end.agent_id) {
             child.status.send_replace(status);
             for waiter in child.cancel_waiters.drain(..) {
-                let _ = waiter.send(Some(state.to_string()));
+                let _ = waiter.send(Some(state));
             }
             if child.host.has_mail() && !self.cancel.is_cancelled() {
                 self.start_child_run(&end.agent_id, None).await;
@@ -534,7 +534,7 @@ impl SessionActor {
     pub(super) fn cancel_child_run(
         &mut self,
         agent_id: &str,
-        waiter: oneshot::Sender<Option<String>>,
+        waiter: oneshot::Sender<Option<TaskState>>,
     ) {
         match self.children.get_mut(agent_id) {
             Some(child) if child.is_running() => {
@@ -582,7 +582,7 @@ impl SessionActor {
             .await;
         }
         for waiter in child.cancel_waiters.drain(..) {
-            let _ = waiter.send(Some("cancelled".into()));
+            let _ = waiter.send(Some(TaskState::Cancelled));
         }
     }
 

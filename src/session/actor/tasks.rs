@@ -121,7 +121,7 @@ impl SessionActor {
             .because(Some(reason.into()));
             self.emit(update.event()).await;
             for waiter in task.cancel_waiters {
-                let _ = waiter.send(Some(TaskState::Cancelled.to_string()));
+                let _ = waiter.send(Some(TaskState::Cancelled));
             }
         }
     }
@@ -199,7 +199,7 @@ impl SessionActor {
         .await;
         // Whoever cancelled hears back only after the notifications the cancel caused.
         for waiter in task.cancel_waiters {
-            let _ = waiter.send(Some(state.to_string()));
+            let _ = waiter.send(Some(state));
         }
         let note = ChatMessage::User {
             content: format!(
