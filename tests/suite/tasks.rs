@@ -437,6 +437,84 @@ async fn a_pipeline_diamond_bills_every_node() {
 }
 
 #[tokio::test]
+async fn a_background_pipeline_from_a_turn_gives_its_budget_back_when_it_ends() {
+    // A turn starts run_pipeline in the background. The task holds what is left of the budget
+    // while it runs and must give it back when it ends; the call that started it holds nothing.
+    let script = Script::route(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let has_tools = request
+            .get("tools")
+            .is_some_and(|t| !t.as_array().unwrap().is_empty());
+        let last = messages.last().unwrap();
+        if !has_tools {
+            return Reply::text(&["node output"]).with_usage(100, 10);
+        }
+        if last["role"] == "tool" {
+            return Reply::text(&["started it"]).with_usage(50, 5);
+        }
+        if last["content"] == "thanks" {
+            return Reply::text(&["you are welcome"]).with_usage(50, 5);
+        }
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "p1",
+            "run_pipeline",
+            &json!({"nodes": [{"id": "a", "prompt": "a: start"}, {"id": "b", "prompt": "b", "depends_on": ["a"]}]}),
+        )])
+        .with_usage(50, 5)
+    });
+    let mock = MockLlm::start(script).await;
+    let url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(url);
+        c.llm.model = Some("m".into());
+        c.llm.max_tokens = 100;
+        c.llm.pricing.insert(
+            "m".into(),
+            ModelPrice {
+                input_per_mtok: 10.0,
+                output_per_mtok: 20.0,
+            },
+        );
+        // Room for many calls of this size.
+        c.budget.session_usd = Some(1.0);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": [{"kind": "text", "text": "plan it"}]}),
+    )
+    .await;
+    // The turn's second model call may or may not meet the running task's hold; what counts
+    // is that the task had the budget to run and gave it back.
+    let (mut spawned, mut turn_ended) = (None, false);
+    while spawned.is_none() || !turn_ended {
+        let message = ws.next_json().await;
+        match message["method"].as_str() {
+            Some("turn/spawn_complete") => spawned = Some(message["params"].clone()),
+            Some("turn/completed" | "turn/error") => turn_ended = true,
+            _ => {}
+        }
+    }
+    let spawned = spawned.unwrap();
+    assert_eq!(spawned["success"], true, "the task had budget to run: {spawned}");
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": [{"kind": "text", "text": "thanks"}]}),
+    )
+    .await;
+    loop {
+        let message = ws.next_json().await;
+        match message["method"].as_str() {
+            Some("turn/completed") => break,
+            Some("turn/error") => panic!("nothing is held any more: {message}"),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_graceful_shutdown_records_running_tasks_as_cancelled() {
     let scratch = tempfile::tempdir().unwrap();
     let (plugin, _stop) = ticker(scratch.path());
