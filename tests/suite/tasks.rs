@@ -498,7 +498,10 @@ async fn a_background_pipeline_from_a_turn_gives_its_budget_back_when_it_ends() 
         }
     }
     let spawned = spawned.unwrap();
-    assert_eq!(spawned["success"], true, "the task had budget to run: {spawned}");
+    assert_eq!(
+        spawned["success"], true,
+        "the task had budget to run: {spawned}"
+    );
     ws.result(
         "turn/start",
         json!({"session_id": session, "input": [{"kind": "text", "text": "thanks"}]}),
