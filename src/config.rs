@@ -264,6 +264,8 @@ pub struct Config {
     pub tool_policy_by_provider: BTreeMap<String, ToolPolicy>,
     /// `[[plugins]]`.
     pub plugins: Vec<PluginConfig>,
+    /// `[[mcp_servers]]`: Model Context Protocol servers whose tools the sessions get.
+    pub mcp_servers: Vec<crate::tools::mcp::McpServerConfig>,
     /// `[budget]`.
     pub budget: BudgetConfig,
     /// `[sandbox]`.
@@ -532,6 +534,15 @@ impl Config {
         for plugin in &self.plugins {
             if plugin.name.is_empty() || plugin.command.is_empty() {
                 return invalid("every [[plugins]] entry needs a name and a command".into());
+            }
+        }
+        let mut servers = std::collections::HashSet::new();
+        for server in &self.mcp_servers {
+            if let Some(problem) = server.problem() {
+                return invalid(problem);
+            }
+            if !servers.insert(&server.name) {
+                return invalid(format!("mcp_servers: {:?} is listed twice", server.name));
             }
         }
         if let Some(limit) = self.budget.session_usd

@@ -241,12 +241,21 @@ impl Server {
             tracing::warn!(failed, "tasks left running by the last stop marked failed");
         }
         let agent = agent_settings(&config)?;
-        let base = Arc::new(base_registry(
-            &config,
-            &store,
-            agent.as_deref(),
-            extra_tools,
-        )?);
+        let mcp = crate::tools::mcp::start_servers(
+            &config.mcp_servers,
+            &config.server.data_dir,
+            sandbox.as_ref(),
+        )
+        .await;
+        let mut extra_tools = extra_tools;
+        for server in &mcp {
+            extra_tools.extend(server.tools());
+        }
+        let mut base = base_registry(&config, &store, agent.as_deref(), extra_tools)?;
+        for server in mcp.iter().filter(|server| server.defers()) {
+            base.defer_group(&format!("group:mcp:{}", server.name()));
+        }
+        let base = Arc::new(base);
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut unsupported = vec!["image_generation".to_string()];
@@ -266,6 +275,7 @@ impl Server {
                 tasks_dir: config.server.data_dir.join("tasks"),
                 sandbox,
                 max_inflight_per_session: config.server.max_inflight_per_session,
+                mcp,
             },
             Arc::clone(&metrics),
             cancel.clone(),

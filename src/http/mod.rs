@@ -147,6 +147,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/sessions/{id}/files", get(rest::download_file))
         .route("/api/sessions/{id}/tasks", get(rest::session_tasks))
         .route("/api/sessions/{id}/cost", get(rest::cost))
+        .route("/api/sessions/{id}/mcp", get(rest::session_mcp))
         .route("/api/tasks/{task_id}", get(rest::task))
         .route("/api/tasks/{task_id}/cancel", post(rest::cancel_task))
         .route("/api/tasks/{task_id}/output", get(rest::task_output))

@@ -200,6 +200,17 @@ pub async fn cost(
     })))
 }
 
+/// `GET /api/sessions/{id}/mcp`: each configured MCP server and its state, as `session/open`'s
+/// `mcp` says it.
+pub async fn session_mcp(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    app.sessions().row(&caller, &id).await?;
+    Ok(Json(json!({ "mcp": app.sessions().mcp_states() })))
+}
+
 /// A task the caller may see.
 async fn owned_task(app: &AppState, caller: &Caller, task_id: &str) -> Result<TaskRow, ApiError> {
     let unknown = || ApiError::NotFound(format!("unknown task {task_id}"));

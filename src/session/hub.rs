@@ -77,6 +77,8 @@ pub struct SessionsConfig {
     pub sandbox: Option<Arc<Sandbox>>,
     /// `tool/invoke` calls one session may have running or queued.
     pub max_inflight_per_session: usize,
+    /// The configured MCP servers, whose tools are in the base registry.
+    pub mcp: Vec<Arc<crate::tools::mcp::McpServer>>,
 }
 
 struct Live {
@@ -240,6 +242,23 @@ impl Sessions {
             .map_or_else(SandboxReport::off, |sandbox| sandbox.report())
     }
 
+    /// Each configured MCP server's state (`ready`, `starting`, `failed: reason`), by name.
+    pub fn mcp_states(&self) -> Value {
+        let states: serde_json::Map<String, Value> = self
+            .inner
+            .config
+            .mcp
+            .iter()
+            .map(|server| {
+                (
+                    server.name().to_string(),
+                    Value::String(server.state().to_string()),
+                )
+            })
+            .collect();
+        Value::Object(states)
+    }
+
     /// `session/open`'s `capabilities`: the contract id and each contract tool's status in
     /// this session's registry.
     pub fn capabilities(&self, catalog: &ToolCatalog) -> Value {
@@ -259,7 +278,7 @@ impl Sessions {
                 (name.to_string(), Value::String(status.to_string()))
             })
             .collect();
-        json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools})
+        json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools, "mcp": self.mcp_states()})
     }
 
     async fn load(&self, row: &SessionRow) -> Result<SessionHandle, SessionError> {

@@ -140,7 +140,11 @@ impl ToolRegistry {
         let listed = policy::group_members(bare);
         self.tools
             .iter()
-            .filter(|(name, entry)| entry.group == Some(bare) || listed.contains(&&***name))
+            .filter(|(name, entry)| {
+                entry.group == Some(bare)
+                    || listed.contains(&&***name)
+                    || super::mcp::group_names(bare, name) == Some(true)
+            })
             .map(|(name, _)| name.to_string())
             .collect()
     }

@@ -11,6 +11,7 @@
 //! - [`workspace`]: a session's directory, the journal of its changes, its tools' shared state.
 //! - [`builtin`]: the tools every registry offers.
 //! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
+//! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
 
 pub mod args;
 pub mod builtin;
@@ -18,6 +19,7 @@ pub mod catalog;
 pub mod deferral;
 pub mod dispatch;
 pub mod lifecycle;
+pub mod mcp;
 pub mod plugin;
 pub mod policy;
 #[cfg(test)]

@@ -67,7 +67,8 @@ pub fn primary_group(tool: &str) -> Option<&'static str> {
 /// Whether one policy entry names `tool`: `group:NAME`, then a trailing-`*` prefix, then exact.
 pub fn entry_matches(entry: &str, tool: &str) -> bool {
     if entry.starts_with("group:") {
-        return group_members(entry).contains(&tool);
+        return super::mcp::group_names(entry, tool)
+            .unwrap_or_else(|| group_members(entry).contains(&tool));
     }
     match entry.strip_suffix('*') {
         Some(prefix) => tool.starts_with(prefix),

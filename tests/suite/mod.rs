@@ -6,6 +6,7 @@ mod browser;
 mod cli;
 mod limits;
 mod llm;
+mod mcp;
 mod sandbox;
 mod server;
 mod sub_agents;

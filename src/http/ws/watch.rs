@@ -119,6 +119,7 @@ impl Connection {
         // Extension: a client can offer the tool console before a turn/start is refused.
         result["llm_configured"] = json!(self.app.config().llm.is_configured());
         result["sandbox"] = json!(sessions.sandbox_report());
+        result["mcp"] = sessions.mcp_states();
         if let Some(frame) = answer(&id, Ok(result)) {
             let _ = self.out.send(frame).await;
         }

@@ -1,0 +1,255 @@
+//! The connection to one MCP server and its tools as registry tools. A stdio server runs as a
+//! child process in the sandbox, with only its configured environment; its tools are listed once
+//! it is up, and each becomes an [`McpTool`] that calls it over the same connection.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use serde_json::Value;
+
+use super::{McpServerConfig, Scope, result, tool_name};
+use crate::tools::builtin::process::sandboxed_command;
+use crate::tools::{
+    ConcurrencyClass, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
+};
+
+/// Where a server is in its life, as `session/open` and `GET /api/sessions/{id}/mcp` say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpState {
+    /// Being started.
+    Starting,
+    /// Up, its tools listed.
+    Ready,
+    /// Not usable, and why.
+    Failed(String),
+}
+
+impl std::fmt::Display for McpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Starting => f.write_str("starting"),
+            Self::Ready => f.write_str("ready"),
+            Self::Failed(reason) => write!(f, "failed: {reason}"),
+        }
+    }
+}
+
+/// One configured MCP server: its state and, once up, its connection and tools.
+pub struct McpServer {
+    config: McpServerConfig,
+    state: Mutex<McpState>,
+    /// Keeps the connection (and the child process) alive; dropped, both end.
+    service: Mutex<Option<RunningService<RoleClient, ()>>>,
+    tools: Mutex<Vec<Arc<dyn Tool>>>,
+    /// Where its process runs; its sandbox ends the process's cgroup when dropped, so the
+    /// server keeps it for as long as it lives.
+    workspace: Arc<Workspace>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.config.name)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServer {
+    /// Starts the server of `config` (in `workspace`'s sandbox, working in its root) and lists
+    /// its tools; a server that does not come up is reported in its state, never an error.
+    pub async fn start(config: McpServerConfig, workspace: &Arc<Workspace>) -> Arc<Self> {
+        let server = Arc::new(Self {
+            config,
+            state: Mutex::new(McpState::Starting),
+            service: Mutex::new(None),
+            tools: Mutex::new(Vec::new()),
+            workspace: Arc::clone(workspace),
+        });
+        let outcome = match server.unsupported() {
+            Some(reason) => Err(reason),
+            None => {
+                let timeout = Duration::from_secs(server.config.startup_timeout_secs);
+                match tokio::time::timeout(timeout, server.connect()).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(format!(
+                        "it did not start and list its tools within {} s",
+                        timeout.as_secs()
+                    )),
+                }
+            }
+        };
+        let state = match outcome {
+            Ok(()) => McpState::Ready,
+            Err(reason) => {
+                tracing::warn!(server = %server.config.name, %reason, "MCP server not connected");
+                McpState::Failed(reason)
+            }
+        };
+        *lock(&server.state) = state;
+        server
+    }
+
+    /// What this version cannot connect yet, said instead of a silent absence.
+    fn unsupported(&self) -> Option<String> {
+        if self.config.url.is_some() {
+            return Some(
+                "streamable-HTTP servers (`url`) are not connected in this version".into(),
+            );
+        }
+        if self.config.scope == Scope::Session {
+            return Some(
+                "scope = \"session\" is not connected in this version; use scope = \"server\""
+                    .into(),
+            );
+        }
+        None
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<(), String> {
+        let workspace = &self.workspace;
+        let program = self.config.command.as_deref().unwrap_or_default();
+        let args: Vec<&std::ffi::OsStr> = self.config.args.iter().map(|a| a.as_ref()).collect();
+        let mut command =
+            sandboxed_command(workspace, program.as_ref(), &args, workspace.root(), &[])
+                .map_err(|err| format!("cannot prepare `{program}`: {err}"))?;
+        // Only what the entry names reaches the server, beside what finding programs and
+        // printing text need.
+        command.env_clear();
+        for name in ["PATH", "HOME", "LANG"] {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        if let Some(sandbox) = workspace.sandbox() {
+            sandbox.apply_env(&mut command);
+        }
+        command.envs(&self.config.env);
+        command.stderr(std::process::Stdio::null());
+        let transport = TokioChildProcess::new(command)
+            .map_err(|err| format!("cannot start `{program}`: {err}"))?;
+        let service = ()
+            .serve(transport)
+            .await
+            .map_err(|err| format!("the MCP handshake failed: {err}"))?;
+        let listed = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|err| format!("tools/list failed: {err}"))?;
+        let peer = service.peer().clone();
+        let tools = listed
+            .into_iter()
+            .map(|tool| {
+                let spec = serde_json::to_value(&tool).unwrap_or_default();
+                Arc::new(McpTool::new(&self.config, &spec, peer.clone())) as Arc<dyn Tool>
+            })
+            .collect();
+        *lock(&self.tools) = tools;
+        *lock(&self.service) = Some(service);
+        Ok(())
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Whether its tools start deferred.
+    pub fn defers(&self) -> bool {
+        self.config.defer
+    }
+
+    /// Where it is in its life.
+    pub fn state(&self) -> McpState {
+        lock(&self.state).clone()
+    }
+
+    /// Its tools, once it is ready.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        lock(&self.tools).clone()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One tool of an MCP server as a registry tool.
+pub struct McpTool {
+    meta: ToolMeta,
+    /// The tool's own name on its server.
+    remote: String,
+    peer: Peer<RoleClient>,
+    timeout: Duration,
+}
+
+impl McpTool {
+    /// The tool `spec` (an MCP `Tool` object) of `server`, calling it through `peer`.
+    fn new(server: &McpServerConfig, spec: &Value, peer: Peer<RoleClient>) -> Self {
+        let remote = spec["name"].as_str().unwrap_or_default().to_string();
+        let description = spec["description"]
+            .as_str()
+            .unwrap_or("a tool of an MCP server")
+            .to_string();
+        let schema = match &spec["inputSchema"] {
+            Value::Object(schema) => Value::Object(schema.clone()),
+            _ => serde_json::json!({"type": "object"}),
+        };
+        let mut meta = ToolMeta::new(tool_name(&server.name, &remote), description, schema);
+        meta.tags = vec!["mcp"];
+        meta.concurrency = if spec["annotations"]["readOnlyHint"] == true {
+            ConcurrencyClass::Safe
+        } else {
+            ConcurrencyClass::Exclusive
+        };
+        Self {
+            meta,
+            remote,
+            peer,
+            timeout: Duration::from_secs(server.tool_timeout_secs),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn meta(&self) -> &ToolMeta {
+        &self.meta
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        params.arguments = args.as_object().cloned();
+        // Dropping the request (interrupt, task/cancel, timeout) sends notifications/cancelled.
+        let call = self.peer.call_tool(params);
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(self.timeout, call) => outcome,
+            () = ctx.cancel.cancelled() => {
+                return Err(ToolError::model("cancelled", format!("{}: cancelled", self.meta.name)));
+            }
+        };
+        match outcome {
+            Ok(Ok(answer)) => Ok(result::from_mcp(
+                &serde_json::to_value(&answer).unwrap_or_default(),
+            )),
+            Ok(Err(err)) => Err(ToolError::model(
+                "mcp_unavailable",
+                format!("{}: the MCP server did not answer: {err}", self.meta.name),
+            )),
+            Err(_) => Err(ToolError::model(
+                "timeout",
+                format!(
+                    "{}: no answer within {} s",
+                    self.meta.name,
+                    self.timeout.as_secs()
+                ),
+            )),
+        }
+    }
+}

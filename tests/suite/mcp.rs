@@ -1,0 +1,263 @@
+//! MCP servers as tools, against software nobody here wrote: the protocol's reference server,
+//! `@modelcontextprotocol/server-everything`, over stdio in the sandbox.
+//!
+//! `./scripts/test` installs it under `target/mcp-servers/`; without it the tests fail and say
+//! how to install it, unless `AGENTD_SKIP_MCP_TESTS=1`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use agentd::config::Config;
+use agentd::tools::mcp::{McpServerConfig, Scope};
+use serde_json::{Value, json};
+
+use crate::support::TestApp;
+use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
+
+/// Where `scripts/test` installs the reference servers.
+fn servers_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-servers")
+}
+
+/// The entry script of server-everything, or `None` when the tests are skipped.
+fn everything_script() -> Option<PathBuf> {
+    let script =
+        servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if script.exists() {
+        return Some(script);
+    }
+    if std::env::var("AGENTD_SKIP_MCP_TESTS").as_deref() == Ok("1") {
+        eprintln!("MCP test skipped (AGENTD_SKIP_MCP_TESTS=1)");
+        return None;
+    }
+    panic!(
+        "the MCP tests need {}: run ./scripts/test, or `npm install --prefix target/mcp-servers \
+         @modelcontextprotocol/server-everything@2026.8.31` (or set AGENTD_SKIP_MCP_TESTS=1)",
+        script.display()
+    );
+}
+
+fn server(name: &str, command: &str, args: Vec<String>, scope: Scope) -> McpServerConfig {
+    McpServerConfig {
+        name: name.into(),
+        command: Some(command.into()),
+        args,
+        env: BTreeMap::new(),
+        url: None,
+        bearer_token_env: None,
+        scope,
+        startup_timeout_secs: 20,
+        tool_timeout_secs: 30,
+        defer: true,
+        network: false,
+    }
+}
+
+/// server-everything as a shared stdio server, readable inside the sandbox.
+fn with_everything(script: PathBuf) -> impl FnOnce(&mut Config) {
+    move |c: &mut Config| {
+        c.mcp_servers.push(server(
+            "everything",
+            "node",
+            vec![script.to_string_lossy().into_owned(), "stdio".into()],
+            Scope::Server,
+        ));
+        c.sandbox.extra_read.push(servers_dir());
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_servers_tools_are_registry_tools_that_answer() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let app = TestApp::spawn_with(with_everything(script)).await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    assert_eq!(opened["mcp"], json!({"everything": "ready"}), "{opened}");
+    assert_eq!(opened["capabilities"]["mcp"]["everything"], "ready");
+    let session = opened["session_id"].as_str().unwrap().to_string();
+
+    // Deferred until used, with the hints mapped to concurrency.
+    let list = ws.result("tool/list", json!({"session_id": session})).await;
+    let deferred = list["deferred"].as_array().unwrap();
+    let info = |name: &str| {
+        deferred
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is not deferred: {list}"))
+    };
+    assert_eq!(info("mcp__everything__echo")["concurrency"], "safe");
+    assert_eq!(
+        info("mcp__everything__toggle-simulated-logging")["concurrency"],
+        "exclusive"
+    );
+
+    let (notes, answer) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "mcp__everything__echo", "arguments": {"message": "hi there"}}),
+        )
+        .await;
+    let result = &answer["result"];
+    assert_eq!(result["success"], true, "{answer}");
+    assert_eq!(result["output"], "Echo: hi there");
+    let methods: Vec<&str> = notes.iter().filter_map(|n| n["method"].as_str()).collect();
+    assert!(
+        methods.contains(&"tool/started") && methods.contains(&"tool/completed"),
+        "{methods:?}"
+    );
+
+    let sum = ws
+        .invoke(
+            &session,
+            "mcp__everything__get-sum",
+            json!({"a": 2, "b": 3}),
+        )
+        .await;
+    assert!(sum["output"].as_str().unwrap().contains('5'), "{sum}");
+
+    let image = ws
+        .invoke(&session, "mcp__everything__get-tiny-image", json!({}))
+        .await;
+    let output = image["output"].as_str().unwrap();
+    assert!(output.contains("[image: image/png, "), "{output}");
+    let parts = image["structured_metadata"]["content"].as_array().unwrap();
+    assert!(
+        parts
+            .iter()
+            .any(|p| p["type"] == "image" && p["bytes"].as_u64() > Some(0))
+    );
+
+    let structured = ws
+        .invoke(
+            &session,
+            "mcp__everything__get-structured-content",
+            json!({"location": "New York"}),
+        )
+        .await;
+    assert!(
+        structured["structured_metadata"]["structured_content"].is_object(),
+        "{structured}"
+    );
+
+    // The schema passes through and is checked like any tool's.
+    let (_, refused) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "mcp__everything__get-sum", "arguments": {"a": "two"}}),
+        )
+        .await;
+    assert_eq!(
+        refused["error"]["data"]["kind"], "invalid_arguments",
+        "{refused}"
+    );
+
+    let rest = app
+        .get_json(&format!("/api/sessions/{session}/mcp"), None)
+        .await;
+    assert_eq!(rest, json!({"mcp": {"everything": "ready"}}));
+}
+
+#[tokio::test]
+async fn a_policy_naming_the_servers_group_hides_its_tools() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let app = TestApp::spawn_with(|c| {
+        with_everything(script)(c);
+        c.tool_policy.deny = vec!["group:mcp:everything".into()];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let list = ws.result("tool/list", json!({"session_id": session})).await;
+    let hidden = list["hidden"].as_array().unwrap();
+    assert!(
+        hidden
+            .iter()
+            .any(|t| t["name"] == "mcp__everything__echo" && t["reason"] == "policy_deny"),
+        "{list}"
+    );
+    let (_, denied) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "mcp__everything__echo", "arguments": {"message": "x"}}),
+        )
+        .await;
+    assert_eq!(denied["error"]["data"]["kind"], "policy_denied", "{denied}");
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_is_reported_and_the_session_works() {
+    let app = TestApp::spawn_with(|c| {
+        c.mcp_servers.push(server(
+            "missing",
+            "/nonexistent/mcp-server",
+            Vec::new(),
+            Scope::Server,
+        ));
+        c.mcp_servers
+            .push(server("per-session", "node", Vec::new(), Scope::Session));
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let missing = opened["mcp"]["missing"].as_str().unwrap();
+    assert!(missing.starts_with("failed: "), "{missing}");
+    let per_session = opened["mcp"]["per-session"].as_str().unwrap();
+    assert!(
+        per_session.starts_with("failed: ") && per_session.contains("scope = \"session\""),
+        "{per_session}"
+    );
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    let listed = ws.invoke(&session, "list_dir", json!({})).await;
+    assert_eq!(listed["success"], true);
+}
+
+#[tokio::test]
+async fn a_model_turn_calls_an_mcp_tool_by_its_name() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let mock = MockLlm::start(Script::route(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.last().unwrap()["role"] == "tool" {
+            return Reply::text(&["it echoed"]);
+        }
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "mcp__everything__echo",
+            &json!({"message": "from the model"}),
+        )])
+    }))
+    .await;
+    let url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        with_everything(script)(c);
+        c.llm.base_url = Some(url);
+        c.llm.model = Some("m".into());
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": [{"kind": "text", "text": "echo something"}]}),
+    )
+    .await;
+    let completed = ws.notification("tool/completed").await;
+    assert_eq!(completed["tool_name"], "mcp__everything__echo");
+    assert_eq!(completed["success"], true, "{completed}");
+    ws.notification("turn/completed").await;
+    let history = app
+        .get_json(&format!("/api/sessions/{session}/messages"), None)
+        .await;
+    let answered = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["role"] == "tool" && m["content"] == "Echo: from the model");
+    assert!(answered, "{history}");
+}
