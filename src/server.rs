@@ -276,6 +276,12 @@ impl Server {
                 sandbox,
                 max_inflight_per_session: config.server.max_inflight_per_session,
                 mcp,
+                mcp_per_session: config
+                    .mcp_servers
+                    .iter()
+                    .filter(|server| server.scope == crate::tools::mcp::Scope::Session)
+                    .cloned()
+                    .collect(),
             },
             Arc::clone(&metrics),
             cancel.clone(),

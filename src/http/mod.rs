@@ -53,6 +53,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/sessions/{id}/files"),
     ("GET", "/api/sessions/{id}/tasks"),
     ("GET", "/api/sessions/{id}/cost"),
+    ("GET", "/api/sessions/{id}/mcp"),
     ("GET", "/api/tasks/{task_id}"),
     ("POST", "/api/tasks/{task_id}/cancel"),
     ("GET", "/api/tasks/{task_id}/output"),

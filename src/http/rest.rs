@@ -207,8 +207,9 @@ pub async fn session_mcp(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    app.sessions().row(&caller, &id).await?;
-    Ok(Json(json!({ "mcp": app.sessions().mcp_states() })))
+    // Asking loads the session, which starts its own servers.
+    let handle = app.sessions().handle(&caller, &id).await?;
+    Ok(Json(json!({ "mcp": app.sessions().mcp_states(&handle) })))
 }
 
 /// A task the caller may see.

@@ -77,8 +77,10 @@ pub struct SessionsConfig {
     pub sandbox: Option<Arc<Sandbox>>,
     /// `tool/invoke` calls one session may have running or queued.
     pub max_inflight_per_session: usize,
-    /// The configured MCP servers, whose tools are in the base registry.
+    /// The configured `scope = "server"` MCP servers, whose tools are in the base registry.
     pub mcp: Vec<Arc<crate::tools::mcp::McpServer>>,
+    /// The `scope = "session"` MCP servers every session starts for itself.
+    pub mcp_per_session: Vec<crate::tools::mcp::McpServerConfig>,
 }
 
 struct Live {
@@ -242,20 +244,19 @@ impl Sessions {
             .map_or_else(SandboxReport::off, |sandbox| sandbox.report())
     }
 
-    /// Each configured MCP server's state (`ready`, `starting`, `failed: reason`), by name.
-    pub fn mcp_states(&self) -> Value {
-        let states: serde_json::Map<String, Value> = self
-            .inner
-            .config
-            .mcp
-            .iter()
-            .map(|server| {
-                (
-                    server.name().to_string(),
-                    Value::String(server.state().to_string()),
-                )
-            })
-            .collect();
+    /// Each configured MCP server's state in the session of `handle` (`ready`, `starting`,
+    /// `failed: reason`), by name: the shared servers' and the session's own.
+    pub fn mcp_states(&self, handle: &SessionHandle) -> Value {
+        let mut states = serde_json::Map::new();
+        for server in &self.inner.config.mcp {
+            states.insert(
+                server.name().to_string(),
+                Value::String(server.state().to_string()),
+            );
+        }
+        for (name, state) in handle.mcp().states() {
+            states.insert(name, Value::String(state));
+        }
         Value::Object(states)
     }
 
@@ -278,7 +279,7 @@ impl Sessions {
                 (name.to_string(), Value::String(status.to_string()))
             })
             .collect();
-        json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools, "mcp": self.mcp_states()})
+        json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools})
     }
 
     async fn load(&self, row: &SessionRow) -> Result<SessionHandle, SessionError> {
@@ -305,7 +306,8 @@ impl Sessions {
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let inflight = InflightCalls::new(self.inner.config.max_inflight_per_session);
-        let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight);
+        let mcp = Arc::new(super::SessionMcp::default());
+        let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight, Arc::clone(&mcp));
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
         let actor = SessionActor::new(ActorSetup {
             session_id,
@@ -319,6 +321,8 @@ impl Sessions {
             llm_configured: self.inner.config.llm_configured,
             agent: self.inner.config.agent.clone(),
             tasks_dir: self.inner.config.tasks_dir.clone(),
+            mcp_servers: self.inner.config.mcp_per_session.clone(),
+            mcp_states: mcp,
         });
         live.insert(
             row.session_id.clone(),

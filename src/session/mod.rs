@@ -281,12 +281,36 @@ impl Drop for InflightCall {
     }
 }
 
+/// The states of a session's own MCP servers (`scope = "session"`), written by its actor and
+/// read by whoever holds its handle, without a round trip.
+#[derive(Debug, Default)]
+pub struct SessionMcp(std::sync::Mutex<std::collections::BTreeMap<String, String>>);
+
+impl SessionMcp {
+    /// Records that server `name` is now in `state`.
+    pub fn set(&self, name: &str, state: &crate::tools::mcp::McpState) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_string(), state.to_string());
+    }
+
+    /// Every server's state, by name.
+    pub fn states(&self) -> std::collections::BTreeMap<String, String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// A clonable address of one session actor.
 #[derive(Debug, Clone)]
 pub struct SessionHandle {
     session_id: Arc<str>,
     tx: mpsc::Sender<Command>,
     inflight: Arc<InflightCalls>,
+    mcp: Arc<SessionMcp>,
 }
 
 impl SessionHandle {
@@ -294,12 +318,19 @@ impl SessionHandle {
         session_id: Arc<str>,
         tx: mpsc::Sender<Command>,
         inflight: Arc<InflightCalls>,
+        mcp: Arc<SessionMcp>,
     ) -> Self {
         Self {
             session_id,
             tx,
             inflight,
+            mcp,
         }
+    }
+
+    /// The states of the session's own MCP servers.
+    pub fn mcp(&self) -> &SessionMcp {
+        &self.mcp
     }
 
     /// The session's id.

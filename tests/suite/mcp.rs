@@ -198,18 +198,20 @@ async fn a_server_that_cannot_start_is_reported_and_the_session_works() {
             Vec::new(),
             Scope::Server,
         ));
-        c.mcp_servers
-            .push(server("per-session", "node", Vec::new(), Scope::Session));
+        let mut http = server("remote", "unused", Vec::new(), Scope::Server);
+        http.command = None;
+        http.url = Some("http://127.0.0.1:9/mcp".into());
+        c.mcp_servers.push(http);
     })
     .await;
     let mut ws = app.ws().await;
     let opened = ws.result("session/open", json!({})).await;
     let missing = opened["mcp"]["missing"].as_str().unwrap();
     assert!(missing.starts_with("failed: "), "{missing}");
-    let per_session = opened["mcp"]["per-session"].as_str().unwrap();
+    let remote = opened["mcp"]["remote"].as_str().unwrap();
     assert!(
-        per_session.starts_with("failed: ") && per_session.contains("scope = \"session\""),
-        "{per_session}"
+        remote.starts_with("failed: ") && remote.contains("(`url`) are not connected"),
+        "{remote}"
     );
     let session = opened["session_id"].as_str().unwrap().to_string();
     let listed = ws.invoke(&session, "list_dir", json!({})).await;
@@ -260,4 +262,42 @@ async fn a_model_turn_calls_an_mcp_tool_by_its_name() {
         .iter()
         .any(|m| m["role"] == "tool" && m["content"] == "Echo: from the model");
     assert!(answered, "{history}");
+}
+
+#[tokio::test]
+async fn a_session_scoped_server_starts_with_its_session_and_serves_it() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let app = TestApp::spawn_with(|c| {
+        with_everything(script)(c);
+        c.mcp_servers[0].scope = Scope::Session;
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    // It starts in the background; its tools arrive with a tools/changed once it is up.
+    if opened["mcp"]["everything"] != "ready" {
+        assert_eq!(opened["mcp"]["everything"], "starting", "{opened}");
+        loop {
+            let changed = ws.notification("tools/changed").await;
+            let deferred = changed["deferred"].as_array().unwrap();
+            if deferred.iter().any(|name| name == "mcp__everything__echo") {
+                break;
+            }
+        }
+    }
+    let echoed = ws
+        .invoke(
+            &session,
+            "mcp__everything__echo",
+            json!({"message": "mine"}),
+        )
+        .await;
+    assert_eq!(echoed["output"], "Echo: mine", "{echoed}");
+    let rest = app
+        .get_json(&format!("/api/sessions/{session}/mcp"), None)
+        .await;
+    assert_eq!(rest, json!({"mcp": {"everything": "ready"}}));
 }

@@ -119,7 +119,8 @@ impl Connection {
         // Extension: a client can offer the tool console before a turn/start is refused.
         result["llm_configured"] = json!(self.app.config().llm.is_configured());
         result["sandbox"] = json!(sessions.sandbox_report());
-        result["mcp"] = sessions.mcp_states();
+        result["mcp"] = sessions.mcp_states(&handle);
+        result["capabilities"]["mcp"] = result["mcp"].clone();
         if let Some(frame) = answer(&id, Ok(result)) {
             let _ = self.out.send(frame).await;
         }

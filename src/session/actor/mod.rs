@@ -6,10 +6,12 @@
 //! - [`tasks`](self::tasks): background tasks, from start to `turn/spawn_complete`.
 //! - [`turns`](self::turns): starting a turn and serving what it asks.
 //! - [`children`](self::children): sub-agents.
+//! - [`mcp`](self::mcp): the session's own MCP servers.
 
 mod children;
 mod events;
 mod invoke;
+mod mcp;
 mod tasks;
 mod turns;
 
@@ -23,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{Command, InvokeResult, SessionError, Watcher};
+use super::{Command, InvokeResult, SessionError, SessionMcp, Watcher};
 use crate::agent::call::CallScope;
 use crate::agent::ledger::{CostLabels, Ledger};
 use crate::agent::{AgentSettings, SessionEvent, TurnRequest};
@@ -33,6 +35,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
 use crate::tools::builtin::exec::ProcessTable;
+use crate::tools::mcp::{McpServer, McpServerConfig};
 use crate::tools::{ToolEvent, ToolRegistry, ToolState};
 
 /// How long an event may wait for the next one to share its commit (see `SessionActor::linger`).
@@ -53,6 +56,10 @@ pub(crate) struct ActorSetup {
     pub llm_configured: bool,
     pub agent: Option<Arc<AgentSettings>>,
     pub tasks_dir: std::path::PathBuf,
+    /// The `scope = "session"` MCP servers this session starts for itself.
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// Where their states are told to the session's handles.
+    pub mcp_states: Arc<SessionMcp>,
 }
 
 /// The turn a session is running.
@@ -100,6 +107,12 @@ pub(crate) struct SessionActor {
     children: HashMap<String, children::ChildAgent>,
     /// Ids of closed sub-agents, so a call naming one can say it was closed.
     closed_children: std::collections::HashSet<String>,
+    /// The session's own MCP servers not yet started, then those that are (their processes
+    /// end when the actor drops them).
+    mcp_pending: Vec<McpServerConfig>,
+    mcp_servers: Vec<Arc<McpServer>>,
+    mcp_states: Arc<SessionMcp>,
+    mcp_started: LazyChannel<Arc<McpServer>>,
 }
 
 impl SessionActor {
@@ -141,6 +154,10 @@ impl SessionActor {
             events: LazyChannel::default(),
             children: HashMap::new(),
             closed_children: std::collections::HashSet::new(),
+            mcp_pending: setup.mcp_servers,
+            mcp_servers: Vec::new(),
+            mcp_states: setup.mcp_states,
+            mcp_started: LazyChannel::default(),
         }
     }
 
@@ -149,6 +166,7 @@ impl SessionActor {
         let span = tracing::info_span!("session", session_id = %self.session_id);
         async move {
             tracing::debug!("actor started");
+            self.start_mcp_servers();
             loop {
                 // Questions whose tool gave up (timeout, interruption) no longer wait.
                 self.pending_input.retain(|_, waiting| !waiting.is_closed());
@@ -178,6 +196,7 @@ impl SessionActor {
                     Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).await,
                     Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).await,
                     Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).await,
+                    Some(server) = self.mcp_started.recv() => Box::pin(self.on_mcp_started(server)).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
                         break;

@@ -12,7 +12,7 @@ use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use serde_json::Value;
 
-use super::{McpServerConfig, Scope, result, tool_name};
+use super::{McpServerConfig, result, tool_name};
 use crate::tools::builtin::process::sandboxed_command;
 use crate::tools::{
     ConcurrencyClass, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
@@ -100,12 +100,6 @@ impl McpServer {
         if self.config.url.is_some() {
             return Some(
                 "streamable-HTTP servers (`url`) are not connected in this version".into(),
-            );
-        }
-        if self.config.scope == Scope::Session {
-            return Some(
-                "scope = \"session\" is not connected in this version; use scope = \"server\""
-                    .into(),
             );
         }
         None

@@ -5,9 +5,10 @@
 //! - [`result`]: an MCP `tools/call` result as a [`ToolResult`](super::ToolResult).
 //! - [`client`]: the connection to one server (stdio, in the sandbox) and its tools.
 //!
-//! This version connects stdio servers with `scope = "server"`: one process, started with the
-//! server, shared by every session. `scope = "session"` and `url` servers are accepted in the
-//! configuration and reported as not connected, with the reason, in every session's `mcp` state.
+//! This version connects stdio servers: `scope = "server"` ones once, at start-up, shared by
+//! every session; `scope = "session"` ones by each session's actor as it loads, in the session's
+//! sandbox and directory, ending with it. `url` servers are accepted in the configuration and
+//! reported as not connected, with the reason, in every session's `mcp` state.
 
 pub mod client;
 pub mod result;
@@ -139,7 +140,7 @@ impl McpServerConfig {
     }
 }
 
-/// Starts every configured server, each in a sandboxed directory of its own under
+/// Starts every `scope = "server"` server, each in a sandboxed directory of its own under
 /// `<data_dir>/mcp/<name>` (so a shared server reaches no user's workspace); a server that does
 /// not come up is reported in its state, never fatal.
 pub async fn start_servers(
@@ -148,7 +149,10 @@ pub async fn start_servers(
     sandbox: Option<&Arc<Sandbox>>,
 ) -> Vec<Arc<McpServer>> {
     let mut servers = Vec::with_capacity(configs.len());
-    for config in configs {
+    for config in configs
+        .iter()
+        .filter(|config| config.scope == Scope::Server)
+    {
         let dir = data_dir.join("mcp").join(&config.name);
         if let Err(err) = std::fs::create_dir_all(&dir) {
             tracing::warn!(server = %config.name, %err, "MCP server directory not created");
