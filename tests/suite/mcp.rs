@@ -198,6 +198,7 @@ async fn a_server_that_cannot_start_is_reported_and_the_session_works() {
             Vec::new(),
             Scope::Server,
         ));
+        // Nothing listens on the discard port.
         let mut http = server("remote", "unused", Vec::new(), Scope::Server);
         http.command = None;
         http.url = Some("http://127.0.0.1:9/mcp".into());
@@ -210,7 +211,7 @@ async fn a_server_that_cannot_start_is_reported_and_the_session_works() {
     assert!(missing.starts_with("failed: "), "{missing}");
     let remote = opened["mcp"]["remote"].as_str().unwrap();
     assert!(
-        remote.starts_with("failed: ") && remote.contains("(`url`) are not connected"),
+        remote.starts_with("failed: ") && remote.contains("handshake with http://127.0.0.1:9/mcp"),
         "{remote}"
     );
     let session = opened["session_id"].as_str().unwrap().to_string();
@@ -300,4 +301,64 @@ async fn a_session_scoped_server_starts_with_its_session_and_serves_it() {
         .get_json(&format!("/api/sessions/{session}/mcp"), None)
         .await;
     assert_eq!(rest, json!({"mcp": {"everything": "ready"}}));
+}
+
+/// server-everything in its streamable-HTTP mode on a free loopback port, ready to accept.
+async fn everything_over_http(script: &std::path::Path) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new("node")
+        .arg(script)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // It says so on stderr once it listens.
+    let ready = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("listening on port") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "server-everything did not listen");
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[tokio::test]
+async fn a_streamable_http_server_is_used_the_same_way() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let (_server, url) = everything_over_http(&script).await;
+    let app = TestApp::spawn_with(move |c| {
+        let mut remote = server("remote", "unused", Vec::new(), Scope::Server);
+        remote.command = None;
+        remote.url = Some(url);
+        remote.defer = false;
+        c.mcp_servers.push(remote);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    assert_eq!(opened["mcp"], json!({"remote": "ready"}), "{opened}");
+    let active = opened["tools"]["active"].as_array().unwrap();
+    assert!(
+        active.iter().any(|name| name == "mcp__remote__get-sum"),
+        "defer = false: active at once: {opened}"
+    );
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    let sum = ws
+        .invoke(&session, "mcp__remote__get-sum", json!({"a": 20, "b": 22}))
+        .await;
+    assert!(sum["output"].as_str().unwrap().contains("42"), "{sum}");
 }

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 
 use super::{McpServerConfig, result, tool_name};
@@ -71,18 +72,13 @@ impl McpServer {
             tools: Mutex::new(Vec::new()),
             workspace: Arc::clone(workspace),
         });
-        let outcome = match server.unsupported() {
-            Some(reason) => Err(reason),
-            None => {
-                let timeout = Duration::from_secs(server.config.startup_timeout_secs);
-                match tokio::time::timeout(timeout, server.connect()).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => Err(format!(
-                        "it did not start and list its tools within {} s",
-                        timeout.as_secs()
-                    )),
-                }
-            }
+        let timeout = Duration::from_secs(server.config.startup_timeout_secs);
+        let outcome = match tokio::time::timeout(timeout, server.connect()).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!(
+                "it did not start and list its tools within {} s",
+                timeout.as_secs()
+            )),
         };
         let state = match outcome {
             Ok(()) => McpState::Ready,
@@ -95,17 +91,31 @@ impl McpServer {
         server
     }
 
-    /// What this version cannot connect yet, said instead of a silent absence.
-    fn unsupported(&self) -> Option<String> {
-        if self.config.url.is_some() {
-            return Some(
-                "streamable-HTTP servers (`url`) are not connected in this version".into(),
-            );
-        }
-        None
+    async fn connect(self: &Arc<Self>) -> Result<(), String> {
+        let service = match &self.config.url {
+            Some(url) => self.connect_http(url).await?,
+            None => self.connect_stdio().await?,
+        };
+        let listed = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|err| format!("tools/list failed: {err}"))?;
+        let peer = service.peer().clone();
+        let tools = listed
+            .into_iter()
+            .map(|tool| {
+                let spec = serde_json::to_value(&tool).unwrap_or_default();
+                Arc::new(McpTool::new(&self.config, &spec, peer.clone())) as Arc<dyn Tool>
+            })
+            .collect();
+        *lock(&self.tools) = tools;
+        *lock(&self.service) = Some(service);
+        Ok(())
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<(), String> {
+    /// Starts the server's program in the sandbox and speaks MCP over its stdin and stdout.
+    async fn connect_stdio(&self) -> Result<RunningService<RoleClient, ()>, String> {
         let workspace = &self.workspace;
         let program = self.config.command.as_deref().unwrap_or_default();
         let args: Vec<&std::ffi::OsStr> = self.config.args.iter().map(|a| a.as_ref()).collect();
@@ -124,29 +134,40 @@ impl McpServer {
             sandbox.apply_env(&mut command);
         }
         command.envs(&self.config.env);
-        command.stderr(std::process::Stdio::null());
-        let transport = TokioChildProcess::new(command)
+        let (transport, stderr) = TokioChildProcess::builder(command)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .map_err(|err| format!("cannot start `{program}`: {err}"))?;
-        let service = ()
-            .serve(transport)
+        // What the server says on stderr is its log, not the client's business.
+        if let Some(stderr) = stderr {
+            let name = self.config.name.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(server = %name, "{line}");
+                }
+            });
+        }
+        ().serve(transport)
             .await
-            .map_err(|err| format!("the MCP handshake failed: {err}"))?;
-        let listed = service
-            .peer()
-            .list_all_tools()
+            .map_err(|err| format!("the MCP handshake failed: {err}"))
+    }
+
+    /// Speaks MCP to a streamable-HTTP endpoint, with the bearer token read from the
+    /// environment when the entry names a variable.
+    async fn connect_http(&self, url: &str) -> Result<RunningService<RoleClient, ()>, String> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+        if let Some(variable) = &self.config.bearer_token_env {
+            let token = std::env::var(variable).map_err(|_| {
+                format!("the environment variable {variable} (bearer_token_env) is not set")
+            })?;
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        ().serve(transport)
             .await
-            .map_err(|err| format!("tools/list failed: {err}"))?;
-        let peer = service.peer().clone();
-        let tools = listed
-            .into_iter()
-            .map(|tool| {
-                let spec = serde_json::to_value(&tool).unwrap_or_default();
-                Arc::new(McpTool::new(&self.config, &spec, peer.clone())) as Arc<dyn Tool>
-            })
-            .collect();
-        *lock(&self.tools) = tools;
-        *lock(&self.service) = Some(service);
-        Ok(())
+            .map_err(|err| format!("the MCP handshake with {url} failed: {err}"))
     }
 
     /// The server's name.

@@ -3,12 +3,11 @@
 //! `group:mcp:<server>`), so policy, tags, deferral and the LRU apply to them like to any tool.
 //!
 //! - [`result`]: an MCP `tools/call` result as a [`ToolResult`](super::ToolResult).
-//! - [`client`]: the connection to one server (stdio, in the sandbox) and its tools.
+//! - [`client`]: the connection to one server (stdio in the sandbox, or streamable HTTP) and its tools.
 //!
-//! This version connects stdio servers: `scope = "server"` ones once, at start-up, shared by
-//! every session; `scope = "session"` ones by each session's actor as it loads, in the session's
-//! sandbox and directory, ending with it. `url` servers are accepted in the configuration and
-//! reported as not connected, with the reason, in every session's `mcp` state.
+//! Stdio servers with `scope = "server"` start once, at start-up, shared by every session; with
+//! `scope = "session"` each session's actor starts its own as it loads, in the session's sandbox
+//! and directory, ending with it. `url` servers are reached over streamable HTTP.
 
 pub mod client;
 pub mod result;
