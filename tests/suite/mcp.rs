@@ -362,3 +362,74 @@ async fn a_streamable_http_server_is_used_the_same_way() {
         .await;
     assert!(sum["output"].as_str().unwrap().contains("42"), "{sum}");
 }
+
+/// The Python reference server `mcp-server-time` (PyPI) and the directories its interpreter
+/// must read inside the sandbox, or `None` when the tests are skipped.
+fn time_server() -> Option<(PathBuf, Vec<PathBuf>)> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-python");
+    let program = venv.join("bin/mcp-server-time");
+    if !program.exists() {
+        if std::env::var("AGENTD_SKIP_MCP_TESTS").as_deref() == Ok("1") {
+            return None;
+        }
+        panic!(
+            "the MCP tests need {}: run ./scripts/test, which installs mcp-server-time into \
+             target/mcp-python (or set AGENTD_SKIP_MCP_TESTS=1)",
+            program.display()
+        );
+    }
+    // A virtualenv's interpreter lives under its base installation.
+    let base = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .output()
+        .expect("the virtualenv's python runs");
+    let base = PathBuf::from(String::from_utf8(base.stdout).unwrap().trim());
+    Some((program, vec![venv, base]))
+}
+
+#[tokio::test]
+async fn a_second_implementation_in_python_answers_too() {
+    let Some((program, readable)) = time_server() else {
+        return;
+    };
+    let app = TestApp::spawn_with(move |c| {
+        let mut time = server(
+            "time",
+            &program.to_string_lossy(),
+            vec!["--local-timezone".into(), "Etc/UTC".into()],
+            Scope::Session,
+        );
+        time.defer = false;
+        c.mcp_servers.push(time);
+        c.sandbox.extra_read.extend(readable);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    if opened["mcp"]["time"] != "ready" {
+        assert_eq!(opened["mcp"]["time"], "starting", "{opened}");
+        loop {
+            let changed = ws.notification("tools/changed").await;
+            let active = changed["active"].as_array().unwrap();
+            if active.iter().any(|name| name == "mcp__time__convert_time") {
+                break;
+            }
+        }
+    }
+    let converted = ws
+        .invoke(
+            &session,
+            "mcp__time__convert_time",
+            json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+        )
+        .await;
+    assert_eq!(converted["success"], true, "{converted}");
+    let structured = &converted["structured_metadata"]["structured_content"];
+    assert!(
+        structured["target"]["datetime"]
+            .as_str()
+            .is_some_and(|at| at.contains("T21:00:00")),
+        "{converted}"
+    );
+}
