@@ -433,3 +433,70 @@ async fn a_second_implementation_in_python_answers_too() {
         "{converted}"
     );
 }
+
+/// Kills (SIGKILL) every process whose command line holds `marker`; answers how many.
+fn kill_marked(marker: &str) -> usize {
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        // The node process itself, not the launcher that started it.
+        let is_node = args
+            .first()
+            .is_some_and(|program| program.ends_with(b"node"));
+        if is_node && args.contains(&marker.as_bytes()) {
+            // SAFETY: kill has no memory effects; a vanished pid only makes it fail.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+    }
+    killed
+}
+
+#[tokio::test]
+async fn a_crashed_server_is_started_again_and_calls_wait_for_it() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    // server-everything reads only its first argument; the second marks its process.
+    let marker = format!("agentd-test-{}", uuid::Uuid::new_v4().simple());
+    let args = vec![
+        script.to_string_lossy().into_owned(),
+        "stdio".into(),
+        marker.clone(),
+    ];
+    let app = TestApp::spawn_with(move |c| {
+        let mut everything = server("everything", "node", args, Scope::Server);
+        everything.defer = false;
+        c.mcp_servers.push(everything);
+        c.sandbox.extra_read.push(servers_dir());
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let first = ws
+        .invoke(&session, "mcp__everything__echo", json!({"message": "one"}))
+        .await;
+    assert_eq!(first["output"], "Echo: one");
+
+    assert_eq!(
+        kill_marked(&marker),
+        1,
+        "the server's node process was found"
+    );
+    // The call waits for the restarted server (about a second of backoff) instead of failing.
+    let second = ws
+        .invoke(&session, "mcp__everything__echo", json!({"message": "two"}))
+        .await;
+    assert_eq!(second["output"], "Echo: two", "{second}");
+    let state = app
+        .get_json(&format!("/api/sessions/{session}/mcp"), None)
+        .await;
+    assert_eq!(state, json!({"mcp": {"everything": "ready"}}));
+}

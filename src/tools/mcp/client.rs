@@ -2,16 +2,18 @@
 //! child process in the sandbox, with only its configured environment; its tools are listed once
 //! it is up, and each becomes an [`McpTool`] that calls it over the same connection.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ServiceError, ServiceExt};
 use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::{McpServerConfig, result, tool_name};
 use crate::tools::builtin::process::sandboxed_command;
@@ -40,16 +42,27 @@ impl std::fmt::Display for McpState {
     }
 }
 
-/// One configured MCP server: its state and, once up, its connection and tools.
+/// The first wait before a crashed server is started again; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two restarts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The current connection to a server, `None` while it is down, numbered so a call can wait
+/// for a newer one than the connection that failed it; tools wait on it.
+type PeerSlot = watch::Sender<(u64, Option<Peer<RoleClient>>)>;
+
+/// One configured MCP server: its state and, once up, its connection and tools. A server that
+/// exits is started again with backoff for as long as this lives; dropping it ends the server.
 pub struct McpServer {
     config: McpServerConfig,
     state: Mutex<McpState>,
-    /// Keeps the connection (and the child process) alive; dropped, both end.
-    service: Mutex<Option<RunningService<RoleClient, ()>>>,
+    peer: PeerSlot,
     tools: Mutex<Vec<Arc<dyn Tool>>>,
     /// Where its process runs; its sandbox ends the process's cgroup when dropped, so the
     /// server keeps it for as long as it lives.
     workspace: Arc<Workspace>,
+    /// Stops the supervisor, which owns the connection (and so the child process).
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -61,6 +74,12 @@ impl std::fmt::Debug for McpServer {
     }
 }
 
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 impl McpServer {
     /// Starts the server of `config` (in `workspace`'s sandbox, working in its root) and lists
     /// its tools; a server that does not come up is reported in its state, never an error.
@@ -68,49 +87,76 @@ impl McpServer {
         let server = Arc::new(Self {
             config,
             state: Mutex::new(McpState::Starting),
-            service: Mutex::new(None),
+            peer: watch::Sender::new((0, None)),
             tools: Mutex::new(Vec::new()),
             workspace: Arc::clone(workspace),
+            stop: CancellationToken::new(),
         });
-        let timeout = Duration::from_secs(server.config.startup_timeout_secs);
-        let outcome = match tokio::time::timeout(timeout, server.connect()).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(format!(
-                "it did not start and list its tools within {} s",
-                timeout.as_secs()
-            )),
+        let state = match server.connect_in_time().await {
+            Ok(service) => match server.list_tools(&service).await {
+                Ok(()) => {
+                    server.connected(&service);
+                    tokio::spawn(supervise(
+                        Arc::downgrade(&server),
+                        service,
+                        server.stop.clone(),
+                    ));
+                    McpState::Ready
+                }
+                Err(reason) => McpState::Failed(reason),
+            },
+            Err(reason) => McpState::Failed(reason),
         };
-        let state = match outcome {
-            Ok(()) => McpState::Ready,
-            Err(reason) => {
-                tracing::warn!(server = %server.config.name, %reason, "MCP server not connected");
-                McpState::Failed(reason)
-            }
-        };
-        *lock(&server.state) = state;
+        if let McpState::Failed(reason) = &state {
+            tracing::warn!(server = %server.config.name, %reason, "MCP server not connected");
+        }
+        server.set_state(state);
         server
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<(), String> {
-        let service = match &self.config.url {
-            Some(url) => self.connect_http(url).await?,
-            None => self.connect_stdio().await?,
+    /// Makes `service` the connection calls use.
+    fn connected(&self, service: &RunningService<RoleClient, ()>) {
+        self.peer.send_modify(|(generation, peer)| {
+            *generation += 1;
+            *peer = Some(service.peer().clone());
+        });
+    }
+
+    fn set_state(&self, state: McpState) {
+        *lock(&self.state) = state;
+    }
+
+    /// A new connection, within the entry's startup timeout.
+    async fn connect_in_time(&self) -> Result<RunningService<RoleClient, ()>, String> {
+        let timeout = Duration::from_secs(self.config.startup_timeout_secs);
+        let connecting = async {
+            match &self.config.url {
+                Some(url) => self.connect_http(url).await,
+                None => self.connect_stdio().await,
+            }
         };
+        match tokio::time::timeout(timeout, connecting).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("it did not start within {} s", timeout.as_secs())),
+        }
+    }
+
+    /// Lists the server's tools once and makes each a registry tool that calls it through
+    /// whatever connection is current.
+    async fn list_tools(&self, service: &RunningService<RoleClient, ()>) -> Result<(), String> {
         let listed = service
             .peer()
             .list_all_tools()
             .await
             .map_err(|err| format!("tools/list failed: {err}"))?;
-        let peer = service.peer().clone();
         let tools = listed
             .into_iter()
             .map(|tool| {
                 let spec = serde_json::to_value(&tool).unwrap_or_default();
-                Arc::new(McpTool::new(&self.config, &spec, peer.clone())) as Arc<dyn Tool>
+                Arc::new(McpTool::new(&self.config, &spec, self.peer.subscribe())) as Arc<dyn Tool>
             })
             .collect();
         *lock(&self.tools) = tools;
-        *lock(&self.service) = Some(service);
         Ok(())
     }
 
@@ -195,18 +241,72 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Owns a server's connection while it lives; when the server exits (or the connection
+/// closes), starts it again with backoff, until `stop` fires or the server is dropped. The
+/// tools keep their names: a restarted server is expected to offer what it did.
+async fn supervise(
+    server: Weak<McpServer>,
+    mut service: RunningService<RoleClient, ()>,
+    stop: CancellationToken,
+) {
+    loop {
+        // Stopping drops the connection, which ends the child process.
+        let ended = tokio::select! {
+            () = stop.cancelled() => return,
+            ended = service.waiting() => ended,
+        };
+        let mut backoff = FIRST_BACKOFF;
+        let mut reason = format!("it exited ({ended:?})");
+        service = loop {
+            {
+                let Some(server) = server.upgrade() else {
+                    return;
+                };
+                server.peer.send_modify(|(_, peer)| *peer = None);
+                tracing::warn!(server = %server.config.name, %reason, "MCP server down; restarting");
+                server.set_state(McpState::Failed(format!(
+                    "{reason}; restarting in {} s",
+                    backoff.as_secs()
+                )));
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            let Some(server) = server.upgrade() else {
+                return;
+            };
+            match server.connect_in_time().await {
+                Ok(service) => {
+                    server.connected(&service);
+                    server.set_state(McpState::Ready);
+                    tracing::info!(server = %server.config.name, "MCP server restarted");
+                    break service;
+                }
+                Err(failed) => reason = failed,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        };
+    }
+}
+
 /// One tool of an MCP server as a registry tool.
 pub struct McpTool {
     meta: ToolMeta,
     /// The tool's own name on its server.
     remote: String,
-    peer: Peer<RoleClient>,
+    /// The server's current connection, numbered; `None` while it restarts.
+    peer: watch::Receiver<(u64, Option<Peer<RoleClient>>)>,
     timeout: Duration,
 }
 
 impl McpTool {
     /// The tool `spec` (an MCP `Tool` object) of `server`, calling it through `peer`.
-    fn new(server: &McpServerConfig, spec: &Value, peer: Peer<RoleClient>) -> Self {
+    fn new(
+        server: &McpServerConfig,
+        spec: &Value,
+        peer: watch::Receiver<(u64, Option<Peer<RoleClient>>)>,
+    ) -> Self {
         let remote = spec["name"].as_str().unwrap_or_default().to_string();
         let description = spec["description"]
             .as_str()
@@ -241,8 +341,33 @@ impl Tool for McpTool {
     async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = args.as_object().cloned();
-        // Dropping the request (interrupt, task/cancel, timeout) sends notifications/cancelled.
-        let call = self.peer.call_tool(params);
+        // A server that is restarting is waited for, within the same limit as the call. A
+        // read-only call whose connection closed under it (the server died) is sent once more
+        // to the restarted server; any other call may have had effects, so it reports the loss.
+        let retries = usize::from(self.meta.concurrency == ConcurrencyClass::Safe);
+        let call = async {
+            let mut current = self.peer.clone();
+            let mut newer_than = 0;
+            let mut attempt = 0;
+            loop {
+                let connected = current
+                    .wait_for(|(generation, peer)| *generation > newer_than && peer.is_some())
+                    .await
+                    .map(|slot| slot.clone());
+                let Ok((generation, Some(peer))) = connected else {
+                    return Err("the server is gone".to_string());
+                };
+                // Dropping the request (interrupt, task/cancel, timeout) sends
+                // notifications/cancelled.
+                match peer.call_tool(params.clone()).await {
+                    Err(ServiceError::TransportClosed) if attempt < retries => {
+                        attempt += 1;
+                        newer_than = generation;
+                    }
+                    outcome => return outcome.map_err(|err| err.to_string()),
+                }
+            }
+        };
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(self.timeout, call) => outcome,
             () = ctx.cancel.cancelled() => {
