@@ -57,6 +57,15 @@ impl ServerProcess {
     /// agentd on a fresh data directory and workspace (with [`READ_FILE`] in it), SQLite unless
     /// a database URL was given, talking to `model` (base URL and model id) when one is given.
     pub async fn agentd(settings: &Settings, model: Option<(&str, &str)>) -> anyhow::Result<Self> {
+        Self::agentd_configured(settings, model, "").await
+    }
+
+    /// [`ServerProcess::agentd`] with `config` (TOML) added to its configuration file.
+    pub async fn agentd_configured(
+        settings: &Settings,
+        model: Option<(&str, &str)>,
+        config: &str,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(&workspace)?;
@@ -76,10 +85,14 @@ impl ServerProcess {
         if let Some(url) = &settings.database {
             command.env("DATABASE_URL", url);
         }
+        let mut toml = config.to_string();
         if let Some(secs) = settings.idle_unload_secs {
-            let config = dir.path().join("agentd.toml");
-            std::fs::write(&config, format!("[server]\nidle_unload_secs = {secs}\n"))?;
-            command.env("AGENTD_CONFIG", config);
+            toml.push_str(&format!("\n[server]\nidle_unload_secs = {secs}\n"));
+        }
+        if !toml.is_empty() {
+            let file = dir.path().join("agentd.toml");
+            std::fs::write(&file, toml)?;
+            command.env("AGENTD_CONFIG", file);
         }
         if let Some((base_url, model)) = model {
             command

@@ -148,14 +148,22 @@ impl RpcClient {
     /// `tool/invoke` of `read_file` on the 12-byte file, in the session `open` made; a result
     /// with `success: false` is an error, since the figures would not be of the path measured.
     pub async fn invoke(&mut self) -> anyhow::Result<()> {
+        self.invoke_tool("read_file", &format!(r#"{{"path":"{READ_FILE}"}}"#))
+            .await
+    }
+
+    /// `tool/invoke` of `name` with `arguments` (JSON text) in the session `open` made; a
+    /// result with `success: false` is an error.
+    pub async fn invoke_tool(&mut self, name: &str, arguments: &str) -> anyhow::Result<()> {
         let params = format!(
-            r#"{{"session_id":{},"name":"read_file","arguments":{{"path":"{READ_FILE}"}}}}"#,
-            serde_json::to_string(&self.session)?
+            r#"{{"session_id":{},"name":{},"arguments":{arguments}}}"#,
+            serde_json::to_string(&self.session)?,
+            serde_json::to_string(name)?,
         );
         let result = self.call("tool/invoke", &params).await?;
         let invoked: Invoked = serde_json::from_str(&result).context("tool/invoke result")?;
         if invoked.success == Some(false) {
-            bail!("read_file failed: {}", invoked.output.unwrap_or_default());
+            bail!("{name} failed: {}", invoked.output.unwrap_or_default());
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ mod client;
 mod floor;
 mod idle;
 mod invoke;
+mod mcp;
 mod mock_model;
 mod opens;
 mod report;
@@ -42,6 +43,8 @@ enum Scenario {
     Idle,
     /// Turns against an in-process zero-latency model, text only and with tool calls.
     Turns,
+    /// A tool of an MCP server called directly, then through agentd.
+    Mcp,
     /// Every scenario in turn.
     All,
 }
@@ -84,6 +87,10 @@ struct Cli {
     /// The agentd binary (default: `agentd` in the target directory this example runs from).
     #[arg(long)]
     agentd: Option<PathBuf>,
+    /// server-everything's entry script for `mcp` (default: where ./scripts/test installs it,
+    /// `target/mcp-servers/…/dist/index.js`).
+    #[arg(long)]
+    mcp_server: Option<PathBuf>,
 }
 
 /// The options every scenario reads, with the defaults (or the smoke defaults) filled in.
@@ -111,6 +118,8 @@ pub struct Settings {
     pub database: Option<String>,
     /// agentd's `server.idle_unload_secs`, when not its default.
     pub idle_unload_secs: Option<u64>,
+    /// server-everything's entry script, for `mcp`.
+    pub mcp_server: PathBuf,
 }
 
 impl Settings {
@@ -150,6 +159,16 @@ fn default_agentd() -> anyhow::Result<PathBuf> {
         .and_then(|examples| examples.parent())
         .context("this program does not sit in a target directory")?;
     Ok(profile_dir.join("agentd"))
+}
+
+/// Where ./scripts/test installs server-everything: `target/mcp-servers/`, beside the profile
+/// directory `agentd` sits in.
+fn default_mcp_server(agentd: &std::path::Path) -> PathBuf {
+    let target = agentd
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap_or_else(|| std::path::Path::new("target"));
+    target.join("mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
 }
 
 /// The command that reproduces this run, for the top of the report.
@@ -193,6 +212,7 @@ fn main() -> anyhow::Result<()> {
             agentd.display()
         );
     }
+    let agentd_path = agentd.clone();
     let settings = Settings {
         requests: cli.requests,
         connections: cli.connections.unwrap_or(if smoke { 2 } else { 50 }).max(1),
@@ -212,6 +232,9 @@ fn main() -> anyhow::Result<()> {
         agentd,
         database: cli.database,
         idle_unload_secs: cli.idle_unload_secs,
+        mcp_server: cli
+            .mcp_server
+            .unwrap_or_else(|| default_mcp_server(&agentd_path)),
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
@@ -246,6 +269,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
         Scenario::Opens,
         Scenario::Idle,
         Scenario::Turns,
+        Scenario::Mcp,
     ];
     let chosen: &[Scenario] = if scenario == Scenario::All {
         &all
@@ -260,6 +284,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Opens => opens::run(settings).await,
             Scenario::Idle => idle::run(settings).await,
             Scenario::Turns => turns::run(settings).await,
+            Scenario::Mcp => mcp::run(settings).await,
             Scenario::All => unreachable!("`all` is expanded above"),
         }
         .with_context(|| format!("scenario {scenario:?}"))?;
