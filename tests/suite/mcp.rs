@@ -500,3 +500,31 @@ async fn a_crashed_server_is_started_again_and_calls_wait_for_it() {
         .await;
     assert_eq!(state, json!({"mcp": {"everything": "ready"}}));
 }
+
+#[tokio::test]
+async fn a_servers_progress_notes_become_tool_progress() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let app = TestApp::spawn_with(with_everything(script)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (notes, answer) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "mcp__everything__trigger-long-running-operation",
+                   "arguments": {"duration": 1, "steps": 4}}),
+        )
+        .await;
+    assert_eq!(answer["result"]["success"], true, "{answer}");
+    let call_id = answer["result"]["tool_call_id"].as_str().unwrap();
+    let progress: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "tool/progress")
+        .map(|n| &n["params"])
+        .collect();
+    assert!(progress.len() >= 3, "{notes:?}");
+    assert!(progress.iter().all(|p| p["tool_call_id"] == call_id));
+    let last = progress.last().unwrap()["fraction"].as_f64().unwrap();
+    assert!(last > 0.5 && last <= 1.0, "{progress:?}");
+}

@@ -2,23 +2,29 @@
 //! child process in the sandbox, with only its configured environment; its tools are listed once
 //! it is up, and each becomes an [`McpTool`] that calls it over the same connection.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientNotification,
+    ClientRequest, Notification, NumberOrString, ProgressNotificationParam, Request, RequestId,
+    ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServerConfig, result, tool_name};
 use crate::tools::builtin::process::sandboxed_command;
 use crate::tools::{
-    ConcurrencyClass, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
+    ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult, Workspace,
 };
 
 /// Where a server is in its life, as `session/open` and `GET /api/sessions/{id}/mcp` say it.
@@ -51,6 +57,47 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// for a newer one than the connection that failed it; tools wait on it.
 type PeerSlot = watch::Sender<(u64, Option<Peer<RoleClient>>)>;
 
+/// A connection to a server, with the handler that hears its notifications.
+type Connection = RunningService<RoleClient, Notices>;
+
+/// What the client side hears from a server: progress of calls in flight, which goes on to
+/// the call's session as `tool/progress`.
+#[derive(Clone, Default)]
+struct Notices {
+    /// Calls in flight by progress token: where their tool's events go, and their call id.
+    progress: Arc<Mutex<HashMap<String, (mpsc::Sender<ToolEvent>, String)>>>,
+}
+
+impl ClientHandler for Notices {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let token = match &params.progress_token.0 {
+            NumberOrString::String(token) => token.to_string(),
+            NumberOrString::Number(number) => number.to_string(),
+        };
+        let Some((events, tool_call_id)) = lock(&self.progress).get(&token).cloned() else {
+            return;
+        };
+        let fraction = params
+            .total
+            .filter(|total| *total > 0.0)
+            .map(|total| (params.progress / total).clamp(0.0, 1.0) as f32);
+        let message = params.message.unwrap_or_else(|| match params.total {
+            Some(total) => format!("{} of {total}", params.progress),
+            None => format!("{}", params.progress),
+        });
+        // A full queue drops the note: the call's result is what matters.
+        let _ = events.try_send(ToolEvent::Progress {
+            tool_call_id,
+            message,
+            fraction,
+        });
+    }
+}
+
 /// One configured MCP server: its state and, once up, its connection and tools. A server that
 /// exits is started again with backoff for as long as this lives; dropping it ends the server.
 pub struct McpServer {
@@ -63,6 +110,8 @@ pub struct McpServer {
     workspace: Arc<Workspace>,
     /// Stops the supervisor, which owns the connection (and so the child process).
     stop: CancellationToken,
+    /// The handler of every connection to it, shared with its tools.
+    notices: Notices,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -91,6 +140,7 @@ impl McpServer {
             tools: Mutex::new(Vec::new()),
             workspace: Arc::clone(workspace),
             stop: CancellationToken::new(),
+            notices: Notices::default(),
         });
         let state = match server.connect_in_time().await {
             Ok(service) => match server.list_tools(&service).await {
@@ -115,7 +165,7 @@ impl McpServer {
     }
 
     /// Makes `service` the connection calls use.
-    fn connected(&self, service: &RunningService<RoleClient, ()>) {
+    fn connected(&self, service: &Connection) {
         self.peer.send_modify(|(generation, peer)| {
             *generation += 1;
             *peer = Some(service.peer().clone());
@@ -127,7 +177,7 @@ impl McpServer {
     }
 
     /// A new connection, within the entry's startup timeout.
-    async fn connect_in_time(&self) -> Result<RunningService<RoleClient, ()>, String> {
+    async fn connect_in_time(&self) -> Result<Connection, String> {
         let timeout = Duration::from_secs(self.config.startup_timeout_secs);
         let connecting = async {
             match &self.config.url {
@@ -143,7 +193,7 @@ impl McpServer {
 
     /// Lists the server's tools once and makes each a registry tool that calls it through
     /// whatever connection is current.
-    async fn list_tools(&self, service: &RunningService<RoleClient, ()>) -> Result<(), String> {
+    async fn list_tools(&self, service: &Connection) -> Result<(), String> {
         let listed = service
             .peer()
             .list_all_tools()
@@ -153,7 +203,12 @@ impl McpServer {
             .into_iter()
             .map(|tool| {
                 let spec = serde_json::to_value(&tool).unwrap_or_default();
-                Arc::new(McpTool::new(&self.config, &spec, self.peer.subscribe())) as Arc<dyn Tool>
+                Arc::new(McpTool::new(
+                    &self.config,
+                    &spec,
+                    self.peer.subscribe(),
+                    self.notices.clone(),
+                )) as Arc<dyn Tool>
             })
             .collect();
         *lock(&self.tools) = tools;
@@ -161,7 +216,7 @@ impl McpServer {
     }
 
     /// Starts the server's program in the sandbox and speaks MCP over its stdin and stdout.
-    async fn connect_stdio(&self) -> Result<RunningService<RoleClient, ()>, String> {
+    async fn connect_stdio(&self) -> Result<Connection, String> {
         let workspace = &self.workspace;
         let program = self.config.command.as_deref().unwrap_or_default();
         let args: Vec<&std::ffi::OsStr> = self.config.args.iter().map(|a| a.as_ref()).collect();
@@ -195,14 +250,16 @@ impl McpServer {
                 }
             });
         }
-        ().serve(transport)
+        self.notices
+            .clone()
+            .serve(transport)
             .await
             .map_err(|err| format!("the MCP handshake failed: {err}"))
     }
 
     /// Speaks MCP to a streamable-HTTP endpoint, with the bearer token read from the
     /// environment when the entry names a variable.
-    async fn connect_http(&self, url: &str) -> Result<RunningService<RoleClient, ()>, String> {
+    async fn connect_http(&self, url: &str) -> Result<Connection, String> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
         if let Some(variable) = &self.config.bearer_token_env {
             let token = std::env::var(variable).map_err(|_| {
@@ -211,7 +268,9 @@ impl McpServer {
             config = config.auth_header(token);
         }
         let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        ().serve(transport)
+        self.notices
+            .clone()
+            .serve(transport)
             .await
             .map_err(|err| format!("the MCP handshake with {url} failed: {err}"))
     }
@@ -244,11 +303,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Owns a server's connection while it lives; when the server exits (or the connection
 /// closes), starts it again with backoff, until `stop` fires or the server is dropped. The
 /// tools keep their names: a restarted server is expected to offer what it did.
-async fn supervise(
-    server: Weak<McpServer>,
-    mut service: RunningService<RoleClient, ()>,
-    stop: CancellationToken,
-) {
+async fn supervise(server: Weak<McpServer>, mut service: Connection, stop: CancellationToken) {
     loop {
         // Stopping drops the connection, which ends the child process.
         let ended = tokio::select! {
@@ -290,6 +345,94 @@ async fn supervise(
     }
 }
 
+impl McpTool {
+    /// One `tools/call` on `peer`: the server's progress notes for it go to the call's events
+    /// (rmcp numbers the request's progress token itself, so the route is opened once it is
+    /// sent), and a call dropped before its answer (interrupt, task/cancel, timeout) tells the
+    /// server with `notifications/cancelled`.
+    async fn send(
+        &self,
+        peer: &Peer<RoleClient>,
+        ctx: &ToolContext,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResult, ServiceError> {
+        let request = ClientRequest::CallToolRequest(Request::new(params));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await?;
+        let _route = ctx.events.as_ref().map(|events| {
+            let token = match &handle.progress_token.0 {
+                NumberOrString::String(token) => token.to_string(),
+                NumberOrString::Number(number) => number.to_string(),
+            };
+            ProgressRoute::open(
+                &self.notices,
+                token,
+                events.clone(),
+                ctx.tool_call_id.clone(),
+            )
+        });
+        let mut abandoned = Abandoned {
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+        };
+        let answer = handle.await_response().await;
+        abandoned.id = None;
+        match answer? {
+            ServerResult::CallToolResult(result) => Ok(result),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
+    }
+}
+
+/// A request whose caller stopped waiting: the server hears `notifications/cancelled`.
+struct Abandoned {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        let notice = ClientNotification::CancelledNotification(Notification::new(
+            CancelledNotificationParam::new(Some(id), Some("the call was cancelled".into())),
+        ));
+        tokio::spawn(async move {
+            let _ = peer.send_notification(notice).await;
+        });
+    }
+}
+
+/// A call's entry in the progress routes, removed when the call ends.
+struct ProgressRoute {
+    notices: Notices,
+    token: String,
+}
+
+impl ProgressRoute {
+    fn open(
+        notices: &Notices,
+        token: String,
+        events: mpsc::Sender<ToolEvent>,
+        tool_call_id: String,
+    ) -> Self {
+        lock(&notices.progress).insert(token.clone(), (events, tool_call_id));
+        Self {
+            notices: notices.clone(),
+            token,
+        }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        lock(&self.notices.progress).remove(&self.token);
+    }
+}
+
 /// One tool of an MCP server as a registry tool.
 pub struct McpTool {
     meta: ToolMeta,
@@ -298,6 +441,8 @@ pub struct McpTool {
     /// The server's current connection, numbered; `None` while it restarts.
     peer: watch::Receiver<(u64, Option<Peer<RoleClient>>)>,
     timeout: Duration,
+    /// Where the server's progress notes for a call are routed.
+    notices: Notices,
 }
 
 impl McpTool {
@@ -306,6 +451,7 @@ impl McpTool {
         server: &McpServerConfig,
         spec: &Value,
         peer: watch::Receiver<(u64, Option<Peer<RoleClient>>)>,
+        notices: Notices,
     ) -> Self {
         let remote = spec["name"].as_str().unwrap_or_default().to_string();
         let description = spec["description"]
@@ -328,6 +474,7 @@ impl McpTool {
             remote,
             peer,
             timeout: Duration::from_secs(server.tool_timeout_secs),
+            notices,
         }
     }
 }
@@ -357,10 +504,10 @@ impl Tool for McpTool {
                 let Ok((generation, Some(peer))) = connected else {
                     return Err("the server is gone".to_string());
                 };
-                // Dropping the request (interrupt, task/cancel, timeout) sends
-                // notifications/cancelled.
-                match peer.call_tool(params.clone()).await {
-                    Err(ServiceError::TransportClosed) if attempt < retries => {
+                match self.send(&peer, ctx, params.clone()).await {
+                    Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))
+                        if attempt < retries =>
+                    {
                         attempt += 1;
                         newer_than = generation;
                     }
