@@ -60,12 +60,15 @@ type PeerSlot = watch::Sender<(u64, Option<Peer<RoleClient>>)>;
 /// A connection to a server, with the handler that hears its notifications.
 type Connection = RunningService<RoleClient, Notices>;
 
+/// Where one call's progress notes go: its tool's event channel and its call id.
+type ProgressTarget = (mpsc::Sender<ToolEvent>, String);
+
 /// What the client side hears from a server: progress of calls in flight, which goes on to
 /// the call's session as `tool/progress`.
 #[derive(Clone, Default)]
 struct Notices {
     /// Calls in flight by progress token: where their tool's events go, and their call id.
-    progress: Arc<Mutex<HashMap<String, (mpsc::Sender<ToolEvent>, String)>>>,
+    progress: Arc<Mutex<HashMap<String, ProgressTarget>>>,
 }
 
 impl ClientHandler for Notices {
