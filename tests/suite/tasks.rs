@@ -48,6 +48,24 @@ fn with_ticker(dir: &Path) -> (impl FnOnce(&mut Config) + use<>, PathBuf) {
 }
 
 /// Waits until a task/output/delta says `needle`, skipping other messages.
+/// The model `m` at `url`, 100 completion tokens a call, priced at (input, output) USD per
+/// million tokens, in sessions capped at `budget_usd`.
+fn priced_model(url: String, price: (f64, f64), budget_usd: f64) -> impl FnOnce(&mut Config) {
+    move |c: &mut Config| {
+        c.llm.base_url = Some(url);
+        c.llm.model = Some("m".into());
+        c.llm.max_tokens = 100;
+        c.llm.pricing.insert(
+            "m".into(),
+            ModelPrice {
+                input_per_mtok: price.0,
+                output_per_mtok: price.1,
+            },
+        );
+        c.budget.session_usd = Some(budget_usd);
+    }
+}
+
 async fn until_output(ws: &mut WsClient, needle: &str) {
     let mut seen = String::new();
     while !seen.contains(needle) {
@@ -463,22 +481,8 @@ async fn a_background_pipeline_from_a_turn_gives_its_budget_back_when_it_ends() 
         .with_usage(50, 5)
     });
     let mock = MockLlm::start(script).await;
-    let url = mock.base_url();
-    let app = TestApp::spawn_with(move |c| {
-        c.llm.base_url = Some(url);
-        c.llm.model = Some("m".into());
-        c.llm.max_tokens = 100;
-        c.llm.pricing.insert(
-            "m".into(),
-            ModelPrice {
-                input_per_mtok: 10.0,
-                output_per_mtok: 20.0,
-            },
-        );
-        // Room for many calls of this size.
-        c.budget.session_usd = Some(1.0);
-    })
-    .await;
+    // Room for many calls of this size.
+    let app = TestApp::spawn_with(priced_model(mock.base_url(), (10.0, 20.0), 1.0)).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
     ws.result(
@@ -558,22 +562,8 @@ async fn concurrent_pipelines_cannot_spend_past_the_budget_together() {
         Reply::hold(&["node "], std::sync::Arc::clone(&release), &["output"]).with_usage(100, 100),
     ]))
     .await;
-    let url = mock.base_url();
-    let app = TestApp::spawn_with(move |c| {
-        c.llm.base_url = Some(url);
-        c.llm.model = Some("m".into());
-        c.llm.max_tokens = 100;
-        // One node reserves just over 1 USD; the cap leaves room for one, not two.
-        c.llm.pricing.insert(
-            "m".into(),
-            ModelPrice {
-                input_per_mtok: 1.0,
-                output_per_mtok: 10_000.0,
-            },
-        );
-        c.budget.session_usd = Some(1.5);
-    })
-    .await;
+    // One node reserves just over 1 USD; the cap leaves room for one, not two.
+    let app = TestApp::spawn_with(priced_model(mock.base_url(), (1.0, 10_000.0), 1.5)).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
     let pipeline = json!({"nodes": [{"id": "only", "prompt": "say something"}]});
