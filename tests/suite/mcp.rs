@@ -528,3 +528,48 @@ async fn a_servers_progress_notes_become_tool_progress() {
     let last = progress.last().unwrap()["fraction"].as_f64().unwrap();
     assert!(last > 0.5 && last <= 1.0, "{progress:?}");
 }
+
+#[tokio::test]
+async fn an_mcp_tool_can_run_in_the_background() {
+    let Some(script) = everything_script() else {
+        return;
+    };
+    let app = TestApp::spawn_with(|c| {
+        with_everything(script)(c);
+        c.tools.spawn_only = vec!["mcp__everything__trigger-long-running-operation".into()];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let envelope = ws
+        .invoke(
+            &session,
+            "mcp__everything__trigger-long-running-operation",
+            json!({"duration": 1, "steps": 2}),
+        )
+        .await;
+    let task = envelope["structured_metadata"]["task_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task envelope: {envelope}"))
+        .to_string();
+    let done = ws.notification("turn/spawn_complete").await;
+    assert_eq!(done["task_id"], task.as_str());
+    assert_eq!(done["success"], true, "{done}");
+    assert!(
+        done["content"]
+            .as_str()
+            .unwrap()
+            .contains("Long running operation completed"),
+        "{done}"
+    );
+    let output = app
+        .get_json(&format!("/api/tasks/{task}/output?mode=tail&lines=5"), None)
+        .await;
+    assert!(
+        output["text"]
+            .as_str()
+            .unwrap()
+            .contains("Long running operation completed"),
+        "{output}"
+    );
+}
