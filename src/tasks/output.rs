@@ -469,6 +469,7 @@ fn bytes<R: Read + Seek>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tasks::query::fixtures::*;
     use serde_json::json;
     use std::io::Write;
 
@@ -482,25 +483,6 @@ mod tests {
     fn read(content: &[u8], query: OutputQuery) -> OutputSlice {
         let (_dir, path) = log(content);
         read_output(&path, &query).unwrap()
-    }
-
-    fn head(lines: usize) -> OutputQuery {
-        OutputQuery::Head { lines }
-    }
-    fn tail_q(lines: usize) -> OutputQuery {
-        OutputQuery::Tail { lines }
-    }
-    fn grep_q(pattern: &str, max_matches: usize) -> OutputQuery {
-        OutputQuery::Grep {
-            pattern: pattern.into(),
-            max_matches,
-        }
-    }
-    fn range(start: usize, end: usize) -> OutputQuery {
-        OutputQuery::LineRange { start, end }
-    }
-    fn bytes_q(offset: u64, limit: usize) -> OutputQuery {
-        OutputQuery::Bytes { offset, limit }
     }
 
     fn slice(text: &str, total: u64, next: Option<u64>, truncated: bool) -> OutputSlice {

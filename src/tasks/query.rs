@@ -313,28 +313,35 @@ fn truncate_chars(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
+/// Short constructors of each query, for the tests of reading and of parsing.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod fixtures {
+    use super::OutputQuery;
 
-    fn head(lines: usize) -> OutputQuery {
+    pub(crate) fn head(lines: usize) -> OutputQuery {
         OutputQuery::Head { lines }
     }
-    fn tail_q(lines: usize) -> OutputQuery {
+    pub(crate) fn tail_q(lines: usize) -> OutputQuery {
         OutputQuery::Tail { lines }
     }
-    fn grep_q(pattern: &str, max_matches: usize) -> OutputQuery {
+    pub(crate) fn grep_q(pattern: &str, max_matches: usize) -> OutputQuery {
         OutputQuery::Grep {
             pattern: pattern.into(),
             max_matches,
         }
     }
-    fn range(start: usize, end: usize) -> OutputQuery {
+    pub(crate) fn range(start: usize, end: usize) -> OutputQuery {
         OutputQuery::LineRange { start, end }
     }
-    fn bytes_q(offset: u64, limit: usize) -> OutputQuery {
+    pub(crate) fn bytes_q(offset: u64, limit: usize) -> OutputQuery {
         OutputQuery::Bytes { offset, limit }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
 
     /// Parameters naming `mode` and nothing else.
     fn mode(mode: &str) -> OutputParams {

@@ -16,7 +16,6 @@ use tracing::Instrument;
 
 use super::SessionActor;
 use crate::agent::AgentSettings;
-use crate::agent::call::CallScope;
 use crate::agent::child::{ChildHost, HistoryJournal};
 use crate::agent::event::TaskUpdate;
 use crate::agent::ledger::CostLabels;
@@ -408,6 +407,12 @@ impl SessionActor {
 
     /// Starts the next run of a child; it is `running` (and said so) before this returns.
     async fn start_child_run(&mut self, agent_id: &str, input: Option<String>) -> AgentStatus {
+        // A child bills its parent's ledger, under its own label.
+        let mut scope = self.call_scope(CostLabels {
+            node_id: format!("agent:{agent_id}"),
+            turn_id: None,
+            task_id: Some(agent_id.to_string()),
+        });
         let Some(child) = self.children.get_mut(agent_id) else {
             return closed_status(agent_id);
         };
@@ -416,25 +421,10 @@ impl SessionActor {
         child.host.begin_run();
         let status = AgentStatus::running(agent_id);
         child.status.send_replace(status.clone());
-        let scope = CallScope {
-            session_id: Arc::clone(&self.session_id),
-            turn_id: Some(format!("{agent_id}-{}", child.run)),
-            cwd: self
-                .registry
-                .workspace()
-                .map(|w| w.root().to_path_buf())
-                .unwrap_or_default(),
-            catalog: child.host.catalog(),
-            exclusivity: Some(child.host.exclusivity()),
-            // A child bills its parent's ledger, under its own label.
-            ledger: self.ledger.clone(),
-            labels: CostLabels {
-                node_id: format!("agent:{agent_id}"),
-                turn_id: None,
-                task_id: Some(agent_id.to_string()),
-            },
-            metrics: Arc::clone(&self.metrics),
-        };
+        // Its calls follow its own registry and batch rule.
+        scope.turn_id = Some(format!("{agent_id}-{}", child.run));
+        scope.catalog = child.host.catalog();
+        scope.exclusivity = Some(child.host.exclusivity());
         let turn = Turn {
             turn_id: format!("{agent_id}-{}", child.run),
             input,

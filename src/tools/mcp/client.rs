@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use rmcp::ClientHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientNotification,
-    ClientRequest, Notification, NumberOrString, ProgressNotificationParam, Request, RequestId,
-    ServerResult,
+    ClientRequest, Notification, NumberOrString, ProgressNotificationParam, ProgressToken, Request,
+    RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -71,16 +71,21 @@ struct Notices {
     progress: Arc<Mutex<HashMap<String, ProgressTarget>>>,
 }
 
+/// A progress token as the key of its route; rmcp numbers the tokens of requests it sends.
+fn token_key(token: &ProgressToken) -> String {
+    match &token.0 {
+        NumberOrString::String(token) => token.to_string(),
+        NumberOrString::Number(number) => number.to_string(),
+    }
+}
+
 impl ClientHandler for Notices {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let token = match &params.progress_token.0 {
-            NumberOrString::String(token) => token.to_string(),
-            NumberOrString::Number(number) => number.to_string(),
-        };
+        let token = token_key(&params.progress_token);
         let Some((events, tool_call_id)) = lock(&self.progress).get(&token).cloned() else {
             return;
         };
@@ -364,10 +369,7 @@ impl McpTool {
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await?;
         let _route = ctx.events.as_ref().map(|events| {
-            let token = match &handle.progress_token.0 {
-                NumberOrString::String(token) => token.to_string(),
-                NumberOrString::Number(number) => number.to_string(),
-            };
+            let token = token_key(&handle.progress_token);
             ProgressRoute::open(
                 &self.notices,
                 token,
