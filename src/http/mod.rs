@@ -4,6 +4,7 @@
 //! - [`app`]: `/` and `/app/{file}`, the AppUI embedded in the binary.
 //! - [`ws`]: `GET /api/ws`, the JSON-RPC WebSocket.
 //! - [`rest`]: the JSON routes under `/api/`.
+//! - [`mcp`]: `/mcp`, the session's tools over the Model Context Protocol.
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml`.
 //! - [`auth`]: bearer tokens and the `Origin` rule.
 //! - [`error`]: the one JSON error shape.
@@ -13,6 +14,7 @@ pub mod app;
 pub mod auth;
 pub mod error;
 pub mod health;
+pub mod mcp;
 pub mod rest;
 pub mod ws;
 
@@ -58,6 +60,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/tasks/{task_id}/cancel"),
     ("GET", "/api/tasks/{task_id}/output"),
     ("GET", "/api/tools"),
+    ("POST", "/mcp"),
+    ("GET", "/mcp"),
+    ("DELETE", "/mcp"),
 ];
 
 struct AppInner {
@@ -153,6 +158,15 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tasks/{task_id}/cancel", post(rest::cancel_task))
         .route("/api/tasks/{task_id}/output", get(rest::task_output))
         .route("/api/tools", get(rest::tools_catalog))
+        .route_service(
+            "/mcp",
+            tower::ServiceBuilder::new()
+                .layer(middleware::from_fn_with_state(
+                    state.clone(),
+                    mcp::authenticate,
+                ))
+                .service(mcp::service(state.clone())),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(trace_request))

@@ -171,6 +171,16 @@ pub struct InvokeResult {
     pub structured_metadata: Option<Value>,
 }
 
+/// What a caller other than the WebSocket may choose about its `tool/invoke`.
+#[derive(Debug, Default)]
+pub struct InvokeOptions {
+    /// The call's id, chosen by the caller so it can follow the call's events while it runs
+    /// (an MCP client's progress); a fresh one when `None`.
+    pub tool_call_id: Option<String>,
+    /// Cancelling it cancels the call, which then ends with a cancelled result.
+    pub cancel: Option<CancellationToken>,
+}
+
 /// Builds the JSON-RPC notification frame for one event.
 pub fn notification_frame(method: &str, params: &Value) -> Arc<str> {
     notification_text(method, &params.to_string())
@@ -219,10 +229,14 @@ pub(crate) enum Command {
     InvokeTool {
         name: String,
         arguments: Value,
+        options: InvokeOptions,
         reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
     },
     ToolList {
         reply: oneshot::Sender<Value>,
+    },
+    Catalog {
+        reply: oneshot::Sender<Arc<ToolCatalog>>,
     },
     StartTurn {
         input: String,
@@ -375,6 +389,16 @@ impl SessionHandle {
         name: String,
         arguments: Value,
     ) -> impl Future<Output = Result<InvokeResult, SessionError>> + Send + 'static {
+        self.invoke_tool_with(name, arguments, InvokeOptions::default())
+    }
+
+    /// [`Self::invoke_tool`] with the caller's own call id and cancellation.
+    pub fn invoke_tool_with(
+        &self,
+        name: String,
+        arguments: Value,
+        options: InvokeOptions,
+    ) -> impl Future<Output = Result<InvokeResult, SessionError>> + Send + 'static {
         let reserved = self.inflight.reserve();
         let handle = self.clone();
         async move {
@@ -383,6 +407,7 @@ impl SessionHandle {
                 .ask(|reply| Command::InvokeTool {
                     name,
                     arguments,
+                    options,
                     reply,
                 })
                 .await?
@@ -392,6 +417,11 @@ impl SessionHandle {
     /// The `tool/list` answer.
     pub async fn tool_list(&self) -> Result<Value, SessionError> {
         self.ask(|reply| Command::ToolList { reply }).await
+    }
+
+    /// The session's tool catalog as it is now (what the model would be offered).
+    pub async fn catalog(&self) -> Result<Arc<ToolCatalog>, SessionError> {
+        self.ask(|reply| Command::Catalog { reply }).await
     }
 
     /// Starts a turn on `input`; returns its id once `turn/started` is out.

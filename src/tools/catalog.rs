@@ -60,6 +60,11 @@ impl CatalogEntry {
         self.tool.tags()
     }
 
+    /// The JSON Schema its arguments must match.
+    pub fn input_schema(&self) -> &serde_json::Value {
+        self.tool.input_schema()
+    }
+
     /// Whether it runs alongside other tools.
     pub fn concurrency(&self) -> ConcurrencyClass {
         self.tool.concurrency_class()

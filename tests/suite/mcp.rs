@@ -15,12 +15,12 @@ use crate::support::TestApp;
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
 
 /// Where `scripts/test` installs the reference servers.
-fn servers_dir() -> PathBuf {
+pub(super) fn servers_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-servers")
 }
 
 /// The entry script of server-everything, or `None` when the tests are skipped.
-fn everything_script() -> Option<PathBuf> {
+pub(super) fn everything_script() -> Option<PathBuf> {
     let script =
         servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     if script.exists() {
@@ -37,7 +37,12 @@ fn everything_script() -> Option<PathBuf> {
     );
 }
 
-fn server(name: &str, command: &str, args: Vec<String>, scope: Scope) -> McpServerConfig {
+pub(super) fn server(
+    name: &str,
+    command: &str,
+    args: Vec<String>,
+    scope: Scope,
+) -> McpServerConfig {
     McpServerConfig {
         name: name.into(),
         command: Some(command.into()),
@@ -54,7 +59,7 @@ fn server(name: &str, command: &str, args: Vec<String>, scope: Scope) -> McpServ
 }
 
 /// server-everything as a shared stdio server, readable inside the sandbox.
-fn with_everything(script: PathBuf) -> impl FnOnce(&mut Config) {
+pub(super) fn with_everything(script: PathBuf) -> impl FnOnce(&mut Config) {
     move |c: &mut Config| {
         c.mcp_servers.push(server(
             "everything",

@@ -7,6 +7,7 @@ mod cli;
 mod limits;
 mod llm;
 mod mcp;
+mod mcp_server;
 mod sandbox;
 mod server;
 mod sub_agents;

@@ -8,7 +8,7 @@ use super::SessionActor;
 use crate::agent::call::{self, Call};
 use crate::agent::ledger::CostLabels;
 use crate::agent::{ActorLink, TurnRequest};
-use crate::session::{InvokeResult, SessionError};
+use crate::session::{InvokeOptions, InvokeResult, SessionError};
 use crate::tools::ToolResult;
 
 impl SessionActor {
@@ -16,6 +16,7 @@ impl SessionActor {
         &mut self,
         name: String,
         arguments: Value,
+        options: InvokeOptions,
         reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
     ) {
         let before = self.registry.catalog();
@@ -29,27 +30,52 @@ impl SessionActor {
                 return;
             }
         };
-        let tool_call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
+        let tool_call_id = match options.tool_call_id {
+            Some(id) if self.invocations.contains_key(&id) => {
+                let _ = reply.send(Err(SessionError::InvalidParams(format!(
+                    "a call with id {id:?} is already running"
+                ))));
+                return;
+            }
+            Some(id) => id,
+            None => format!("call_{}", uuid::Uuid::new_v4().simple()),
+        };
         self.invocations.insert(tool_call_id.clone(), reply);
         let scope = self.call_scope(CostLabels {
             node_id: "agent".into(),
             turn_id: None,
             task_id: None,
         });
+        let cancel = self.cancel.child_token();
         let call = Call {
             hold_key: tool_call_id.clone(),
             tool_call_id: tool_call_id.clone(),
             prepared,
             arguments,
-            cancel: self.cancel.child_token(),
+            cancel: cancel.clone(),
         };
         // Its events come back on the same ordered channel as its end, so the caller hears
         // the result only after everything the call said.
         let link = ActorLink {
             actor: self.turns.sender(),
         };
+        let asked_to_stop = options.cancel;
         self.tracker.spawn(async move {
-            let result = call::run(&link, &scope, call).await;
+            let run = call::run(&link, &scope, call);
+            let result = match asked_to_stop {
+                None => run.await,
+                Some(asked) => {
+                    tokio::pin!(run);
+                    // The call hears of it through its own token and ends with its result.
+                    tokio::select! {
+                        result = &mut run => result,
+                        () = asked.cancelled() => {
+                            cancel.cancel();
+                            run.await
+                        }
+                    }
+                }
+            };
             let _ = link
                 .actor
                 .send(TurnRequest::Invoked(Box::new((tool_call_id, result))))

@@ -230,10 +230,14 @@ impl SessionActor {
             Command::InvokeTool {
                 name,
                 arguments,
+                options,
                 reply,
-            } => self.invoke_tool(name, arguments, reply).await,
+            } => self.invoke_tool(name, arguments, options, reply).await,
             Command::ToolList { reply } => {
                 let _ = reply.send(tool_list(&self.registry));
+            }
+            Command::Catalog { reply } => {
+                let _ = reply.send(self.registry.catalog());
             }
             Command::StartTurn {
                 input,
