@@ -15,6 +15,7 @@ mod floor;
 mod idle;
 mod invoke;
 mod mcp;
+mod mcp_serve;
 mod mock_model;
 mod opens;
 mod report;
@@ -45,6 +46,8 @@ enum Scenario {
     Turns,
     /// A tool of an MCP server called directly, then through agentd.
     Mcp,
+    /// agentd's own `/mcp`: `tools/call` beside `tool/invoke` over the WebSocket.
+    McpServe,
     /// Every scenario in turn.
     All,
 }
@@ -270,6 +273,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
         Scenario::Idle,
         Scenario::Turns,
         Scenario::Mcp,
+        Scenario::McpServe,
     ];
     let chosen: &[Scenario] = if scenario == Scenario::All {
         &all
@@ -285,6 +289,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Idle => idle::run(settings).await,
             Scenario::Turns => turns::run(settings).await,
             Scenario::Mcp => mcp::run(settings).await,
+            Scenario::McpServe => mcp_serve::run(settings).await,
             Scenario::All => unreachable!("`all` is expanded above"),
         }
         .with_context(|| format!("scenario {scenario:?}"))?;

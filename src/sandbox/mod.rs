@@ -398,6 +398,19 @@ impl SessionSandbox {
         cwd: &Path,
         extra_read: &[PathBuf],
     ) -> std::io::Result<tokio::process::Command> {
+        self.command_with_network(program, args, cwd, extra_read, false)
+    }
+
+    /// [`Self::command`], with network for this command when `network` is set, whatever
+    /// `[sandbox] network` says (an MCP server's own `network = true`).
+    pub fn command_with_network(
+        &self,
+        program: &OsStr,
+        args: &[&OsStr],
+        cwd: &Path,
+        extra_read: &[PathBuf],
+        network: bool,
+    ) -> std::io::Result<tokio::process::Command> {
         let prepared = self.prepared.get_or_init(|| {
             std::fs::create_dir_all(&self.tmp)?;
             let Some(cgroup) = self.sandbox.cgroup.as_ref() else {
@@ -415,13 +428,14 @@ impl SessionSandbox {
             Ok(procs) => procs.clone(),
             Err(err) => return Err(std::io::Error::new(err.kind(), err.to_string())),
         };
-        let spec = self.sandbox.spec(
+        let mut spec = self.sandbox.spec(
             &self.root_grant,
             cwd,
             Some(self.tmp.clone()),
             extra_read,
             procs,
         );
+        spec.network |= network;
         self.sandbox.command(&spec, program, args)
     }
 

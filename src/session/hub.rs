@@ -323,6 +323,7 @@ impl Sessions {
             tasks_dir: self.inner.config.tasks_dir.clone(),
             mcp_servers: self.inner.config.mcp_per_session.clone(),
             mcp_states: mcp,
+            shared_mcp: self.inner.config.mcp.clone(),
         });
         live.insert(
             row.session_id.clone(),

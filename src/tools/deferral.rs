@@ -50,6 +50,16 @@ impl ToolRegistry {
         deferred
     }
 
+    /// Defers one registered tool (never a base tool); whether it was newly deferred.
+    pub fn defer_tool(&mut self, name: &str) -> bool {
+        let deferrable = self.tools.contains_key(name) && !self.lifecycle.is_base(name);
+        if !deferrable || !self.deferred.insert(name.to_string()) {
+            return false;
+        }
+        self.changed();
+        true
+    }
+
     /// Defers `groups` only when more than `max_active` tools are visible; the start-of-session
     /// rule for the config's `defer_groups`.
     pub fn defer_groups_if_crowded(&mut self, groups: &[String]) -> Vec<String> {

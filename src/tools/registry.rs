@@ -54,6 +54,9 @@ pub struct ToolRegistry {
     pub(super) removed: BTreeMap<String, Entry>,
     pub(super) deferred: BTreeSet<String>,
     pub(super) spawn_only: BTreeSet<String>,
+    /// Names marked spawn_only that are not registered (yet): a session's own MCP server
+    /// registers its tools later, and a server's tool that went away may come back.
+    pub(super) spawn_only_pending: BTreeSet<String>,
     pub(super) hard_policy: Option<ToolPolicy>,
     pub(super) provider_policy: Option<ToolPolicy>,
     pub(super) context_filter: Vec<String>,
@@ -90,6 +93,7 @@ impl ToolRegistry {
             removed: BTreeMap::new(),
             deferred: BTreeSet::new(),
             spawn_only: BTreeSet::new(),
+            spawn_only_pending: BTreeSet::new(),
             hard_policy: None,
             provider_policy: None,
             context_filter: Vec::new(),
@@ -139,6 +143,9 @@ impl ToolRegistry {
         } else {
             self.removed.remove(&name);
             self.lifecycle.touch(&name);
+            if self.spawn_only_pending.remove(&name) {
+                self.spawn_only.insert(name.clone());
+            }
             self.tools.insert(name.into(), entry);
         }
         self.changed();
@@ -149,7 +156,9 @@ impl ToolRegistry {
     pub fn unregister(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
         let entry = self.tools.remove(name)?;
         self.deferred.remove(name);
-        self.spawn_only.remove(name);
+        if self.spawn_only.remove(name) {
+            self.spawn_only_pending.insert(name.to_string());
+        }
         self.changed();
         Some(entry.tool)
     }
@@ -213,9 +222,12 @@ impl ToolRegistry {
         }
     }
 
-    /// Marks a registered tool as run in the background; unknown names are skipped.
+    /// Marks a tool as run in the background; a name not registered yet takes the mark when
+    /// it is.
     pub fn mark_spawn_only(&mut self, name: &str) {
-        if self.tools.contains_key(name) && self.spawn_only.insert(name.to_string()) {
+        if !self.tools.contains_key(name) {
+            self.spawn_only_pending.insert(name.to_string());
+        } else if self.spawn_only.insert(name.to_string()) {
             self.changed();
         }
     }
@@ -227,6 +239,7 @@ impl ToolRegistry {
 
     /// Runs every tool in the foreground; a sub-agent is already background work.
     pub fn clear_spawn_only(&mut self) {
+        self.spawn_only_pending.clear();
         if !self.spawn_only.is_empty() {
             self.spawn_only.clear();
             self.changed();
@@ -368,6 +381,12 @@ impl ToolRegistry {
             deferred: self.deferred.iter().filter(|n| keep(n)).cloned().collect(),
             spawn_only: self
                 .spawn_only
+                .iter()
+                .filter(|n| keep(n))
+                .cloned()
+                .collect(),
+            spawn_only_pending: self
+                .spawn_only_pending
                 .iter()
                 .filter(|n| keep(n))
                 .cloned()

@@ -11,8 +11,8 @@ use agentd::config::Config;
 use agentd::tools::mcp::{McpServerConfig, Scope};
 use serde_json::{Value, json};
 
-use crate::support::TestApp;
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
+use crate::support::{TestApp, WsClient};
 
 /// Where `scripts/test` installs the reference servers.
 pub(super) fn servers_dir() -> PathBuf {
@@ -370,7 +370,7 @@ async fn a_streamable_http_server_is_used_the_same_way() {
 
 /// The Python reference server `mcp-server-time` (PyPI) and the directories its interpreter
 /// must read inside the sandbox, or `None` when the tests are skipped.
-fn time_server() -> Option<(PathBuf, Vec<PathBuf>)> {
+pub(super) fn time_server() -> Option<(PathBuf, Vec<PathBuf>)> {
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-python");
     let program = venv.join("bin/mcp-server-time");
     if !program.exists() {
@@ -577,4 +577,224 @@ async fn an_mcp_tool_can_run_in_the_background() {
             .contains("Long running operation completed"),
         "{output}"
     );
+}
+
+/// `tests/mcp/changing_server.py` as a session's own stdio server, with the Python SDK's venv.
+fn with_changing_server(c: &mut Config) -> bool {
+    let Some((_, readable)) = time_server() else {
+        return false;
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("target/mcp-python/bin/python");
+    let script = root.join("tests/mcp/changing_server.py");
+    let mut changing = server(
+        "changing",
+        &python.to_string_lossy(),
+        vec![script.to_string_lossy().into_owned()],
+        Scope::Session,
+    );
+    changing.defer = false;
+    c.mcp_servers.push(changing);
+    c.sandbox.extra_read.extend(readable);
+    c.sandbox.extra_read.push(root.join("tests/mcp"));
+    c.tools.spawn_only = vec!["mcp__changing__wait_for_cancel".into()];
+    true
+}
+
+/// The first `tools/changed` whose lists satisfy `wanted`: among `seen` (what came before a
+/// call's answer), else the next ones.
+async fn tools_changed_until(
+    ws: &mut WsClient,
+    seen: Vec<Value>,
+    wanted: impl Fn(&[Value]) -> bool,
+) -> Value {
+    let fits = |changed: &Value| {
+        let mut names = changed["active"].as_array().unwrap().clone();
+        names.extend(changed["deferred"].as_array().unwrap().iter().cloned());
+        wanted(&names)
+    };
+    let earlier = seen
+        .into_iter()
+        .filter(|m| m["method"] == "tools/changed")
+        .map(|m| m["params"].clone())
+        .find(|changed| fits(changed));
+    if let Some(changed) = earlier {
+        return changed;
+    }
+    loop {
+        let changed = ws.notification("tools/changed").await;
+        if fits(&changed) {
+            return changed;
+        }
+    }
+}
+
+/// `tool/invoke`, with the notifications that came before its answer.
+async fn invoke_seeing(
+    ws: &mut WsClient,
+    session: &str,
+    name: &str,
+    arguments: Value,
+) -> (Vec<Value>, Value) {
+    let (seen, answer) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": name, "arguments": arguments}),
+        )
+        .await;
+    (seen, answer["result"].clone())
+}
+
+#[tokio::test]
+async fn a_servers_changed_tool_list_is_followed_and_its_calls_can_be_cancelled() {
+    let mut usable = true;
+    let app = TestApp::spawn_with(|c| usable = with_changing_server(c)).await;
+    if !usable {
+        return;
+    }
+    let mut ws = app.ws().await;
+    let opened = ws.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    if opened["mcp"]["changing"] != "ready" {
+        tools_changed_until(&mut ws, Vec::new(), |names| {
+            names.iter().any(|n| n == "mcp__changing__add_tool")
+        })
+        .await;
+    }
+    let (seen, added) = invoke_seeing(
+        &mut ws,
+        &session,
+        "mcp__changing__add_tool",
+        json!({"name": "greet"}),
+    )
+    .await;
+    assert_eq!(added["success"], true, "{added}");
+    let changed = tools_changed_until(&mut ws, seen, |names| {
+        names.iter().any(|n| n == "mcp__changing__greet")
+    })
+    .await;
+    assert!(
+        changed["active"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "mcp__changing__greet"),
+        "a server that does not defer adds active tools: {changed}"
+    );
+    let greeted = ws.invoke(&session, "mcp__changing__greet", json!({})).await;
+    assert_eq!(greeted["success"], true, "{greeted}");
+    assert!(
+        greeted["output"].as_str().unwrap().contains("I am greet"),
+        "{greeted}"
+    );
+
+    let (seen, removed) = invoke_seeing(
+        &mut ws,
+        &session,
+        "mcp__changing__remove_tool",
+        json!({"name": "greet"}),
+    )
+    .await;
+    assert_eq!(removed["success"], true, "{removed}");
+    tools_changed_until(&mut ws, seen, |names| {
+        !names.iter().any(|n| n == "mcp__changing__greet")
+    })
+    .await;
+    let (_, gone) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "mcp__changing__greet", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(gone["error"]["data"]["kind"], "unknown_tool", "{gone}");
+
+    // Cancelling the task drops the call, and the server hears notifications/cancelled.
+    let envelope = ws
+        .invoke(&session, "mcp__changing__wait_for_cancel", json!({}))
+        .await;
+    let task = envelope["structured_metadata"]["task_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {envelope}"))
+        .to_string();
+    let cancelled = ws
+        .result(
+            "task/cancel",
+            json!({"session_id": session, "task_id": task}),
+        )
+        .await;
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    let deadline = tokio::time::Instant::now() + crate::support::WAIT;
+    loop {
+        let read = ws
+            .invoke(&session, "read_file", json!({"path": "cancelled.txt"}))
+            .await;
+        if read["success"] == true {
+            assert!(
+                read["output"].as_str().unwrap().contains("cancelled"),
+                "{read}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never heard notifications/cancelled: {read}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_servers_own_network_key_opens_the_network_for_it_alone() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut usable = true;
+    let app = TestApp::spawn_with(|c| {
+        usable = with_changing_server(c);
+        if usable {
+            let mut online = c.mcp_servers[0].clone();
+            online.name = "online".into();
+            online.network = true;
+            c.mcp_servers.push(online);
+        }
+    })
+    .await;
+    if !usable {
+        return;
+    }
+    let ready = app.get_json("/readyz", None).await;
+    let layers = ready["sandbox"]["layers"].to_string();
+    if !layers.contains("seccomp") && !layers.contains("landlock_net") {
+        eprintln!("no network layer enforced here; skipped: {layers}");
+        return;
+    }
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let mut answers = BTreeMap::new();
+    for server in ["changing", "online"] {
+        let tool = format!("mcp__{server}__connect");
+        let deadline = tokio::time::Instant::now() + crate::support::WAIT;
+        // Each server joins the session when it is up.
+        let answer = loop {
+            let (_, answer) = ws
+                .call(
+                    "tool/invoke",
+                    json!({"session_id": session, "name": tool, "arguments": {"port": port}}),
+                )
+                .await;
+            if answer["error"]["data"]["kind"] != "unknown_tool" {
+                break answer["result"].clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{tool} never came: {answer}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        answers.insert(
+            server,
+            answer["output"].as_str().unwrap_or_default().to_string(),
+        );
+    }
+    assert!(answers["changing"].contains("refused"), "{answers:?}");
+    assert!(answers["online"].contains("connected"), "{answers:?}");
 }

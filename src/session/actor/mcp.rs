@@ -1,16 +1,27 @@
 //! The session's own MCP servers (`scope = "server"` ones live in the base registry): started
 //! in the background as the actor begins, in the session's sandbox and directory; their tools
-//! join the registry once each is up, and their processes end with the actor.
+//! join the registry once each is up, and their processes end with the actor. The session
+//! follows every server's tool list, its own and the shared ones: when a server lists its
+//! tools again (`notifications/tools/list_changed`, or a restart), the registry follows and
+//! `tools/changed` tells the clients.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::SessionActor;
-use crate::tools::mcp::{McpServer, McpState};
+use crate::tools::mcp::{McpServer, McpState, tool_name};
 
 impl SessionActor {
     /// Starts every pending server in a task of its own; each reports back when it is up or
-    /// has failed, so a slow server holds up nothing.
+    /// has failed, so a slow server holds up nothing. The shared servers' tools are brought up
+    /// to date (the base registry holds their first list) and followed from here on.
     pub(super) fn start_mcp_servers(&mut self) {
+        for server in self.shared_mcp.clone() {
+            if server.state() == McpState::Ready {
+                self.sync_mcp_tools(&server);
+            }
+            self.follow_mcp_listings(&server);
+        }
         let Some(workspace) = self.registry.workspace().cloned() else {
             for config in std::mem::take(&mut self.mcp_pending) {
                 let state = McpState::Failed("the session has no workspace".into());
@@ -47,8 +58,81 @@ impl SessionActor {
             }
             self.announce_tool_changes(before).await;
         }
+        self.follow_mcp_listings(&server);
         // Said last: whoever reads `ready` finds the tools registered.
         self.mcp_states.set(server.name(), &state);
         self.mcp_servers.push(server);
+    }
+}
+
+impl SessionActor {
+    /// Hands `server`'s every new tool listing to the actor, for as long as both live.
+    fn follow_mcp_listings(&mut self, server: &Arc<McpServer>) {
+        let mut listings = server.listings();
+        listings.mark_unchanged();
+        let server = Arc::downgrade(server);
+        let relisted = self.mcp_relisted.sender();
+        let stopped = self.cancel.clone();
+        self.tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stopped.cancelled() => return,
+                    changed = listings.changed() => if changed.is_err() {
+                        return;
+                    },
+                }
+                let Some(server) = server.upgrade() else {
+                    return;
+                };
+                if relisted.send(server).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// A server listed its tools again: the registry follows, and clients hear of it.
+    pub(super) async fn on_mcp_relisted(&mut self, server: Arc<McpServer>) {
+        let before = self.registry.catalog();
+        self.sync_mcp_tools(&server);
+        self.announce_tool_changes(before).await;
+    }
+
+    /// Makes the registry's tools of `server` its current list: new tools join (deferred when
+    /// the server defers), gone ones leave, changed ones are replaced. A kept tool keeps its
+    /// place: active, deferred or hidden.
+    fn sync_mcp_tools(&mut self, server: &McpServer) {
+        let prefix = tool_name(server.name(), "");
+        let current = server.tools();
+        let listed: HashSet<&str> = current.iter().map(|tool| tool.name()).collect();
+        let gone: Vec<String> = self
+            .registry
+            .catalog()
+            .entries
+            .iter()
+            .map(|entry| entry.name())
+            .filter(|name| name.starts_with(&prefix) && !listed.contains(name))
+            .map(str::to_string)
+            .collect();
+        for name in gone {
+            self.registry.unregister(&name);
+        }
+        for tool in current {
+            let name = tool.name().to_string();
+            let known = self.registry.get(&name).map(|known| {
+                known.description() == tool.description()
+                    && known.input_schema() == tool.input_schema()
+            });
+            if known == Some(true) {
+                continue;
+            }
+            if let Err(err) = self.registry.register(tool) {
+                tracing::warn!(%err, tool = %name, "MCP tool not registered");
+                continue;
+            }
+            if known.is_none() && server.defers() {
+                self.registry.defer_tool(&name);
+            }
+        }
     }
 }

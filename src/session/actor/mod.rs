@@ -60,6 +60,9 @@ pub(crate) struct ActorSetup {
     pub mcp_servers: Vec<McpServerConfig>,
     /// Where their states are told to the session's handles.
     pub mcp_states: Arc<SessionMcp>,
+    /// The `scope = "server"` MCP servers, whose tools came with the base registry; the
+    /// session follows their tool lists.
+    pub shared_mcp: Vec<Arc<McpServer>>,
 }
 
 /// The turn a session is running.
@@ -113,6 +116,9 @@ pub(crate) struct SessionActor {
     mcp_servers: Vec<Arc<McpServer>>,
     mcp_states: Arc<SessionMcp>,
     mcp_started: LazyChannel<Arc<McpServer>>,
+    /// Servers whose tools were listed again.
+    mcp_relisted: LazyChannel<Arc<McpServer>>,
+    shared_mcp: Vec<Arc<McpServer>>,
 }
 
 impl SessionActor {
@@ -158,6 +164,8 @@ impl SessionActor {
             mcp_servers: Vec::new(),
             mcp_states: setup.mcp_states,
             mcp_started: LazyChannel::default(),
+            mcp_relisted: LazyChannel::default(),
+            shared_mcp: setup.shared_mcp,
         }
     }
 
@@ -197,6 +205,7 @@ impl SessionActor {
                     Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).await,
                     Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).await,
                     Some(server) = self.mcp_started.recv() => Box::pin(self.on_mcp_started(server)).await,
+                    Some(server) = self.mcp_relisted.recv() => Box::pin(self.on_mcp_relisted(server)).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
                         break;

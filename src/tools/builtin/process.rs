@@ -135,9 +135,22 @@ pub(crate) fn sandboxed_command(
     dir: &Path,
     extra_read: &[PathBuf],
 ) -> io::Result<tokio::process::Command> {
+    sandboxed_command_with_network(workspace, program, args, dir, extra_read, false)
+}
+
+/// [`sandboxed_command`], with network for this command when `network` is set.
+pub(crate) fn sandboxed_command_with_network(
+    workspace: &Workspace,
+    program: &OsStr,
+    args: &[&OsStr],
+    dir: &Path,
+    extra_read: &[PathBuf],
+    network: bool,
+) -> io::Result<tokio::process::Command> {
     let mut command = match workspace.sandbox() {
         Some(sandbox) => {
-            let mut command = sandbox.command(program, args, dir, extra_read)?;
+            let mut command =
+                sandbox.command_with_network(program, args, dir, extra_read, network)?;
             // The launcher changes into `dir` itself once confined; it starts in the root.
             command.current_dir(workspace.root());
             command.env_clear().envs(child_env());

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServerConfig, result, tool_name};
-use crate::tools::builtin::process::sandboxed_command;
+use crate::tools::builtin::process::sandboxed_command_with_network;
 use crate::tools::{
     ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult, Workspace,
 };
@@ -64,11 +64,13 @@ type Connection = RunningService<RoleClient, Notices>;
 type ProgressTarget = (mpsc::Sender<ToolEvent>, String);
 
 /// What the client side hears from a server: progress of calls in flight, which goes on to
-/// the call's session as `tool/progress`.
+/// the call's session as `tool/progress`, and that its tool list changed.
 #[derive(Clone, Default)]
 struct Notices {
     /// Calls in flight by progress token: where their tool's events go, and their call id.
     progress: Arc<Mutex<HashMap<String, ProgressTarget>>>,
+    /// Woken by `notifications/tools/list_changed`; the supervisor lists the tools again.
+    list_changed: Arc<tokio::sync::Notify>,
 }
 
 /// A progress token as the key of its route; rmcp numbers the tokens of requests it sends.
@@ -80,6 +82,10 @@ fn token_key(token: &ProgressToken) -> String {
 }
 
 impl ClientHandler for Notices {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
@@ -113,6 +119,9 @@ pub struct McpServer {
     state: Mutex<McpState>,
     peer: PeerSlot,
     tools: Mutex<Vec<Arc<dyn Tool>>>,
+    /// Counts the tool lists the server gave; sessions follow it to keep their registries in
+    /// step with the server.
+    listings: watch::Sender<u64>,
     /// Where its process runs; its sandbox ends the process's cgroup when dropped, so the
     /// server keeps it for as long as it lives.
     workspace: Arc<Workspace>,
@@ -146,12 +155,13 @@ impl McpServer {
             state: Mutex::new(McpState::Starting),
             peer: watch::Sender::new((0, None)),
             tools: Mutex::new(Vec::new()),
+            listings: watch::Sender::new(0),
             workspace: Arc::clone(workspace),
             stop: CancellationToken::new(),
             notices: Notices::default(),
         });
         let state = match server.connect_in_time().await {
-            Ok(service) => match server.list_tools(&service).await {
+            Ok(service) => match server.list_tools(service.peer()).await {
                 Ok(()) => {
                     server.connected(&service);
                     tokio::spawn(supervise(
@@ -201,9 +211,8 @@ impl McpServer {
 
     /// Lists the server's tools once and makes each a registry tool that calls it through
     /// whatever connection is current.
-    async fn list_tools(&self, service: &Connection) -> Result<(), String> {
-        let listed = service
-            .peer()
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<(), String> {
+        let listed = peer
             .list_all_tools()
             .await
             .map_err(|err| format!("tools/list failed: {err}"))?;
@@ -220,6 +229,7 @@ impl McpServer {
             })
             .collect();
         *lock(&self.tools) = tools;
+        self.listings.send_modify(|listing| *listing += 1);
         Ok(())
     }
 
@@ -228,9 +238,15 @@ impl McpServer {
         let workspace = &self.workspace;
         let program = self.config.command.as_deref().unwrap_or_default();
         let args: Vec<&std::ffi::OsStr> = self.config.args.iter().map(|a| a.as_ref()).collect();
-        let mut command =
-            sandboxed_command(workspace, program.as_ref(), &args, workspace.root(), &[])
-                .map_err(|err| format!("cannot prepare `{program}`: {err}"))?;
+        let mut command = sandboxed_command_with_network(
+            workspace,
+            program.as_ref(),
+            &args,
+            workspace.root(),
+            &[],
+            self.config.network,
+        )
+        .map_err(|err| format!("cannot prepare `{program}`: {err}"))?;
         // Only what the entry names reaches the server, beside what finding programs and
         // printing text need.
         command.env_clear();
@@ -302,21 +318,44 @@ impl McpServer {
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         lock(&self.tools).clone()
     }
+
+    /// Changes whenever the server's tools were listed again (it said its list changed, or it
+    /// was restarted); [`Self::tools`] then holds the new list.
+    pub fn listings(&self) -> watch::Receiver<u64> {
+        self.listings.subscribe()
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Owns a server's connection while it lives; when the server exits (or the connection
-/// closes), starts it again with backoff, until `stop` fires or the server is dropped. The
-/// tools keep their names: a restarted server is expected to offer what it did.
+/// Owns a server's connection while it lives; lists its tools again when it says they
+/// changed; when the server exits (or the connection closes), starts it again with backoff and
+/// lists its tools again, until `stop` fires or the server is dropped.
 async fn supervise(server: Weak<McpServer>, mut service: Connection, stop: CancellationToken) {
+    let list_changed = match server.upgrade() {
+        Some(server) => Arc::clone(&server.notices.list_changed),
+        None => return,
+    };
     loop {
-        // Stopping drops the connection, which ends the child process.
-        let ended = tokio::select! {
-            () = stop.cancelled() => return,
-            ended = service.waiting() => ended,
+        let peer = service.peer().clone();
+        let waiting = service.waiting();
+        tokio::pin!(waiting);
+        // Stopping drops the connection (inside `waiting`), which ends the child process.
+        let ended = loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = list_changed.notified() => {
+                    let Some(server) = server.upgrade() else {
+                        return;
+                    };
+                    if let Err(reason) = server.list_tools(&peer).await {
+                        tracing::warn!(server = %server.config.name, %reason, "MCP tools not listed again");
+                    }
+                }
+                ended = &mut waiting => break ended,
+            }
         };
         let mut backoff = FIRST_BACKOFF;
         let mut reason = format!("it exited ({ended:?})");
@@ -341,6 +380,9 @@ async fn supervise(server: Weak<McpServer>, mut service: Connection, stop: Cance
             };
             match server.connect_in_time().await {
                 Ok(service) => {
+                    if let Err(reason) = server.list_tools(service.peer()).await {
+                        tracing::warn!(server = %server.config.name, %reason, "MCP tools not listed again");
+                    }
                     server.connected(&service);
                     server.set_state(McpState::Ready);
                     tracing::info!(server = %server.config.name, "MCP server restarted");

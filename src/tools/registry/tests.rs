@@ -252,6 +252,18 @@ fn spawn_only_and_pinned_tools_are_never_evicted() {
     registry.mark_spawn_only("t01");
     registry.mark_spawn_only("not_registered");
     assert!(!registry.is_spawn_only("not_registered"));
+    // The mark waits for the tool, and survives its going away and coming back.
+    registry
+        .register(Probe::new("not_registered").arc())
+        .unwrap();
+    assert!(registry.is_spawn_only("not_registered"));
+    registry.unregister("not_registered");
+    assert!(!registry.is_spawn_only("not_registered"));
+    registry
+        .register(Probe::new("not_registered").arc())
+        .unwrap();
+    assert!(registry.is_spawn_only("not_registered"));
+    registry.unregister("not_registered");
     for _ in 0..10 {
         registry.tick();
     }
