@@ -41,6 +41,9 @@ pub enum SessionError {
     /// A turn is already running.
     #[error("a turn is already in progress")]
     TurnInProgress,
+    /// No turn runs, or the running one has another id.
+    #[error("no turn {0} is running")]
+    NoActiveTurn(String),
     /// No model is configured.
     #[error(
         "no model is configured: set llm.base_url and llm.model (or AGENTD_LLM_BASE_URL and AGENTD_LLM_MODEL); tools still work through tool/invoke"
@@ -80,6 +83,7 @@ impl SessionError {
         match self {
             Self::UnknownSession(_) => "unknown_session",
             Self::TurnInProgress => "turn_in_progress",
+            Self::NoActiveTurn(_) => "no_active_turn",
             Self::LlmNotConfigured => "llm_not_configured",
             Self::NotYetAvailable(_) => "unsupported",
             Self::UnknownRequest(_) => "unknown_request",
@@ -245,6 +249,11 @@ pub(crate) enum Command {
     },
     Interrupt {
         reply: oneshot::Sender<bool>,
+    },
+    Steer {
+        turn_id: String,
+        input: String,
+        reply: oneshot::Sender<Result<(), SessionError>>,
     },
     RespondUserInput {
         request_id: String,
@@ -441,6 +450,16 @@ impl SessionHandle {
     /// Interrupts the running turn; whether there was one.
     pub async fn interrupt(&self) -> Result<bool, SessionError> {
         self.ask(|reply| Command::Interrupt { reply }).await
+    }
+
+    /// Adds `input` to the running turn `turn_id`, read before its next model request.
+    pub async fn steer(&self, turn_id: String, input: String) -> Result<(), SessionError> {
+        self.ask(|reply| Command::Steer {
+            turn_id,
+            input,
+            reply,
+        })
+        .await?
     }
 
     /// Delivers the user's answers to a pending `request_user_input`.

@@ -64,6 +64,21 @@ impl Connection {
                 })
                 .await
             }
+            Request::TurnSteer(params) => {
+                let input = match params.text() {
+                    Ok(input) => input,
+                    Err(err) => return Dispatched::Now(Err(err), None),
+                };
+                let turn_id = params.turn_id;
+                self.with_session(&params.session_id, |handle| async move {
+                    handle
+                        .steer(turn_id, input)
+                        .await
+                        .map(|()| json!({}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
             Request::UserInputRespond(params) => {
                 self.with_session(&params.session_id, |handle| async move {
                     handle

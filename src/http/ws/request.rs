@@ -30,6 +30,9 @@ pub(super) enum Request {
     /// `turn/interrupt`.
     #[serde(rename = "turn/interrupt")]
     TurnInterrupt(SessionParams),
+    /// `turn/steer`.
+    #[serde(rename = "turn/steer")]
+    TurnSteer(SteerParams),
     /// `user_input/respond`.
     #[serde(rename = "user_input/respond")]
     UserInputRespond(RespondParams),
@@ -96,18 +99,37 @@ pub(super) struct TurnParams {
 impl TurnParams {
     /// The input's text items, one per line; refused when there are none.
     pub(super) fn text(&self) -> Result<String, RpcError> {
-        let text: Vec<&str> = self
-            .input
-            .iter()
-            .map(|InputItem::Text { text }| text.as_str())
-            .collect();
-        if text.is_empty() {
-            return Err(RpcError::params(
-                "input needs at least one {kind: \"text\", text} item",
-            ));
-        }
-        Ok(text.join("\n"))
+        input_text(&self.input)
     }
+}
+
+/// `turn/steer`: more input for the running turn `turn_id`.
+#[derive(Deserialize)]
+pub(super) struct SteerParams {
+    pub session_id: String,
+    pub turn_id: String,
+    input: Vec<InputItem>,
+}
+
+impl SteerParams {
+    /// The input's text items, one per line; refused when there are none.
+    pub(super) fn text(&self) -> Result<String, RpcError> {
+        input_text(&self.input)
+    }
+}
+
+/// Text items, one per line; refused when there are none.
+fn input_text(input: &[InputItem]) -> Result<String, RpcError> {
+    let text: Vec<&str> = input
+        .iter()
+        .map(|InputItem::Text { text }| text.as_str())
+        .collect();
+    if text.is_empty() {
+        return Err(RpcError::params(
+            "input needs at least one {kind: \"text\", text} item",
+        ));
+    }
+    Ok(text.join("\n"))
 }
 
 #[derive(Deserialize)]

@@ -71,6 +71,9 @@ struct RunningTurn {
     cancel: CancellationToken,
     /// `turn/interrupt` callers, answered once the turn has ended and said so.
     interrupters: Vec<oneshot::Sender<bool>>,
+    /// `turn/steer` input not yet read by the model: it joins the history before the turn's
+    /// next model request, after the tool batch in flight.
+    steers: Vec<String>,
 }
 
 /// One session's state, owned by one task.
@@ -267,6 +270,20 @@ impl SessionActor {
                     let _ = reply.send(false);
                 }
             },
+            Command::Steer {
+                turn_id,
+                input,
+                reply,
+            } => {
+                let outcome = match &mut self.turn {
+                    Some(turn) if turn.turn_id == turn_id && !turn.cancel.is_cancelled() => {
+                        turn.steers.push(input);
+                        Ok(())
+                    }
+                    _ => Err(SessionError::NoActiveTurn(turn_id)),
+                };
+                let _ = reply.send(outcome);
+            }
             Command::RespondUserInput {
                 request_id,
                 answers,

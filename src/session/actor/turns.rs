@@ -38,6 +38,7 @@ impl SessionActor {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
             interrupters: Vec::new(),
+            steers: Vec::new(),
         });
         self.emit(SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
@@ -107,6 +108,18 @@ impl SessionActor {
                 let _ = reply.send(result);
             }
             TurnRequest::History { reply } => {
+                // The turn asks before each model request: steering joins the conversation here.
+                let steers = self
+                    .turn
+                    .as_mut()
+                    .map(|turn| std::mem::take(&mut turn.steers))
+                    .unwrap_or_default();
+                for content in steers {
+                    if let Err(err) = self.remember(&ChatMessage::User { content }).await {
+                        let _ = reply.send(Err(err));
+                        return;
+                    }
+                }
                 let _ = reply.send(self.history().await);
             }
             TurnRequest::Remember { message, reply } => {
@@ -128,6 +141,13 @@ impl SessionActor {
                     }
                     for interrupter in turn.interrupters {
                         let _ = interrupter.send(true);
+                    }
+                    // A steer that came after the model's last request is not lost: the next
+                    // turn reads it.
+                    for content in turn.steers {
+                        if let Err(err) = self.remember(&ChatMessage::User { content }).await {
+                            tracing::warn!(%err, "steering input not kept");
+                        }
                     }
                 }
                 for note in std::mem::take(&mut self.pending_notes) {
