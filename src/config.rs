@@ -200,6 +200,8 @@ pub struct ToolsConfig {
     pub web_fetch_allow_private: bool,
     /// SearXNG-style endpoint for `web_search`.
     pub web_search_url: Option<String>,
+    /// How long a call waits for an approval before it is declined.
+    pub approval_timeout_secs: u64,
 }
 
 impl Default for ToolsConfig {
@@ -214,6 +216,7 @@ impl Default for ToolsConfig {
             context_tags: Vec::new(),
             web_fetch_allow_private: false,
             web_search_url: None,
+            approval_timeout_secs: 900,
         }
     }
 }

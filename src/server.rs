@@ -276,6 +276,14 @@ impl Server {
                 sandbox,
                 max_inflight_per_session: config.server.max_inflight_per_session,
                 mcp,
+                approval_rules: crate::tools::approval::ApprovalRules::new(
+                    std::iter::once(&config.tool_policy).chain(provider_policy_for(
+                        &config.tool_policy_by_provider,
+                        config.llm.model.as_deref().unwrap_or_default(),
+                        &config.llm.provider,
+                    )),
+                ),
+                approval_timeout: Duration::from_secs(config.tools.approval_timeout_secs),
                 mcp_per_session: config
                     .mcp_servers
                     .iter()

@@ -16,9 +16,11 @@ use serde_json::{Value, json};
 use tokio::sync::{RwLock, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::approval::{Answer, ApprovalAsk, Approvals, Decision};
 use super::event::{SessionEvent, ToolCompleted};
 use super::ledger::{CostLabels, Ledger};
 use crate::metrics::Metrics;
+use crate::tools::approval::Gate;
 use crate::tools::args::arguments_for_event;
 use crate::tools::{CatalogCell, DispatchError, PreparedCall, ToolContext, ToolEvent, ToolResult};
 
@@ -44,6 +46,17 @@ pub(crate) trait CallHost: EventSink {
     /// Starts a spawn_only call in the background, emits its `tool/completed`, and answers
     /// with its task_handle envelope.
     fn spawn(&self, spawn: Spawn) -> impl Future<Output = ToolResult> + Send;
+
+    /// Asks the session's clients to decide about a call that must wait; `None` once the
+    /// session stopped.
+    fn ask_approval(&self, ask: ApprovalAsk) -> impl Future<Output = Option<Answer>> + Send;
+
+    /// The call stopped waiting (interrupted, timed out): its request is resolved as declined.
+    fn withdraw_approval(
+        &self,
+        approval_id: String,
+        reason: String,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// A spawn_only call handed to the session's task supervisor.
@@ -71,6 +84,8 @@ pub(crate) struct CallScope {
     pub ledger: Ledger,
     pub labels: CostLabels,
     pub metrics: Arc<Metrics>,
+    /// The session's approval rules and grants.
+    pub approvals: Arc<Approvals>,
 }
 
 /// One call ready to run.
@@ -83,6 +98,8 @@ pub(crate) struct Call {
     pub hold_key: String,
     /// Fires when the call must stop (interrupt, task/cancel, session close).
     pub cancel: CancellationToken,
+    /// Decided already: the console's `tool/invoke` with `skip_approval`.
+    pub approved: bool,
 }
 
 /// Takes a call through its foreground life and answers what it produced.
@@ -95,6 +112,19 @@ pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) ->
         arguments: arguments_for_event(&call.arguments),
     })
     .await;
+    if !call.approved
+        && let Some(refused) = approve(host, scope, &call, &name).await
+    {
+        host.emit(ToolCompleted::of(
+            scope.turn_id.clone(),
+            &call.tool_call_id,
+            &name,
+            &refused,
+            std::time::Duration::ZERO,
+        ))
+        .await;
+        return refused;
+    }
     if call.prepared.spawn_only() {
         // The host emits this call's tool/completed as the task starts, so it precedes every
         // event of the task.
@@ -118,6 +148,81 @@ pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) ->
     ))
     .await;
     result
+}
+
+/// The approval step: `None` when the call may run (no rule asks, or a person accepted), else
+/// the result it ends with (a rule refuses it, or it was declined, timed out or interrupted).
+async fn approve<H: CallHost>(
+    host: &H,
+    scope: &CallScope,
+    call: &Call,
+    name: &str,
+) -> Option<ToolResult> {
+    let (reason, grant) = match scope.approvals.gate(name, &call.arguments) {
+        Gate::Run => return None,
+        Gate::Refuse { reason } => {
+            return Some(
+                ToolResult::failure(reason)
+                    .with_metadata(json!({"error": {"kind": "policy_denied"}})),
+            );
+        }
+        Gate::Ask { reason, grant } => (reason, grant),
+    };
+    let approval_id = format!("approval_{}", uuid::Uuid::new_v4().simple());
+    let ask = ApprovalAsk {
+        approval_id: approval_id.clone(),
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: name.to_string(),
+        arguments: arguments_for_event(&call.arguments),
+        reason,
+        cwd: scope.cwd.to_string_lossy().into_owned(),
+        agent_id: None,
+    };
+    let timeout = scope.approvals.timeout();
+    let outcome = tokio::select! {
+        answer = host.ask_approval(ask) => answer.ok_or("the session stopped"),
+        () = call.cancel.cancelled() => Err("interrupted"),
+        () = tokio::time::sleep(timeout) => Err("timeout"),
+    };
+    let declined = |text: String, detail: Value| {
+        Some(ToolResult::failure(text).with_metadata(json!({"error": detail})))
+    };
+    match outcome {
+        Ok(Answer {
+            decision: Decision::Accept,
+            ..
+        }) => None,
+        Ok(Answer {
+            decision: Decision::AcceptForSession,
+            ..
+        }) => {
+            if let Some(grant) = grant {
+                scope.approvals.grant(grant);
+            }
+            None
+        }
+        Ok(Answer {
+            decision: Decision::Decline,
+            message,
+        }) => {
+            let text = match &message {
+                Some(message) => format!("declined by the user: {message}"),
+                None => "declined by the user".to_string(),
+            };
+            declined(text, json!({"kind": "declined", "message": message}))
+        }
+        Err(why) => {
+            host.withdraw_approval(approval_id, why.to_string()).await;
+            let text = match why {
+                "timeout" => format!("declined: no decision came within {} s", timeout.as_secs()),
+                "interrupted" => {
+                    "declined: the turn was stopped while the call waited for approval".to_string()
+                }
+                other => format!("declined: {other}"),
+            };
+            declined(text, json!({"kind": "declined", "reason": why}))
+        }
+    }
 }
 
 /// Runs a call to its result: the part of its life every call shares, foreground or not.

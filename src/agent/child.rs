@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::{RwLock, mpsc};
 
-use super::TurnHost;
+use super::approval::{Answer, ApprovalAsk};
 use super::call::{CallHost, EventSink, Spawn};
 use super::context::{cap_text, repair};
 use super::event::SessionEvent;
+use super::{ActorLink, TurnHost};
 use crate::llm::ChatMessage;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::TaskReport;
@@ -53,6 +54,8 @@ pub(crate) struct ChildHost {
     record: Mutex<RunRecord>,
     /// The child's own Safe/Exclusive rule for its batches.
     exclusivity: Arc<RwLock<()>>,
+    /// The parent session's actor, whose clients decide the child's approvals.
+    parent: ActorLink,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -70,6 +73,7 @@ impl ChildHost {
         transcript: OutputSpool,
         journal: HistoryJournal,
         reports: mpsc::Sender<TaskReport>,
+        parent: ActorLink,
     ) -> Self {
         Self {
             agent_id,
@@ -82,6 +86,7 @@ impl ChildHost {
             reports,
             record: Mutex::new(RunRecord::default()),
             exclusivity: Arc::new(RwLock::new(())),
+            parent,
         }
     }
 
@@ -208,6 +213,16 @@ impl CallHost for ChildHost {
             _ => return,
         };
         self.write(&line).await;
+    }
+
+    /// Asked of the parent session's clients, naming the child.
+    async fn ask_approval(&self, mut ask: ApprovalAsk) -> Option<Answer> {
+        ask.agent_id = Some(self.agent_id.clone());
+        self.parent.ask_approval(ask).await
+    }
+
+    async fn withdraw_approval(&self, approval_id: String, reason: String) {
+        self.parent.withdraw_approval(approval_id, reason).await;
     }
 
     async fn spawn(&self, spawn: Spawn) -> ToolResult {

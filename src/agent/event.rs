@@ -58,6 +58,36 @@ pub enum SessionEvent {
     /// A tool call ended (boxed: it is the largest event, and queues reserve room for it).
     #[serde(rename = "tool/completed")]
     ToolCompleted(Box<ToolCompleted>),
+    /// A call waits for a person's decision.
+    #[serde(rename = "approval/requested")]
+    ApprovalRequested {
+        /// Named by `approval/respond`.
+        approval_id: String,
+        /// The call.
+        tool_call_id: String,
+        /// The tool.
+        tool_name: String,
+        /// Its arguments, capped for the event.
+        arguments: Value,
+        /// Why it waits.
+        reason: String,
+        /// Where it would run.
+        cwd: String,
+        /// The sub-agent that made the call, when one did.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent_id: Option<String>,
+    },
+    /// A pending approval was decided, or withdrawn as declined.
+    #[serde(rename = "approval/resolved")]
+    ApprovalResolved {
+        /// The request.
+        approval_id: String,
+        /// `accept`, `accept_for_session` or `decline`.
+        decision: &'static str,
+        /// Why it was declined without a person: `timeout`, `interrupted`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A running tool's progress note.
     #[serde(rename = "tool/progress")]
     ToolProgress {

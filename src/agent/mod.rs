@@ -2,6 +2,7 @@
 //!
 //! - [`turn`]: one turn of the model loop, shared by a session's turns and sub-agents'.
 //! - [`call`]: the one path every tool call takes, from `tool/started` to `tool/completed`.
+//! - [`approval`]: the approval step of that path: rules, grants, decisions.
 //! - [`ledger`]: the session's budget, holds and cost rows.
 //! - [`context`]: what of the history is sent to the model.
 //! - [`event`]: the typed notifications of a session's event stream.
@@ -11,6 +12,7 @@
 //! actor owns that, so the turn asks it (through [`TurnRequest`]) to tick the LRU, prepare calls,
 //! keep the history and emit events, which keeps one writer for every piece of session state.
 
+pub(crate) mod approval;
 pub(crate) mod call;
 pub(crate) mod child;
 pub mod context;
@@ -24,6 +26,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use self::approval::{Answer, ApprovalAsk};
 use self::call::{CallHost, EventSink, Spawn};
 pub use self::context::{MAX_TOOL_OUTPUT_IN_HISTORY, cap_output};
 pub use self::event::SessionEvent;
@@ -117,6 +120,10 @@ pub(crate) enum TurnRequest {
     },
     /// A client's call ended; its events are in, its caller may hear the result.
     Invoked(Box<(String, ToolResult)>),
+    /// A call waits for a person's decision; the answer is it.
+    Approval(Box<(ApprovalAsk, oneshot::Sender<Answer>)>),
+    /// A call stopped waiting for a decision (interrupted, timed out).
+    ApprovalWithdrawn { approval_id: String, reason: String },
     /// The turn is over.
     Finished { turn_id: String },
 }
@@ -179,6 +186,21 @@ impl CallHost for ActorLink {
         self.ask(|reply| TurnRequest::SpawnTask(Box::new((spawn, reply))))
             .await
             .unwrap_or_else(|| ToolResult::failure("the session stopped"))
+    }
+
+    async fn ask_approval(&self, ask: ApprovalAsk) -> Option<Answer> {
+        self.ask(|reply| TurnRequest::Approval(Box::new((ask, reply))))
+            .await
+    }
+
+    async fn withdraw_approval(&self, approval_id: String, reason: String) {
+        let _ = self
+            .actor
+            .send(TurnRequest::ApprovalWithdrawn {
+                approval_id,
+                reason,
+            })
+            .await;
     }
 }
 

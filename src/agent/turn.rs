@@ -379,6 +379,7 @@ impl<H: TurnHost> Turn<H> {
         arguments: Value,
     ) -> (String, bool, Vec<CallCost>) {
         let call = Call {
+            approved: false,
             // Call ids are the model's and may repeat across agents; turn ids do not.
             hold_key: format!("{}#{}", self.turn_id, call.id),
             tool_call_id: call.id.clone(),

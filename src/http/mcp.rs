@@ -406,6 +406,7 @@ impl rmcp::ServerHandler for SessionBridge {
                 InvokeOptions {
                     tool_call_id: Some(tool_call_id.clone()),
                     cancel: Some(context.ct.clone()),
+                    skip_approval: false,
                 },
             )
             .await;

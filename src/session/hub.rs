@@ -81,6 +81,10 @@ pub struct SessionsConfig {
     pub mcp: Vec<Arc<crate::tools::mcp::McpServer>>,
     /// The `scope = "session"` MCP servers every session starts for itself.
     pub mcp_per_session: Vec<crate::tools::mcp::McpServerConfig>,
+    /// The `ask` lists and command rules of the hard and the model's soft policy.
+    pub approval_rules: crate::tools::approval::ApprovalRules,
+    /// How long a call waits for an approval.
+    pub approval_timeout: Duration,
 }
 
 struct Live {
@@ -324,6 +328,10 @@ impl Sessions {
             mcp_servers: self.inner.config.mcp_per_session.clone(),
             mcp_states: mcp,
             shared_mcp: self.inner.config.mcp.clone(),
+            approvals: crate::agent::approval::Approvals::new(
+                self.inner.config.approval_rules.clone(),
+                self.inner.config.approval_timeout,
+            ),
         });
         live.insert(
             row.session_id.clone(),

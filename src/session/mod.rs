@@ -55,6 +55,9 @@ pub enum SessionError {
     /// No pending question has that id.
     #[error("no pending user input request {0}")]
     UnknownRequest(String),
+    /// No call waits for an approval of that id.
+    #[error("no pending approval {0}")]
+    UnknownApproval(String),
     /// No task has that id in this session.
     #[error("unknown task {0}")]
     UnknownTask(String),
@@ -87,6 +90,7 @@ impl SessionError {
             Self::LlmNotConfigured => "llm_not_configured",
             Self::NotYetAvailable(_) => "unsupported",
             Self::UnknownRequest(_) => "unknown_request",
+            Self::UnknownApproval(_) => "unknown_approval",
             Self::UnknownTask(_) => "unknown_task",
             Self::InvalidParams(_) => "invalid_params",
             Self::Dispatch(err) => err.kind(),
@@ -183,6 +187,8 @@ pub struct InvokeOptions {
     pub tool_call_id: Option<String>,
     /// Cancelling it cancels the call, which then ends with a cancelled result.
     pub cancel: Option<CancellationToken>,
+    /// Runs it without asking for approval (the console's `tool/invoke` with `skip_approval`).
+    pub skip_approval: bool,
 }
 
 /// Builds the JSON-RPC notification frame for one event.
@@ -225,6 +231,8 @@ pub(crate) fn stamp(session_id: &str, seq: i64, params: Value) -> Value {
 pub(crate) enum Command {
     Attach {
         watcher: Watcher,
+        /// Where the watcher's replay starts, when it replays.
+        after_seq: Option<i64>,
         reply: oneshot::Sender<(i64, Arc<ToolCatalog>)>,
     },
     Detach {
@@ -253,6 +261,11 @@ pub(crate) enum Command {
     Steer {
         turn_id: String,
         input: String,
+        reply: oneshot::Sender<Result<(), SessionError>>,
+    },
+    RespondApproval {
+        approval_id: String,
+        answer: crate::agent::approval::Answer,
         reply: oneshot::Sender<Result<(), SessionError>>,
     },
     RespondUserInput {
@@ -381,7 +394,22 @@ impl SessionHandle {
     /// Starts streaming live events to `watcher`; returns the last seq before it joined (every
     /// later event reaches the watcher) and the session's current tool catalog.
     pub async fn attach(&self, watcher: Watcher) -> Result<(i64, Arc<ToolCatalog>), SessionError> {
-        self.ask(|reply| Command::Attach { watcher, reply }).await
+        self.attach_replaying(watcher, None).await
+    }
+
+    /// [`Self::attach`] for a client that replays the stored events after `after_seq`: the
+    /// approvals still waiting that the replay does not hold are sent to it live.
+    pub async fn attach_replaying(
+        &self,
+        watcher: Watcher,
+        after_seq: Option<i64>,
+    ) -> Result<(i64, Arc<ToolCatalog>), SessionError> {
+        self.ask(|reply| Command::Attach {
+            watcher,
+            after_seq,
+            reply,
+        })
+        .await
     }
 
     /// Stops streaming to a connection.
@@ -457,6 +485,22 @@ impl SessionHandle {
         self.ask(|reply| Command::Steer {
             turn_id,
             input,
+            reply,
+        })
+        .await?
+    }
+
+    /// Decides a call waiting for approval; `message` goes to the model with a decline.
+    pub async fn respond_approval(
+        &self,
+        approval_id: String,
+        decision: crate::agent::approval::Decision,
+        message: Option<String>,
+    ) -> Result<(), SessionError> {
+        let answer = crate::agent::approval::Answer { decision, message };
+        self.ask(|reply| Command::RespondApproval {
+            approval_id,
+            answer,
             reply,
         })
         .await?

@@ -6,6 +6,7 @@
 //! - [`deferral`]: deferred groups, activation and activation requests.
 //! - [`lifecycle`]: the LRU that evicts idle tools from the model's view.
 //! - [`policy`]: allow / deny / require_tags with groups and wildcards.
+//! - [`approval`]: which calls wait for a person (`ask`, command rules, session grants).
 //! - [`catalog`]: the live list of every tool and why it is or is not visible.
 //! - [`args`]: the argument size cap and schema validation.
 //! - [`workspace`]: a session's directory, the journal of its changes, its tools' shared state.
@@ -13,6 +14,7 @@
 //! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
 //! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
 
+pub mod approval;
 pub mod args;
 pub mod builtin;
 pub mod catalog;

@@ -123,12 +123,20 @@ pub struct ToolPolicy {
     pub deny: Vec<String>,
     /// When non-empty, a tagged tool must carry one of these tags; untagged tools always pass.
     pub require_tags: Vec<String>,
+    /// Tools whose calls wait for a person's decision (same names, wildcards and groups).
+    pub ask: Vec<String>,
+    /// Rules for the commands of `shell` and `exec_command`, by argv prefix.
+    pub commands: Vec<super::approval::CommandRule>,
 }
 
 impl ToolPolicy {
     /// Whether the policy has no rules at all.
     pub fn is_empty(&self) -> bool {
-        self.allow.is_empty() && self.deny.is_empty() && self.require_tags.is_empty()
+        self.allow.is_empty()
+            && self.deny.is_empty()
+            && self.require_tags.is_empty()
+            && self.ask.is_empty()
+            && self.commands.is_empty()
     }
 
     /// Whether the allow and deny lists let `tool` through, ignoring tags.
@@ -180,6 +188,7 @@ mod tests {
             allow: owned(allow),
             deny: owned(deny),
             require_tags: owned(require_tags),
+            ..ToolPolicy::default()
         }
     }
 

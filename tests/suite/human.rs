@@ -113,3 +113,301 @@ async fn a_steer_lands_in_the_next_model_request_after_the_batch() {
         .await;
     assert_eq!(late["error"]["data"]["kind"], "no_active_turn", "{late}");
 }
+
+/// `ask = ["shell"]`, with `git status` allowed at once.
+fn asking(c: &mut agentd::config::Config) {
+    c.tool_policy.ask = vec!["shell".into()];
+    c.tool_policy.commands = vec![agentd::tools::approval::CommandRule {
+        prefix: vec!["git".into(), "status".into()],
+        action: agentd::tools::approval::RuleAction::Allow,
+    }];
+}
+
+fn of<'a>(notes: &'a [Value], method: &str) -> Vec<&'a Value> {
+    notes
+        .iter()
+        .filter(|n| n["method"] == method)
+        .map(|n| &n["params"])
+        .collect()
+}
+
+/// Sends `tool/invoke` of `shell` and waits for its approval request; the request id.
+async fn invoke_until_asked(
+    ws: &mut crate::support::WsClient,
+    session: &str,
+    command: &str,
+) -> (u64, Value) {
+    let id = ws
+        .send(
+            "tool/invoke",
+            json!({"session_id": session, "name": "shell", "arguments": {"command": command}}),
+        )
+        .await;
+    let asked = ws.notification("approval/requested").await;
+    (id, asked)
+}
+
+/// Reads frames until the answer to request `id`; the notifications before it and the answer.
+async fn answer_of(ws: &mut crate::support::WsClient, id: u64) -> (Vec<Value>, Value) {
+    let mut notes = Vec::new();
+    loop {
+        let message = ws.next_json().await;
+        if message["id"] == json!(id) {
+            return (notes, message);
+        }
+        notes.push(message);
+    }
+}
+
+#[tokio::test]
+async fn approvals_accept_decline_and_accept_for_session_on_tool_invoke() {
+    let app = TestApp::spawn_with(asking).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    for name in ["x", "y", "z"] {
+        ws.invoke(
+            &session,
+            "write_file",
+            json!({"path": name, "content": "keep\n"}),
+        )
+        .await;
+    }
+
+    // An allowed prefix runs at once.
+    let (notes, answer) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "shell", "arguments": {"command": "git status"}}),
+        )
+        .await;
+    assert!(of(&notes, "approval/requested").is_empty(), "{notes:?}");
+    assert!(answer["result"].is_object(), "{answer}");
+
+    // Decline, with a message for the model.
+    let (id, asked) = invoke_until_asked(&mut ws, &session, "rm -rf x").await;
+    assert_eq!(asked["tool_name"], "shell");
+    assert_eq!(asked["arguments"]["command"], "rm -rf x");
+    assert!(
+        asked["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tool_policy.ask"),
+        "{asked}"
+    );
+    assert!(
+        asked["cwd"].is_string() && asked["tool_call_id"].is_string(),
+        "{asked}"
+    );
+    let approval = asked["approval_id"].as_str().unwrap().to_string();
+    let (_, wrong) = ws
+        .call(
+            "approval/respond",
+            json!({"session_id": session, "approval_id": "approval_nope", "decision": "accept"}),
+        )
+        .await;
+    assert_eq!(
+        wrong["error"]["data"]["kind"], "unknown_approval",
+        "{wrong}"
+    );
+    ws.send(
+        "approval/respond",
+        json!({"session_id": session, "approval_id": approval, "decision": "decline", "message": "keep x"}),
+    )
+    .await;
+    let (notes, declined) = answer_of(&mut ws, id).await;
+    let resolved = of(&notes, "approval/resolved");
+    assert_eq!(resolved[0]["approval_id"], approval.as_str());
+    assert_eq!(resolved[0]["decision"], "decline");
+    let result = &declined["result"];
+    assert_eq!(result["success"], false, "{declined}");
+    assert_eq!(result["structured_metadata"]["error"]["kind"], "declined");
+    assert!(
+        result["output"].as_str().unwrap().contains("keep x"),
+        "{result}"
+    );
+    assert!(
+        app.workspace().join("x").exists(),
+        "a declined command does not run"
+    );
+
+    // Accept: it runs.
+    let (id, asked) = invoke_until_asked(&mut ws, &session, "rm -f x").await;
+    ws.send(
+        "approval/respond",
+        json!({"session_id": session, "approval_id": asked["approval_id"], "decision": "accept"}),
+    )
+    .await;
+    let (notes, accepted) = answer_of(&mut ws, id).await;
+    assert_eq!(of(&notes, "approval/resolved")[0]["decision"], "accept");
+    assert_eq!(accepted["result"]["success"], true, "{accepted}");
+    assert!(!app.workspace().join("x").exists());
+
+    // Accept for the session: the same tool and prefix run at once from then on.
+    let (id, asked) = invoke_until_asked(&mut ws, &session, "rm -f y").await;
+    ws.send(
+        "approval/respond",
+        json!({"session_id": session, "approval_id": asked["approval_id"], "decision": "accept_for_session"}),
+    )
+    .await;
+    answer_of(&mut ws, id).await;
+    let (notes, again) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "shell", "arguments": {"command": "rm -f z"}}),
+        )
+        .await;
+    assert!(of(&notes, "approval/requested").is_empty(), "{notes:?}");
+    assert_eq!(again["result"]["success"], true, "{again}");
+    assert!(!app.workspace().join("z").exists());
+    // Another program still asks; the console may skip the question.
+    let (id, _) = invoke_until_asked(&mut ws, &session, "cat y").await;
+    let (notes, skipped) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "shell", "arguments": {"command": "echo console"}, "skip_approval": true}),
+        )
+        .await;
+    assert!(of(&notes, "approval/requested").is_empty(), "{notes:?}");
+    assert_eq!(skipped["result"]["success"], true, "{skipped}");
+    let _ = id;
+}
+
+#[tokio::test]
+async fn an_approval_nobody_answers_is_declined_after_the_timeout() {
+    let app = TestApp::spawn_with(|c| {
+        asking(c);
+        c.tools.approval_timeout_secs = 1;
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (id, asked) = invoke_until_asked(&mut ws, &session, "rm -rf nothing").await;
+    let (notes, answer) = answer_of(&mut ws, id).await;
+    let resolved = of(&notes, "approval/resolved");
+    assert_eq!(resolved[0]["approval_id"], asked["approval_id"]);
+    assert_eq!(resolved[0]["decision"], "decline");
+    assert_eq!(resolved[0]["reason"], "timeout");
+    assert_eq!(
+        answer["result"]["structured_metadata"]["error"]["kind"],
+        "declined"
+    );
+    assert_eq!(
+        answer["result"]["structured_metadata"]["error"]["reason"],
+        "timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_approval_is_replayed_to_a_client_that_reconnects() {
+    let app = TestApp::spawn_with(asking).await;
+    let mut first = app.ws().await;
+    let session = first.open().await;
+    let (id, asked) = invoke_until_asked(&mut first, &session, "rm -rf gone").await;
+    let seq = asked["seq"].as_i64().unwrap();
+
+    // A new client without replay, one resuming after the request, and one replaying from
+    // before it: each sees the request exactly once.
+    for after_seq in [None, Some(seq), Some(seq - 1)] {
+        let mut other = app.ws().await;
+        let mut params = json!({"session_id": session});
+        if let Some(after) = after_seq {
+            params["after_seq"] = json!(after);
+        }
+        let (before, opened) = other.call("session/open", params).await;
+        assert!(opened.get("error").is_none(), "{opened}");
+        let mut seen = of(&before, "approval/requested").len();
+        if seen == 0 {
+            let again = other.notification("approval/requested").await;
+            assert_eq!(again["approval_id"], asked["approval_id"]);
+            seen = 1;
+        }
+        assert_eq!(seen, 1, "after_seq {after_seq:?}: {before:?}");
+        if after_seq == Some(seq - 1) {
+            // The last client decides; the first one's call goes on.
+            other
+                .result(
+                    "approval/respond",
+                    json!({"session_id": session, "approval_id": asked["approval_id"], "decision": "decline"}),
+                )
+                .await;
+        }
+    }
+    let (_, answer) = answer_of(&mut first, id).await;
+    assert_eq!(
+        answer["result"]["structured_metadata"]["error"]["kind"],
+        "declined"
+    );
+}
+
+#[tokio::test]
+async fn a_model_call_waits_for_approval_and_an_interrupt_declines_it() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "call_rm",
+            "shell",
+            &json!({"command": "rm -f kept"}),
+        )]),
+        Reply::text(&["removed"]),
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "call_rm2",
+            "shell",
+            &json!({"command": "rm -f kept"}),
+        )]),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(|c| {
+        with_model(&mock)(c);
+        asking(c);
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    std::fs::write(app.workspace().join("kept"), "x").unwrap();
+
+    // Accepted: the call runs, and the model hears its result.
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": text_input("clean up")}),
+    )
+    .await;
+    let asked = ws.notification("approval/requested").await;
+    assert_eq!(asked["tool_call_id"], "call_rm");
+    assert_eq!(mock.request_count(), 1);
+    ws.result(
+        "approval/respond",
+        json!({"session_id": session, "approval_id": asked["approval_id"], "decision": "accept"}),
+    )
+    .await;
+    ws.notification("turn/completed").await;
+    assert!(!app.workspace().join("kept").exists());
+    let second = conversation(&mock.requests()[1]);
+    assert_eq!(second[3].0, "tool", "{second:?}");
+
+    // Interrupted while it waits: declined, and the turn ends interrupted.
+    std::fs::write(app.workspace().join("kept"), "x").unwrap();
+    let started = ws
+        .result(
+            "turn/start",
+            json!({"session_id": session, "input": text_input("again")}),
+        )
+        .await;
+    let asked = ws.notification("approval/requested").await;
+    let (notes, _) = ws
+        .call("turn/interrupt", json!({"session_id": session}))
+        .await;
+    let resolved = of(&notes, "approval/resolved");
+    assert_eq!(
+        resolved[0]["approval_id"], asked["approval_id"],
+        "{notes:?}"
+    );
+    assert_eq!(resolved[0]["reason"], "interrupted");
+    let completed = of(&notes, "tool/completed");
+    assert_eq!(
+        completed[0]["structured_metadata"]["error"]["kind"],
+        "declined"
+    );
+    let ended = of(&notes, "turn/error");
+    assert_eq!(ended[0]["turn_id"], started["turn_id"]);
+    assert_eq!(ended[0]["code"], "interrupted");
+    assert!(app.workspace().join("kept").exists());
+}

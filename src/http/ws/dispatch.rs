@@ -79,6 +79,16 @@ impl Connection {
                 })
                 .await
             }
+            Request::ApprovalRespond(params) => {
+                self.with_session(&params.session_id, |handle| async move {
+                    handle
+                        .respond_approval(params.approval_id, params.decision, params.message)
+                        .await
+                        .map(|()| json!({}))
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
             Request::UserInputRespond(params) => {
                 self.with_session(&params.session_id, |handle| async move {
                     handle
@@ -115,7 +125,11 @@ impl Connection {
             Ok(found) => found,
             Err(err) => return Dispatched::Now(Err(err.into()), None),
         };
-        let call = handle.invoke_tool(params.name, params.arguments);
+        let options = crate::session::InvokeOptions {
+            skip_approval: params.skip_approval,
+            ..Default::default()
+        };
+        let call = handle.invoke_tool_with(params.name, params.arguments, options);
         tokio::spawn(async move {
             let outcome = call
                 .await

@@ -36,6 +36,9 @@ pub(super) enum Request {
     /// `user_input/respond`.
     #[serde(rename = "user_input/respond")]
     UserInputRespond(RespondParams),
+    /// `approval/respond`.
+    #[serde(rename = "approval/respond")]
+    ApprovalRespond(ApprovalParams),
     /// `task/list`.
     #[serde(rename = "task/list")]
     TaskList(SessionParams),
@@ -86,6 +89,19 @@ pub(super) struct InvokeParams {
     pub name: String,
     #[serde(default)]
     pub arguments: Value,
+    /// Runs the call without asking for approval: for the console, where the person who would
+    /// decide is the one calling.
+    #[serde(default)]
+    pub skip_approval: bool,
+}
+
+/// `approval/respond`: the decision about a call waiting for approval.
+#[derive(Deserialize)]
+pub(super) struct ApprovalParams {
+    pub session_id: String,
+    pub approval_id: String,
+    pub decision: crate::agent::approval::Decision,
+    pub message: Option<String>,
 }
 
 /// `turn/start`.

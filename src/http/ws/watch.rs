@@ -38,7 +38,7 @@ impl Connection {
             tx: live.clone(),
             lagged: self.lagged.clone(),
         };
-        let (handle, _) = self.attach(session_id, watcher).await?;
+        let (handle, _) = self.attach(session_id, watcher, None).await?;
         self.forward(live_rx);
         self.attached.insert(
             session_id.to_string(),
@@ -55,11 +55,12 @@ impl Connection {
         &self,
         session_id: &str,
         watcher: Watcher,
+        after_seq: Option<i64>,
     ) -> Result<(SessionHandle, (i64, Arc<ToolCatalog>)), SessionError> {
         let mut attempts = 0;
         loop {
             let handle = self.app.sessions().handle(&self.caller, session_id).await?;
-            match handle.attach(watcher.clone()).await {
+            match handle.attach_replaying(watcher.clone(), after_seq).await {
                 Ok(attached) => return Ok((handle, attached)),
                 // An idle actor may unload between lookup and attach; a fresh one is loaded.
                 Err(SessionError::ActorGone) if attempts < 3 => attempts += 1,
@@ -96,10 +97,11 @@ impl Connection {
             tx: live.clone(),
             lagged: self.lagged.clone(),
         };
-        let (handle, (last_seq, catalog)) = match self.attach(&session_id, watcher).await {
-            Ok(attached) => attached,
-            Err(err) => return Dispatched::Now(Err(err.into()), None),
-        };
+        let (handle, (last_seq, catalog)) =
+            match self.attach(&session_id, watcher, params.after_seq).await {
+                Ok(attached) => attached,
+                Err(err) => return Dispatched::Now(Err(err.into()), None),
+            };
         // Events up to last_seq come from the store, later ones from the live queue, which
         // starts draining only after the replay and the answer: no gap, no duplicate.
         if let Some(after_seq) = params.after_seq

@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::SessionActor;
-use crate::agent::AgentSettings;
 use crate::agent::child::{ChildHost, HistoryJournal};
 use crate::agent::event::TaskUpdate;
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
+use crate::agent::{ActorLink, AgentSettings};
 use crate::store::{TaskRow, TaskState};
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::{ChildRunEnd, TaskReport};
@@ -239,6 +239,9 @@ impl SessionActor {
             spool,
             journal,
             self.reports.sender(),
+            ActorLink {
+                actor: self.turns.sender(),
+            },
         ));
         self.children.insert(
             agent_id.clone(),
@@ -334,6 +337,9 @@ impl SessionActor {
             spool,
             journal,
             self.reports.sender(),
+            ActorLink {
+                actor: self.turns.sender(),
+            },
         ));
         tracing::info!(agent_id, "sub-agent reopened from its history");
         self.children.insert(

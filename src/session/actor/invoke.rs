@@ -53,6 +53,7 @@ impl SessionActor {
             prepared,
             arguments,
             cancel: cancel.clone(),
+            approved: options.skip_approval,
         };
         // Its events come back on the same ordered channel as its end, so the caller hears
         // the result only after everything the call said.

@@ -8,6 +8,7 @@
 //! - [`children`](self::children): sub-agents.
 //! - [`mcp`](self::mcp): the session's own MCP servers.
 
+mod approvals;
 mod children;
 mod events;
 mod invoke;
@@ -63,6 +64,8 @@ pub(crate) struct ActorSetup {
     /// The `scope = "server"` MCP servers, whose tools came with the base registry; the
     /// session follows their tool lists.
     pub shared_mcp: Vec<Arc<McpServer>>,
+    /// The session's approval rules and grants.
+    pub approvals: Arc<crate::agent::approval::Approvals>,
 }
 
 /// The turn a session is running.
@@ -122,6 +125,9 @@ pub(crate) struct SessionActor {
     /// Servers whose tools were listed again.
     mcp_relisted: LazyChannel<Arc<McpServer>>,
     shared_mcp: Vec<Arc<McpServer>>,
+    approvals: Arc<crate::agent::approval::Approvals>,
+    /// Calls waiting for a person's decision, by approval id.
+    pending_approvals: HashMap<String, approvals::PendingApproval>,
 }
 
 impl SessionActor {
@@ -169,6 +175,8 @@ impl SessionActor {
             mcp_started: LazyChannel::default(),
             mcp_relisted: LazyChannel::default(),
             shared_mcp: setup.shared_mcp,
+            approvals: setup.approvals,
+            pending_approvals: HashMap::new(),
         }
     }
 
@@ -232,7 +240,12 @@ impl SessionActor {
 
     async fn handle(&mut self, command: Command) {
         match command {
-            Command::Attach { watcher, reply } => {
+            Command::Attach {
+                watcher,
+                after_seq,
+                reply,
+            } => {
+                self.send_pending_approvals(&watcher, after_seq);
                 self.watchers.push(watcher);
                 let _ = reply.send((self.last_seq, self.registry.catalog()));
             }
@@ -270,6 +283,14 @@ impl SessionActor {
                     let _ = reply.send(false);
                 }
             },
+            Command::RespondApproval {
+                approval_id,
+                answer,
+                reply,
+            } => {
+                let outcome = self.respond_approval(approval_id, answer).await;
+                let _ = reply.send(outcome);
+            }
             Command::Steer {
                 turn_id,
                 input,
@@ -323,6 +344,7 @@ impl SessionActor {
             ledger: self.ledger.clone(),
             labels,
             metrics: Arc::clone(&self.metrics),
+            approvals: Arc::clone(&self.approvals),
         }
     }
 

@@ -39,6 +39,8 @@ impl SessionActor {
         // A task outlives the batch that started it, so it stays out of the batch rule.
         scope.exclusivity = None;
         let run = Call {
+            // A spawn_only call was approved before it was handed over.
+            approved: true,
             tool_call_id: tool_call_id.clone(),
             prepared: call,
             arguments,

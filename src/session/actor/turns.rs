@@ -125,6 +125,14 @@ impl SessionActor {
             TurnRequest::Remember { message, reply } => {
                 let _ = reply.send(self.remember(&message).await);
             }
+            TurnRequest::Approval(asked) => {
+                let (ask, reply) = *asked;
+                self.on_approval_asked(ask, reply).await;
+            }
+            TurnRequest::ApprovalWithdrawn {
+                approval_id,
+                reason,
+            } => self.on_approval_withdrawn(approval_id, reason).await,
             TurnRequest::Invoked(invoked) => {
                 let (tool_call_id, result) = *invoked;
                 self.on_invoked(tool_call_id, result).await;

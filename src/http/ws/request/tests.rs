@@ -42,7 +42,9 @@ fn method_of(request: &Request) -> &'static str {
         Request::ToolList(_) => "tool/list",
         Request::TurnStart(_) => "turn/start",
         Request::TurnInterrupt(_) => "turn/interrupt",
+        Request::TurnSteer(_) => "turn/steer",
         Request::UserInputRespond(_) => "user_input/respond",
+        Request::ApprovalRespond(_) => "approval/respond",
         Request::TaskList(_) => "task/list",
         Request::TaskOutputRead(_) => "task/output/read",
         Request::TaskCancel(_) => "task/cancel",
@@ -64,8 +66,16 @@ fn every_method_reads_as_its_variant() {
         ),
         ("turn/interrupt", session.clone()),
         (
+            "turn/steer",
+            json!({"session_id": "s1", "turn_id": "t1", "input": [{"kind": "text", "text": "more"}]}),
+        ),
+        (
             "user_input/respond",
             json!({"session_id": "s1", "request_id": "r1", "answers": {"q": "a"}}),
+        ),
+        (
+            "approval/respond",
+            json!({"session_id": "s1", "approval_id": "a1", "decision": "accept_for_session"}),
         ),
         ("task/list", session),
         ("task/output/read", task.clone()),
@@ -80,9 +90,15 @@ fn every_method_reads_as_its_variant() {
             Request::SessionOpen(p) => {
                 p.session_id.is_none() && p.cwd.is_none() && p.after_seq.is_none()
             }
-            Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null(),
+            Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null() && !p.skip_approval,
             Request::TurnStart(p) => p.text().unwrap() == "hi" && p.turn_id.is_none(),
+            Request::TurnSteer(p) => p.text().unwrap() == "more" && p.turn_id == "t1",
             Request::UserInputRespond(p) => p.request_id == "r1" && p.answers == json!({"q": "a"}),
+            Request::ApprovalRespond(p) => {
+                p.approval_id == "a1"
+                    && p.decision == crate::agent::approval::Decision::AcceptForSession
+                    && p.message.is_none()
+            }
             Request::ToolList(p) | Request::TurnInterrupt(p) | Request::TaskList(p) => {
                 p.session_id == "s1"
             }
