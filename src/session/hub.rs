@@ -195,11 +195,87 @@ impl Sessions {
                 user_name: caller.user.clone(),
                 cwd: rel.to_string_lossy().into_owned(),
                 title: None,
+                parent_session_id: None,
             })
             .await?;
         self.inner.metrics.sessions_created.inc();
         let handle = self.load(&row).await?;
         Ok((handle, row))
+    }
+
+    /// Forks the caller's session `source_id`: a new session whose events and history are the
+    /// source's up to event `up_to_seq` (default: all), rounded down to a point where no turn
+    /// was running, so no tool batch is cut in two. It works in the source's directory unless
+    /// `cwd` names another. The source is untouched.
+    pub async fn fork(
+        &self,
+        caller: &Caller,
+        source_id: &str,
+        up_to_seq: Option<i64>,
+        cwd: Option<&str>,
+    ) -> Result<SessionRow, SessionError> {
+        let source = self.row(caller, source_id).await?;
+        if up_to_seq.is_some_and(|seq| seq < 0) {
+            return Err(SessionError::InvalidParams(
+                "up_to_seq must be 0 or more".into(),
+            ));
+        }
+        let wanted = up_to_seq.unwrap_or(source.last_seq).min(source.last_seq);
+        let cut = self.turn_boundary(source_id, wanted).await?;
+        let cwd = match cwd {
+            Some(cwd) => {
+                let root = self.user_root(caller);
+                let rel = fs_safe::resolve_path(&root, cwd)
+                    .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))?;
+                prepare_dir(&self.inner.config.workspace, &root, &rel)?;
+                rel.to_string_lossy().into_owned()
+            }
+            None => source.cwd.clone(),
+        };
+        let row = self
+            .inner
+            .store
+            .fork_session(
+                &NewSession {
+                    session_id: uuid::Uuid::new_v4().to_string(),
+                    user_name: caller.user.clone(),
+                    cwd,
+                    title: source.title.clone(),
+                    parent_session_id: Some(source.session_id),
+                },
+                cut,
+            )
+            .await?;
+        self.inner.metrics.sessions_created.inc();
+        Ok(row)
+    }
+
+    /// The last seq at or before `wanted` at which no turn of the session was running.
+    async fn turn_boundary(&self, session_id: &str, wanted: i64) -> Result<i64, SessionError> {
+        const PAGE: i64 = 500;
+        let (mut cursor, mut boundary, mut turn_open) = (0, 0, false);
+        while cursor < wanted {
+            let page = self
+                .inner
+                .store
+                .events_after(session_id, cursor, PAGE.min(wanted - cursor))
+                .await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            cursor = last.seq;
+            for event in page.iter().filter(|event| event.seq <= wanted) {
+                match event.method.as_str() {
+                    "turn/started" => turn_open = true,
+                    "turn/completed" | "turn/error" => turn_open = false,
+                    _ => {}
+                }
+                if !turn_open {
+                    boundary = event.seq;
+                }
+            }
+        }
+        Ok(boundary)
     }
 
     /// The caller's session row, or `UnknownSession` (also for another user's session).

@@ -173,8 +173,13 @@ async fn commit_batch(store: &dyn Store, writes: &[Write]) -> StoreResult<Vec<i6
             Write::Message {
                 session_id,
                 message,
+                event_seq,
             },
-        ] => Ok(vec![store.append_message(session_id, message).await?]),
+        ] => Ok(vec![
+            store
+                .append_message(session_id, message, *event_seq)
+                .await?,
+        ]),
         [Write::Cost(row)] => {
             store.insert_cost_row(row).await?;
             Ok(vec![0])
@@ -237,16 +242,26 @@ impl Store for GroupCommit {
         self.inner.events_after(session_id, after_seq, limit).await
     }
 
-    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
+    async fn append_message(
+        &self,
+        session_id: &str,
+        message: &Value,
+        event_seq: i64,
+    ) -> StoreResult<i64> {
         self.commit(Write::Message {
             session_id: session_id.to_owned(),
             message: message.clone(),
+            event_seq,
         })
         .await
     }
 
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
         self.inner.messages(session_id).await
+    }
+
+    async fn fork_session(&self, new: &NewSession, up_to_seq: i64) -> StoreResult<SessionRow> {
+        self.inner.fork_session(new, up_to_seq).await
     }
 
     async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {

@@ -105,6 +105,8 @@ pub struct NewSession {
     pub cwd: String,
     /// A title, if one is known at creation.
     pub title: Option<String>,
+    /// The session it is forked from, for a fork.
+    pub parent_session_id: Option<String>,
 }
 
 /// One session as stored; serialises as the REST `sessions` entries.
@@ -126,6 +128,8 @@ pub struct SessionRow {
     pub updated_at: OffsetDateTime,
     /// The highest event `seq` stored; 0 before the first event.
     pub last_seq: i64,
+    /// The session it was forked from, for a fork (until that one is deleted).
+    pub parent_session_id: Option<String>,
 }
 
 /// One persisted notification, the unit of replay.
@@ -185,6 +189,8 @@ pub enum Write {
         session_id: String,
         /// The message.
         message: Value,
+        /// The event seq the session had reached when it was written.
+        event_seq: i64,
     },
     /// One cost row, as [`Store::insert_cost_row`].
     Cost(CostRow),
@@ -392,10 +398,22 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<EventRow>>;
 
     /// Appends a message of the model-facing history; returns its 0-based index in the session.
-    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64>;
+    /// `event_seq` is the seq of the session's last event before the message (committed or
+    /// about to be), which a fork cuts the history by.
+    async fn append_message(
+        &self,
+        session_id: &str,
+        message: &Value,
+        event_seq: i64,
+    ) -> StoreResult<i64>;
 
     /// The session's model-facing history, in order.
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>>;
+
+    /// Creates `new` (its `parent_session_id` names the source) as a copy of the source up to
+    /// event `up_to_seq`: its events (renumbered into nothing; the seqs stay, `session_id` in
+    /// their params is the fork's) and the history messages written by then. One transaction.
+    async fn fork_session(&self, new: &NewSession, up_to_seq: i64) -> StoreResult<SessionRow>;
 
     /// Inserts a task, or updates the mutable fields (state, exit_code, reason, total_bytes,
     /// output_path, finished_at) of an existing one. `NotFound` if its session does not exist.

@@ -153,13 +153,14 @@ impl Store for PostgresStore {
         let title = opt_text(&new.title);
         let insert = sqlx::query(
             "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-             last_seq) VALUES ($1, $2, $3, $4, $5, $5, 0)",
+             last_seq, parent_session_id) VALUES ($1, $2, $3, $4, $5, $5, 0, $6)",
         )
         .bind(without_nul(&new.session_id))
         .bind(&user_name)
         .bind(&title)
         .bind(without_nul(&new.cwd))
-        .bind(now);
+        .bind(now)
+        .bind(opt_text(&new.parent_session_id));
         match &user_name {
             // Without a user the session is one statement, in autocommit.
             None => {
@@ -188,7 +189,61 @@ impl Store for PostgresStore {
             created_at: now,
             updated_at: now,
             last_seq: 0,
+            parent_session_id: new.parent_session_id.clone(),
         })
+    }
+
+    async fn fork_session(&self, new: &NewSession, up_to_seq: i64) -> StoreResult<SessionRow> {
+        let source = new
+            .parent_session_id
+            .as_deref()
+            .ok_or_else(|| StoreError::NotFound("a fork names its source session".into()))?;
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query(
+            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
+             last_seq, parent_session_id) VALUES ($1, $2, $3, $4, $5, $5, 0, $6)",
+        )
+        .bind(without_nul(&new.session_id))
+        .bind(opt_text(&new.user_name))
+        .bind(opt_text(&new.title))
+        .bind(without_nul(&new.cwd))
+        .bind(timestamp_now())
+        .bind(without_nul(source))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        // In seq order, which the trigger keeping last_seq demands.
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, method, params, created_at) \
+             SELECT $1, seq, method, jsonb_set(params, '{session_id}', to_jsonb($1::text)), \
+             created_at FROM events WHERE session_id = $2 AND seq <= $3 ORDER BY seq",
+        )
+        .bind(without_nul(&new.session_id))
+        .bind(without_nul(source))
+        .bind(up_to_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        sqlx::query(
+            "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
+             SELECT $1, idx, message, created_at, event_seq FROM messages \
+             WHERE session_id = $2 AND event_seq <= $3",
+        )
+        .bind(without_nul(&new.session_id))
+        .bind(without_nul(source))
+        .bind(up_to_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1");
+        let row = sqlx::query(&sql)
+            .bind(without_nul(&new.session_id))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = session_row(&row)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(row)
     }
 
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
@@ -272,8 +327,13 @@ impl Store for PostgresStore {
         rows.iter().map(event_row).collect()
     }
 
-    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
-        insert_message(&self.pool, session_id, message).await
+    async fn append_message(
+        &self,
+        session_id: &str,
+        message: &Value,
+        event_seq: i64,
+    ) -> StoreResult<i64> {
+        insert_message(&self.pool, session_id, message, event_seq).await
     }
 
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
@@ -363,7 +423,8 @@ impl Store for PostgresStore {
                 Write::Message {
                     session_id,
                     message,
-                } => insert_message(&mut *tx, session_id, message).await?,
+                    event_seq,
+                } => insert_message(&mut *tx, session_id, message, *event_seq).await?,
                 Write::Cost(row) => {
                     insert_cost(&mut *tx, row).await?;
                     0
@@ -445,18 +506,24 @@ where
 }
 
 /// Appends one message of a session's history; returns its index.
-async fn insert_message<'c, E>(executor: E, session_id: &str, message: &Value) -> StoreResult<i64>
+async fn insert_message<'c, E>(
+    executor: E,
+    session_id: &str,
+    message: &Value,
+    event_seq: i64,
+) -> StoreResult<i64>
 where
     E: sqlx::Executor<'c, Database = sqlx::Postgres>,
 {
     sqlx::query_scalar(
-        "INSERT INTO messages (session_id, idx, message, created_at) \
-         SELECT $1, COALESCE(MAX(idx) + 1, 0), $2, $3 FROM messages WHERE session_id = $1 \
+        "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
+         SELECT $1, COALESCE(MAX(idx) + 1, 0), $2, $3, $4 FROM messages WHERE session_id = $1 \
          RETURNING idx",
     )
     .bind(without_nul(session_id))
     .bind(Json(json_without_nul(message).as_ref()))
     .bind(timestamp_now())
+    .bind(event_seq)
     .fetch_one(executor)
     .await
     .map_err(db_error)

@@ -188,18 +188,24 @@ fn get_json(row: &SqliteRow, column: &str) -> StoreResult<Value> {
 }
 
 /// Appends one message of a session's history; returns its index.
-async fn insert_message<'c, E>(executor: E, session_id: &str, message: &Value) -> StoreResult<i64>
+async fn insert_message<'c, E>(
+    executor: E,
+    session_id: &str,
+    message: &Value,
+    event_seq: i64,
+) -> StoreResult<i64>
 where
     E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
 {
     sqlx::query_scalar(
-        "INSERT INTO messages (session_id, idx, message, created_at) \
-         SELECT ?, COALESCE(MAX(idx) + 1, 0), ?, ? FROM messages WHERE session_id = ? \
+        "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
+         SELECT ?, COALESCE(MAX(idx) + 1, 0), ?, ?, ? FROM messages WHERE session_id = ? \
          RETURNING idx",
     )
     .bind(session_id)
     .bind(json_text(message)?)
     .bind(ts(timestamp_now())?)
+    .bind(event_seq)
     .bind(session_id)
     .fetch_one(executor)
     .await
@@ -329,14 +335,15 @@ impl Store for SqliteStore {
         let now_text = ts(now)?;
         let insert = sqlx::query(
             "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-             last_seq) VALUES (?, ?, ?, ?, ?, ?, 0)",
+             last_seq, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
         )
         .bind(&new.session_id)
         .bind(&new.user_name)
         .bind(&new.title)
         .bind(&new.cwd)
         .bind(&now_text)
-        .bind(&now_text);
+        .bind(&now_text)
+        .bind(&new.parent_session_id);
         match &new.user_name {
             // Without a user the session is one statement, in autocommit.
             None => {
@@ -365,7 +372,64 @@ impl Store for SqliteStore {
             created_at: now,
             updated_at: now,
             last_seq: 0,
+            parent_session_id: new.parent_session_id.clone(),
         })
+    }
+
+    async fn fork_session(&self, new: &NewSession, up_to_seq: i64) -> StoreResult<SessionRow> {
+        let source = new
+            .parent_session_id
+            .as_deref()
+            .ok_or_else(|| StoreError::NotFound("a fork names its source session".into()))?;
+        let now_text = ts(timestamp_now())?;
+        let mut tx = self.writer.begin().await.map_err(db_error)?;
+        sqlx::query(
+            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
+             last_seq, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+        )
+        .bind(&new.session_id)
+        .bind(&new.user_name)
+        .bind(&new.title)
+        .bind(&new.cwd)
+        .bind(&now_text)
+        .bind(&now_text)
+        .bind(source)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        // In seq order, which the trigger keeping last_seq demands.
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, method, params, created_at) \
+             SELECT ?, seq, method, json_set(params, '$.session_id', ?), created_at FROM events \
+             WHERE session_id = ? AND seq <= ? ORDER BY seq",
+        )
+        .bind(&new.session_id)
+        .bind(&new.session_id)
+        .bind(source)
+        .bind(up_to_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        sqlx::query(
+            "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
+             SELECT ?, idx, message, created_at, event_seq FROM messages \
+             WHERE session_id = ? AND event_seq <= ?",
+        )
+        .bind(&new.session_id)
+        .bind(source)
+        .bind(up_to_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?");
+        let row = sqlx::query(&sql)
+            .bind(&new.session_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let row = session_row(&row)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(row)
     }
 
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
@@ -456,8 +520,13 @@ impl Store for SqliteStore {
         rows.iter().map(event_row).collect()
     }
 
-    async fn append_message(&self, session_id: &str, message: &Value) -> StoreResult<i64> {
-        insert_message(&self.writer, session_id, message).await
+    async fn append_message(
+        &self,
+        session_id: &str,
+        message: &Value,
+        event_seq: i64,
+    ) -> StoreResult<i64> {
+        insert_message(&self.writer, session_id, message, event_seq).await
     }
 
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
@@ -550,7 +619,8 @@ impl Store for SqliteStore {
                 Write::Message {
                     session_id,
                     message,
-                } => insert_message(&mut *tx, session_id, message).await?,
+                    event_seq,
+                } => insert_message(&mut *tx, session_id, message, *event_seq).await?,
                 Write::Cost(row) => {
                     insert_cost(&mut *tx, row).await?;
                     0

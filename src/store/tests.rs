@@ -133,6 +133,7 @@ store_cases!(
     a_batch_of_many_sessions_lands_in_order_or_not_at_all,
     group_commit_answers_each_write_of_a_failing_batch_alone,
     write_all_is_one_transaction,
+    a_fork_copies_events_and_messages_up_to_the_cut,
 );
 
 fn new_session(id: &str, user: Option<&str>) -> NewSession {
@@ -141,6 +142,7 @@ fn new_session(id: &str, user: Option<&str>) -> NewSession {
         user_name: user.map(str::to_owned),
         cwd: "project".to_owned(),
         title: None,
+        parent_session_id: None,
     }
 }
 
@@ -215,7 +217,7 @@ async fn data_survives_reconnecting(store: Arc<dyn Store>, reopen: Reopen) {
         .await
         .expect("append");
     store
-        .append_message("s1", &json!({"role": "user", "content": "hi"}))
+        .append_message("s1", &json!({"role": "user", "content": "hi"}), 0)
         .await
         .expect("message");
     let task_row = task("task-1", "s1", TaskState::Completed, timestamp_now());
@@ -341,7 +343,7 @@ async fn deleting_a_session_cascades(store: Arc<dyn Store>, _: Reopen) {
             .await
             .expect("event");
         store
-            .append_message(id, &json!({"role": "user"}))
+            .append_message(id, &json!({"role": "user"}), 0)
             .await
             .expect("message");
         store
@@ -544,12 +546,15 @@ async fn messages_round_trip_in_order(store: Arc<dyn Store>, _: Reopen) {
         json!({"role": "tool", "tool_call_id": "c1", "content": "a.txt\nb.txt"}),
     ];
     for (expected, message) in history.iter().enumerate() {
-        let idx = store.append_message("s1", message).await.expect("append");
+        let idx = store
+            .append_message("s1", message, 0)
+            .await
+            .expect("append");
         assert_eq!(idx, i64::try_from(expected).expect("small index"));
     }
     assert_eq!(
         store
-            .append_message("s2", &json!({"role": "user"}))
+            .append_message("s2", &json!({"role": "user"}), 0)
             .await
             .expect("other session starts at 0"),
         0
@@ -557,7 +562,7 @@ async fn messages_round_trip_in_order(store: Arc<dyn Store>, _: Reopen) {
     assert_eq!(store.messages("s1").await.expect("messages"), history);
     assert!(store.messages("missing").await.expect("none").is_empty());
     let err = store
-        .append_message("missing", &json!({}))
+        .append_message("missing", &json!({}), 0)
         .await
         .expect_err("missing session");
     assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
@@ -739,7 +744,10 @@ async fn json_round_trips_exactly(store: Arc<dyn Store>, _: Reopen) {
     assert_eq!(read[0].params, params);
     // Scalars and arrays are valid top-level documents too.
     for message in [json!("just a string"), json!([1, "two", 3.5]), json!(null)] {
-        store.append_message("s1", &message).await.expect("append");
+        store
+            .append_message("s1", &message, 0)
+            .await
+            .expect("append");
     }
     assert_eq!(
         store.messages("s1").await.expect("messages"),
@@ -793,7 +801,7 @@ async fn concurrent_appends_to_many_sessions_all_land(store: Arc<dyn Store>, _: 
                     .await
                     .expect("append");
                 store
-                    .append_message(&id, &json!({"seq": seq}))
+                    .append_message(&id, &json!({"seq": seq}), 0)
                     .await
                     .expect("message");
             }
@@ -931,7 +939,7 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
                     .await
                     .expect("append");
                 let idx = grouped
-                    .append_message(&id, &json!({"seq": seq}))
+                    .append_message(&id, &json!({"seq": seq}), 0)
                     .await
                     .expect("message");
                 assert_eq!(idx, seq - 1);
@@ -993,7 +1001,7 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
                 let cost_row = cost(&id, "agent", timestamp_now());
                 let (events, idx, cost_row) = tokio::join!(
                     grouped.append_events(&new_event),
-                    grouped.append_message(&id, &message),
+                    grouped.append_message(&id, &message, 0),
                     grouped.insert_cost_row(&cost_row),
                 );
                 events.expect("batched event");
@@ -1051,11 +1059,13 @@ async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
         super::Write::Message {
             session_id: "s1".into(),
             message: json!({"role": "user"}),
+            event_seq: 0,
         },
         super::Write::Events(vec![event("s1", 1), event("s1", 2)]),
         super::Write::Message {
             session_id: "s1".into(),
             message: json!({"role": "assistant"}),
+            event_seq: 0,
         },
         super::Write::Cost(cost("s1", "agent", timestamp_now())),
     ];
@@ -1070,6 +1080,7 @@ async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
         super::Write::Message {
             session_id: "s1".into(),
             message: json!({"role": "user"}),
+            event_seq: 0,
         },
         super::Write::Cost(cost("missing", "agent", timestamp_now())),
     ];
@@ -1210,13 +1221,14 @@ fn rows_serialise_as_the_contract_shapes() {
         created_at: at(0),
         updated_at: at(0) + time::Duration::microseconds(7),
         last_seq: 3,
+        parent_session_id: Some("s0".to_owned()),
     };
     assert_eq!(
         serde_json::to_value(&session).expect("session json"),
         json!({
             "session_id": "s1", "user_name": null, "title": "T", "cwd": "project",
             "created_at": "2027-01-15T08:00:00Z", "updated_at": "2027-01-15T08:00:00.000007Z",
-            "last_seq": 3,
+            "last_seq": 3, "parent_session_id": "s0",
         })
     );
 }
@@ -1230,4 +1242,66 @@ fn timestamps_are_truncated_to_microseconds_in_utc() {
     assert_eq!(truncated.offset(), time::UtcOffset::UTC);
     assert_eq!(truncated.unix_timestamp_nanos(), 1_800_000_000_123_456_000);
     assert_eq!(timestamp_now().nanosecond() % 1_000, 0);
+}
+
+async fn a_fork_copies_events_and_messages_up_to_the_cut(store: Arc<dyn Store>, _: Reopen) {
+    store
+        .create_session(&new_session("src", Some("alice")))
+        .await
+        .expect("create");
+    for seq in 1..=4 {
+        let params = json!({"session_id": "src", "seq": seq});
+        store
+            .append_event("src", seq, "message/delta", &params)
+            .await
+            .expect("event");
+        store
+            .append_message("src", &json!({"n": seq}), seq)
+            .await
+            .expect("message");
+    }
+    let fork = store
+        .fork_session(
+            &NewSession {
+                parent_session_id: Some("src".into()),
+                ..new_session("fork", Some("alice"))
+            },
+            2,
+        )
+        .await
+        .expect("fork");
+    assert_eq!(fork.parent_session_id.as_deref(), Some("src"));
+    assert_eq!(fork.last_seq, 2);
+    let events = store.events_after("fork", 0, 10).await.expect("events");
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [1, 2]);
+    assert!(
+        events
+            .iter()
+            .all(|e| e.params["session_id"] == "fork" && e.session_id == "fork")
+    );
+    assert_eq!(events[1].params["seq"], 2);
+    assert_eq!(
+        store.messages("fork").await.expect("messages"),
+        [json!({"n": 1}), json!({"n": 2})]
+    );
+    // The fork goes on from there; the source is untouched.
+    store
+        .append_message("fork", &json!({"n": "next"}), 2)
+        .await
+        .expect("append to the fork");
+    assert_eq!(store.messages("src").await.expect("source").len(), 4);
+    assert_eq!(
+        store
+            .get_session("src")
+            .await
+            .expect("get")
+            .expect("source")
+            .last_seq,
+        4
+    );
+    // Deleting the source leaves the fork, without its parent.
+    store.delete_session("src").await.expect("delete");
+    let orphan = store.get_session("fork").await.expect("get").expect("fork");
+    assert_eq!(orphan.parent_session_id, None);
 }

@@ -411,3 +411,149 @@ async fn a_model_call_waits_for_approval_and_an_interrupt_declines_it() {
     assert_eq!(ended[0]["code"], "interrupted");
     assert!(app.workspace().join("kept").exists());
 }
+
+#[tokio::test]
+async fn a_sub_agents_approval_is_asked_of_the_parents_clients_naming_the_child() {
+    let script = Script::route(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let opener = messages
+            .iter()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        let last = messages.last().unwrap();
+        if opener == "write the note" {
+            return if last["role"] == "user" {
+                Reply::tool_calls(vec![ScriptedCall::whole(
+                    "c1",
+                    "write_file",
+                    &json!({"path": "note.txt", "content": "from the child\n"}),
+                )])
+            } else {
+                Reply::text(&["child done"])
+            };
+        }
+        match last["tool_call_id"].as_str() {
+            None => Reply::tool_calls(vec![ScriptedCall::whole(
+                "p1",
+                "spawn_agent",
+                &json!({"message": "write the note"}),
+            )]),
+            Some("p1") => {
+                Reply::tool_calls(vec![ScriptedCall::whole("p2", "wait_agent", &json!({}))])
+            }
+            Some(_) => Reply::text(&["parent done"]),
+        }
+    });
+    let mock = MockLlm::start(script).await;
+    let app = TestApp::spawn_with(|c| {
+        with_model(&mock)(c);
+        c.tool_policy.ask = vec!["write_file".into()];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": text_input("delegate")}),
+    )
+    .await;
+    let asked = ws.notification("approval/requested").await;
+    assert_eq!(asked["tool_name"], "write_file", "{asked}");
+    assert_eq!(asked["tool_call_id"], "c1");
+    let agent_id = asked["agent_id"].as_str().expect("names the child");
+    assert!(!agent_id.is_empty());
+    assert!(!app.workspace().join("note.txt").exists());
+    ws.result(
+        "approval/respond",
+        json!({"session_id": session, "approval_id": asked["approval_id"], "decision": "accept"}),
+    )
+    .await;
+    ws.notification("turn/completed").await;
+    assert_eq!(
+        std::fs::read_to_string(app.workspace().join("note.txt")).unwrap(),
+        "from the child\n"
+    );
+}
+
+#[tokio::test]
+async fn a_fork_carries_the_history_up_to_the_fork_point_and_no_further() {
+    let mock = MockLlm::start(Script::route(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let last = messages.last().unwrap()["content"]
+            .as_str()
+            .unwrap_or_default();
+        Reply::text(&[&format!("answer to {last}")])
+    }))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let mut ws = app.ws().await;
+    let source = ws.open().await;
+    let (first_notes, _) = super::agent::run_turn(&mut ws, &source, "first").await;
+    let first_end = first_notes.last().unwrap()["params"]["seq"]
+        .as_i64()
+        .unwrap();
+    super::agent::run_turn(&mut ws, &source, "second").await;
+
+    // A point inside the second turn rounds down to the end of the first.
+    let forked = ws
+        .result(
+            "session/fork",
+            json!({"session_id": source, "up_to_seq": first_end + 1}),
+        )
+        .await;
+    let fork = forked["session_id"].as_str().unwrap().to_string();
+    assert_ne!(fork, source);
+    assert_eq!(forked["up_to_seq"], first_end, "{forked}");
+    let row = app.get_json(&format!("/api/sessions/{fork}"), None).await;
+    assert_eq!(row["parent_session_id"], source.as_str(), "{row}");
+    assert_eq!(row["last_seq"], first_end);
+    let source_row = app.get_json(&format!("/api/sessions/{source}"), None).await;
+    assert!(source_row["parent_session_id"].is_null());
+
+    // Its events are the source's, in its own name.
+    let (replayed, opened) = ws
+        .call("session/open", json!({"session_id": fork, "after_seq": 0}))
+        .await;
+    assert_eq!(opened["result"]["resumed"], true, "{opened}");
+    assert_eq!(replayed.len() as i64, first_end);
+    assert!(
+        replayed
+            .iter()
+            .all(|e| e["params"]["session_id"] == fork.as_str())
+    );
+
+    // Its next turn sends the history up to the fork point, not the source's later turns.
+    super::agent::run_turn(&mut ws, &fork, "third").await;
+    let sent = conversation(mock.requests().last().unwrap());
+    let contents: Vec<&str> = sent[1..].iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(contents, ["first", "answer to first", "third"], "{sent:?}");
+    // The source is untouched.
+    let messages = app
+        .get_json(&format!("/api/sessions/{source}/messages"), None)
+        .await;
+    assert_eq!(
+        messages["messages"].as_array().unwrap().len(),
+        4,
+        "{messages}"
+    );
+
+    // By default the whole history goes.
+    let whole = ws
+        .result("session/fork", json!({"session_id": source}))
+        .await;
+    let whole_messages = app
+        .get_json(
+            &format!(
+                "/api/sessions/{}/messages",
+                whole["session_id"].as_str().unwrap()
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(whole_messages["messages"], messages["messages"]);
+    let (_, unknown) = ws
+        .call("session/fork", json!({"session_id": "no-such-session"}))
+        .await;
+    assert_eq!(unknown["error"]["data"]["kind"], "unknown_session");
+}

@@ -32,6 +32,27 @@ impl Connection {
         };
         match request {
             Request::SessionOpen(params) => self.open(params, id).await,
+            Request::SessionFork(params) => {
+                let forked = self
+                    .app
+                    .sessions()
+                    .fork(
+                        &self.caller,
+                        &params.session_id,
+                        params.up_to_seq,
+                        params.cwd.as_deref(),
+                    )
+                    .await
+                    .map(|row| {
+                        json!({
+                            "session_id": row.session_id,
+                            "parent_session_id": row.parent_session_id,
+                            "up_to_seq": row.last_seq,
+                        })
+                    })
+                    .map_err(RpcError::from);
+                Dispatched::Now(forked, None)
+            }
             Request::ToolInvoke(params) => self.invoke(params, id).await,
             Request::ToolList(params) => {
                 self.with_session(&params.session_id, |handle| async move {

@@ -18,6 +18,9 @@ pub(super) enum Request {
     /// `session/open`.
     #[serde(rename = "session/open")]
     SessionOpen(OpenParams),
+    /// `session/fork`.
+    #[serde(rename = "session/fork")]
+    SessionFork(ForkParams),
     /// `tool/invoke`.
     #[serde(rename = "tool/invoke")]
     ToolInvoke(InvokeParams),
@@ -74,6 +77,14 @@ pub(super) struct OpenParams {
     pub session_id: Option<String>,
     pub cwd: Option<String>,
     pub after_seq: Option<i64>,
+}
+
+/// `session/fork`: the session to fork, up to which event, and where the fork works.
+#[derive(Deserialize)]
+pub(super) struct ForkParams {
+    pub session_id: String,
+    pub up_to_seq: Option<i64>,
+    pub cwd: Option<String>,
 }
 
 /// Methods that name only a session.

@@ -190,8 +190,10 @@ impl SessionActor {
             tracing::error!(%err, "history entry does not serialise");
             format!("history entry does not serialise: {err}")
         })?;
+        // The events still lingering get the next seqs; the message comes after them.
+        let event_seq = self.last_seq + self.lingering.len() as i64;
         self.store
-            .append_message(&self.session_id, &value)
+            .append_message(&self.session_id, &value, event_seq)
             .await
             .map(|_| ())
             .map_err(|err| {

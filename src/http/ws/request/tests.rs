@@ -38,6 +38,7 @@ fn params_error<T: DeserializeOwned>(method: &str, params: Value) -> Value {
 fn method_of(request: &Request) -> &'static str {
     match request {
         Request::SessionOpen(_) => "session/open",
+        Request::SessionFork(_) => "session/fork",
         Request::ToolInvoke(_) => "tool/invoke",
         Request::ToolList(_) => "tool/list",
         Request::TurnStart(_) => "turn/start",
@@ -58,6 +59,7 @@ fn every_method_reads_as_its_variant() {
     let task = json!({"session_id": "s1", "task_id": "t1", "mode": "tail", "lines": 3});
     let cases = [
         ("session/open", Value::Null),
+        ("session/fork", json!({"session_id": "s1", "up_to_seq": 7})),
         ("tool/invoke", json!({"session_id": "s1", "name": "read"})),
         ("tool/list", session.clone()),
         (
@@ -87,6 +89,9 @@ fn every_method_reads_as_its_variant() {
         });
         assert_eq!(method_of(&request), method);
         let read = match request {
+            Request::SessionFork(p) => {
+                p.session_id == "s1" && p.up_to_seq == Some(7) && p.cwd.is_none()
+            }
             Request::SessionOpen(p) => {
                 p.session_id.is_none() && p.cwd.is_none() && p.after_seq.is_none()
             }
