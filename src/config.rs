@@ -233,6 +233,23 @@ impl ToolsConfig {
 
 pub use crate::tools::plugin::PluginConfig;
 
+/// `[agent]`: how the turn loop guards itself.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The same call this many times in a row and the model is told; twice as many and the
+    /// turn ends `stuck_in_loop`.
+    pub max_repeated_calls: u32,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_repeated_calls: 3,
+        }
+    }
+}
+
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -271,6 +288,8 @@ pub struct Config {
     pub mcp_servers: Vec<crate::tools::mcp::McpServerConfig>,
     /// `[budget]`.
     pub budget: BudgetConfig,
+    /// `[agent]`.
+    pub agent: AgentConfig,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
     /// The file this configuration was read from, which sandboxed commands must not read.

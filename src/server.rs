@@ -75,6 +75,7 @@ fn agent_settings(config: &Config) -> Result<Option<Arc<AgentSettings>>, Startup
         turn_timeout: Duration::from_secs(config.llm.turn_timeout_secs),
         max_sub_agents: config.llm.max_sub_agents,
         context_window: config.llm.context_window,
+        max_repeated_calls: config.agent.max_repeated_calls,
     })))
 }
 

@@ -178,6 +178,8 @@ pub enum SessionEvent {
         cost_usd: f64,
         /// What the session has cost so far.
         session_cost_usd: f64,
+        /// Why it ended: `completed` (the model answered), `stuck_in_loop`.
+        reason: &'static str,
         /// Cost rows of tools that ran in the foreground of the turn.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         node_costs: Vec<CallCost>,

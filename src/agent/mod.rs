@@ -60,6 +60,8 @@ pub struct AgentSettings {
     pub max_sub_agents: usize,
     /// The model's context window in tokens: prompt and completion together.
     pub context_window: u32,
+    /// Identical calls in a row before the model is told so; twice that ends the turn.
+    pub max_repeated_calls: u32,
 }
 
 impl AgentSettings {
@@ -75,6 +77,7 @@ impl AgentSettings {
             turn_timeout: self.turn_timeout,
             max_sub_agents: self.max_sub_agents,
             context_window: self.context_window,
+            max_repeated_calls: self.max_repeated_calls,
         }
     }
 }

@@ -36,8 +36,45 @@ pub(crate) struct Turn<H: TurnHost> {
 
 /// How a turn ended.
 enum Ending {
-    Completed,
-    Failed { code: &'static str, message: String },
+    /// With `turn/completed`, and its reason.
+    Completed(&'static str),
+    Failed {
+        code: &'static str,
+        message: String,
+    },
+}
+
+/// Counts how many batches in a row were the same calls with the same answers: a model that
+/// repeats itself learns nothing new, and past a limit the turn stops.
+#[derive(Default)]
+struct Repeats {
+    last: Option<u64>,
+    count: u32,
+}
+
+impl Repeats {
+    /// Records one batch; how many times in a row it has now been made.
+    fn observe(&mut self, calls: &[ToolCall], results: &[String]) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for (call, result) in calls.iter().zip(results) {
+            call.name.hash(&mut hasher);
+            // The same arguments however they were spaced.
+            match serde_json::from_str::<Value>(&call.arguments) {
+                Ok(arguments) => arguments.to_string().hash(&mut hasher),
+                Err(_) => call.arguments.hash(&mut hasher),
+            }
+            result.hash(&mut hasher);
+        }
+        let batch = hasher.finish();
+        if self.last == Some(batch) {
+            self.count += 1;
+        } else {
+            self.last = Some(batch);
+            self.count = 1;
+        }
+        self.count
+    }
 }
 
 /// Totals of the model calls one turn made.
@@ -68,19 +105,19 @@ impl<H: TurnHost> Turn<H> {
         let mut outcome = self.turn_loop(&mut spend).await;
         let timed_out = timer.is_finished();
         timer.abort();
-        if timed_out && !matches!(outcome, Ending::Completed) {
+        if timed_out && !matches!(outcome, Ending::Completed(_)) {
             outcome = Ending::Failed {
                 code: "turn_timeout",
                 message: format!("the turn took longer than {} s", timeout.as_secs()),
             };
         }
         let outcome_label = match &outcome {
-            Ending::Completed => "completed",
+            Ending::Completed(reason) => *reason,
             Ending::Failed { code, .. } => code,
         };
         self.metrics.record_turn(outcome_label);
         let event = match outcome {
-            Ending::Completed => {
+            Ending::Completed(reason) => {
                 let node_usd: f64 = spend.node_costs.iter().map(|row| row.actual_usd).sum();
                 SessionEvent::TurnCompleted {
                     turn_id: self.turn_id.clone(),
@@ -88,6 +125,7 @@ impl<H: TurnHost> Turn<H> {
                     tokens_out: spend.tokens_out,
                     cost_usd: spend.cost_usd + node_usd,
                     session_cost_usd: self.scope.ledger.session_cost().await,
+                    reason,
                     node_costs: spend.node_costs,
                 }
             }
@@ -122,6 +160,7 @@ impl<H: TurnHost> Turn<H> {
         {
             return ending;
         }
+        let mut repeats = Repeats::default();
         for _ in 0..self.settings.max_iterations {
             if self.cancel.is_cancelled() {
                 return interrupted();
@@ -195,10 +234,22 @@ impl<H: TurnHost> Turn<H> {
                 return ending;
             }
             if response.tool_calls.is_empty() {
-                return Ending::Completed;
+                return Ending::Completed("completed");
             }
             let results = self.run_batch(&response.tool_calls, spend).await;
-            for (call, content) in response.tool_calls.iter().zip(results) {
+            let repeated = repeats.observe(&response.tool_calls, &results);
+            let limit = self.settings.max_repeated_calls.max(1);
+            let stuck = repeated >= limit.saturating_mul(2);
+            for (call, mut content) in response.tool_calls.iter().zip(results) {
+                if repeated >= limit {
+                    content.push_str(&format!(
+                        "\n\n[agentd] You have now made this same call with the same arguments \
+                         {repeated} times in a row, and it gives the same answer. Do not \
+                         repeat it: change the approach, or stop and tell the user what is in \
+                         the way.{}",
+                        if stuck { " The turn ends here." } else { "" }
+                    ));
+                }
                 let message = ChatMessage::Tool {
                     tool_call_id: call.id.clone(),
                     content,
@@ -209,6 +260,9 @@ impl<H: TurnHost> Turn<H> {
             }
             if self.cancel.is_cancelled() {
                 return interrupted();
+            }
+            if stuck {
+                return Ending::Completed("stuck_in_loop");
             }
         }
         Ending::Failed {

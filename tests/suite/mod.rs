@@ -7,6 +7,7 @@ mod cli;
 mod human;
 mod limits;
 mod llm;
+mod long_sessions;
 mod mcp;
 mod mcp_server;
 mod sandbox;
