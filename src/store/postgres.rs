@@ -151,16 +151,7 @@ impl Store for PostgresStore {
         let now = timestamp_now();
         let user_name = opt_text(&new.user_name);
         let title = opt_text(&new.title);
-        let insert = sqlx::query(
-            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-             last_seq, parent_session_id) VALUES ($1, $2, $3, $4, $5, $5, 0, $6)",
-        )
-        .bind(without_nul(&new.session_id))
-        .bind(&user_name)
-        .bind(&title)
-        .bind(without_nul(&new.cwd))
-        .bind(now)
-        .bind(opt_text(&new.parent_session_id));
+        let insert = session_insert(new, &user_name, &title, now);
         match &user_name {
             // Without a user the session is one statement, in autocommit.
             None => {
@@ -198,20 +189,12 @@ impl Store for PostgresStore {
             .parent_session_id
             .as_deref()
             .ok_or_else(|| StoreError::NotFound("a fork names its source session".into()))?;
+        let (user_name, title) = (opt_text(&new.user_name), opt_text(&new.title));
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        sqlx::query(
-            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-             last_seq, parent_session_id) VALUES ($1, $2, $3, $4, $5, $5, 0, $6)",
-        )
-        .bind(without_nul(&new.session_id))
-        .bind(opt_text(&new.user_name))
-        .bind(opt_text(&new.title))
-        .bind(without_nul(&new.cwd))
-        .bind(timestamp_now())
-        .bind(without_nul(source))
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        session_insert(new, &user_name, &title, timestamp_now())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         // In seq order, which the trigger keeping last_seq demands.
         sqlx::query(
             "INSERT INTO events (session_id, seq, method, params, created_at) \
@@ -527,6 +510,26 @@ where
     .fetch_one(executor)
     .await
     .map_err(db_error)
+}
+
+/// The insert of a new session's row, created (and last updated) at `now`; `user_name` and
+/// `title` as they are stored.
+fn session_insert<'q>(
+    new: &'q NewSession,
+    user_name: &'q Option<String>,
+    title: &'q Option<String>,
+    now: OffsetDateTime,
+) -> sqlx::query::Query<'q, sqlx::Postgres, <sqlx::Postgres as sqlx::Database>::Arguments<'q>> {
+    sqlx::query(
+        "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
+         last_seq, parent_session_id) VALUES ($1, $2, $3, $4, $5, $5, 0, $6)",
+    )
+    .bind(without_nul(&new.session_id))
+    .bind(user_name)
+    .bind(title)
+    .bind(without_nul(&new.cwd))
+    .bind(now)
+    .bind(new.parent_session_id.as_deref().map(without_nul))
 }
 
 /// Records one cost row.

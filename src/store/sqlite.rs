@@ -187,6 +187,24 @@ fn get_json(row: &SqliteRow, column: &str) -> StoreResult<Value> {
     serde_json::from_str(&text).map_err(decode_error)
 }
 
+/// The insert of a new session's row, created (and last updated) at `now_text`.
+fn session_insert<'q>(
+    new: &'q NewSession,
+    now_text: &'q str,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, <sqlx::Sqlite as sqlx::Database>::Arguments<'q>> {
+    sqlx::query(
+        "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
+         last_seq, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+    )
+    .bind(&new.session_id)
+    .bind(&new.user_name)
+    .bind(&new.title)
+    .bind(&new.cwd)
+    .bind(now_text)
+    .bind(now_text)
+    .bind(&new.parent_session_id)
+}
+
 /// Appends one message of a session's history; returns its index.
 async fn insert_message<'c, E>(
     executor: E,
@@ -333,17 +351,7 @@ impl Store for SqliteStore {
     async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
         let now = timestamp_now();
         let now_text = ts(now)?;
-        let insert = sqlx::query(
-            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-             last_seq, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
-        )
-        .bind(&new.session_id)
-        .bind(&new.user_name)
-        .bind(&new.title)
-        .bind(&new.cwd)
-        .bind(&now_text)
-        .bind(&now_text)
-        .bind(&new.parent_session_id);
+        let insert = session_insert(new, &now_text);
         match &new.user_name {
             // Without a user the session is one statement, in autocommit.
             None => {
@@ -383,20 +391,10 @@ impl Store for SqliteStore {
             .ok_or_else(|| StoreError::NotFound("a fork names its source session".into()))?;
         let now_text = ts(timestamp_now())?;
         let mut tx = self.writer.begin().await.map_err(db_error)?;
-        sqlx::query(
-            "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-             last_seq, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
-        )
-        .bind(&new.session_id)
-        .bind(&new.user_name)
-        .bind(&new.title)
-        .bind(&new.cwd)
-        .bind(&now_text)
-        .bind(&now_text)
-        .bind(source)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        session_insert(new, &now_text)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         // In seq order, which the trigger keeping last_seq demands.
         sqlx::query(
             "INSERT INTO events (session_id, seq, method, params, created_at) \

@@ -7,11 +7,10 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use agentd::config::{Config, Secret, UserConfig};
 use serde_json::{Value, json};
 
 use super::mcp::{everything_script, with_everything};
-use crate::support::{TestApp, WsClient};
+use crate::support::{TestApp, WsClient, alice_and_bob};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -30,19 +29,6 @@ fn installed(needed: &std::path::Path, how: &str) -> bool {
         "the MCP server tests need {}: run ./scripts/test, or {how} (or set AGENTD_SKIP_MCP_TESTS=1)",
         needed.display()
     );
-}
-
-fn alice_and_bob(c: &mut Config) {
-    c.server.users = vec![
-        UserConfig {
-            name: "alice".into(),
-            token: Secret::new("alice-token"),
-        },
-        UserConfig {
-            name: "bob".into(),
-            token: Secret::new("bob-token"),
-        },
-    ];
 }
 
 /// Runs a program to its end (at most a minute); its stdout, failing with its stderr.

@@ -6,23 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentd::config::{Config, Secret, UserConfig};
 use serde_json::{Value, json};
 
-use crate::support::{ServerProcess, TestApp, WAIT, WsClient};
-
-fn two_users(c: &mut Config) {
-    c.server.users = vec![
-        UserConfig {
-            name: "alice".into(),
-            token: Secret::new("alice-token"),
-        },
-        UserConfig {
-            name: "bob".into(),
-            token: Secret::new("bob-token"),
-        },
-    ];
-}
+use crate::support::{ServerProcess, TestApp, WAIT, WsClient, alice_and_bob};
 
 /// The layers `/readyz` says are enforced.
 async fn layers(app: &TestApp) -> Vec<String> {
@@ -100,7 +86,7 @@ async fn a_users_commands_reach_only_her_own_files() {
     let config_file = dir.path().join("agentd.toml");
     std::fs::write(&config_file, "# users: alice-token bob-token\n").unwrap();
     let mut config = crate::support::config_in(dir.path());
-    two_users(&mut config);
+    alice_and_bob(&mut config);
     config.file = Some(config_file.clone());
     let app = TestApp::start_in(dir, config).await;
     if !has_layers(

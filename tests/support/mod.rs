@@ -31,6 +31,20 @@ pub struct TestApp {
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// Two users, `alice` and `bob`, with the tokens `alice-token` and `bob-token`.
+pub fn alice_and_bob(c: &mut Config) {
+    c.server.users = vec![
+        agentd::config::UserConfig {
+            name: "alice".into(),
+            token: agentd::config::Secret::new("alice-token"),
+        },
+        agentd::config::UserConfig {
+            name: "bob".into(),
+            token: agentd::config::Secret::new("bob-token"),
+        },
+    ];
+}
+
 /// A config rooted in `dir`: SQLite under `dir/data`, workspace `dir/workspace`.
 pub fn config_in(dir: &Path) -> Config {
     let mut config = Config::default();
