@@ -93,7 +93,13 @@ export class ToolConsole {
     button.disabled = true;
     this.show('running', null, `Running ${name}…`);
     try {
-      const answer = await this.connection.request('tool/invoke', { session_id: this.state.sessionId, name, arguments: args });
+      // The person at the console is the one an approval would ask: no card for their own call.
+      const answer = await this.connection.request('tool/invoke', {
+        session_id: this.state.sessionId,
+        name,
+        arguments: args,
+        skip_approval: true,
+      });
       this.show(answer.success ? 'success' : 'failure', null, answer.output, answer.structured_metadata);
     } catch (err) {
       this.show('error', err.kind, err.message);

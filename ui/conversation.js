@@ -1,6 +1,7 @@
-// The conversation: one entry per turn (the user's text, the model's streamed text as
-// Markdown, a card per tool call, how the turn ended), cards for tool calls made outside a
-// turn, and a note when a background task ends.
+// The conversation: one entry per turn (the user's text and what was steered into it, the
+// model's streamed text as Markdown, a card per tool call, how the turn ended, with a button
+// that forks the session there), cards for tool calls made outside a turn, and a note when a
+// background task ends.
 
 import { h, clear, coalesce, duration, pretty, replace, usd } from './dom.js';
 import { renderMarkdown } from './markdown.js';
@@ -36,11 +37,13 @@ export class Conversation {
    * @param {HTMLElement} list the message list
    * @param {import('./state.js').SessionState} state
    * @param {(taskId: string) => void} revealTask shows a task in the tasks panel
+   * @param {(seq: number) => Promise<void>} forkAt forks the session after the event `seq`
    */
-  constructor(list, state, revealTask) {
+  constructor(list, state, revealTask, forkAt) {
     this.list = list;
     this.state = state;
     this.revealTask = revealTask;
+    this.forkAt = forkAt;
     this.dirty = new Set();
     this.flushText = coalesce(() => this.renderDirty(), 30);
     this.followBottom = true;
@@ -98,7 +101,7 @@ export class Conversation {
     const footer = h('footer', { class: 'turn-footer', testid: 'turn-footer' }, h('span', { class: 'working' }, 'working…'));
     const el = h('li', { class: 'turn', testid: 'turn', dataset: { turnId, state: 'running' } }, user, footer);
     this.list.append(el);
-    entry = { el, user, footer, textBlock: null, hasText: text !== undefined };
+    entry = { el, user, footer, textBlock: null, hasText: text !== undefined, steers: [] };
     this.turns.set(turnId, entry);
     this.turnOrder.push(turnId);
     return entry;
@@ -113,6 +116,37 @@ export class Conversation {
     }
     const entry = this.turn(turnId);
     entry.el.insertBefore(node, entry.footer);
+  }
+
+  /**
+   * Shows text steered into a running turn where the turn is now, as sending until `sent`;
+   * `takeBack` removes it (the steer was refused).
+   */
+  steered(turnId, text) {
+    const entry = this.turn(turnId);
+    // Text still streaming belongs to the model call before the steer: it stays where it is.
+    const el = h('div', { class: 'user-message steer', testid: 'steer-message', dataset: { state: 'sending' }, text });
+    entry.steers.push(el);
+    this.place(turnId, el);
+    this.followBottom = true;
+    this.scrollSoon();
+    return {
+      sent: () => {
+        el.dataset.state = 'sent';
+      },
+      takeBack: () => {
+        el.remove();
+        entry.steers = entry.steers.filter((s) => s !== el);
+      },
+    };
+  }
+
+  /** Shows `node` on the card of the tool call `toolCallId`, or on its own when there is none. */
+  placeForCall(toolCallId, node) {
+    const entry = this.cards.get(toolCallId);
+    if (entry) entry.card.append(node);
+    else this.place(null, node);
+    this.scrollSoon();
   }
 
   textBlock(turnId) {
@@ -295,7 +329,29 @@ export class Conversation {
         h('span', { testid: 'turn-cost', dataset: { usd: String(p.cost_usd ?? 0) } }, usd(p.cost_usd)),
       );
     }
+    if (typeof p.seq === 'number') entry.footer.append(this.forkButton(p.seq));
     if (!entry.hasText) this.refreshUserTexts();
+  }
+
+  /** A button that forks the session with the history up to the event `seq`. */
+  forkButton(seq) {
+    const button = h('button', {
+      type: 'button',
+      class: 'secondary small fork-button',
+      testid: 'fork-turn',
+      dataset: { seq: String(seq) },
+      title: 'Start a new session with the history up to here',
+      text: 'Fork',
+    });
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      try {
+        await this.forkAt(seq);
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return button;
   }
 
   spawnComplete(p) {
@@ -319,6 +375,23 @@ export class Conversation {
     this.scrollSoon();
   }
 
+  /** A steer read from the stored history, after the card of the call it followed. */
+  showStoredSteer(entry, item) {
+    // Turns this page started show their steers already.
+    if (!entry?.storedText) return;
+    if (entry.steers.some((el) => el.dataset.steerAfter === item.afterCall)) return;
+    const card = this.cards.get(item.afterCall)?.card;
+    const el = h('div', {
+      class: 'user-message steer',
+      testid: 'steer-message',
+      dataset: { state: 'sent', steerAfter: item.afterCall },
+      text: item.text,
+    });
+    if (card?.parentElement === entry.el) card.after(el);
+    else entry.el.insertBefore(el, entry.footer);
+    entry.steers.push(el);
+  }
+
   /** Whether some turn still lacks the user's text. */
   missingUserTexts() {
     return this.turnOrder.some((id) => !this.turns.get(id).hasText);
@@ -335,16 +408,32 @@ export class Conversation {
       return;
     }
     if (sessionId !== this.state.sessionId) return;
-    // Each turn stores its input as one user message when it starts, in turn order.
-    const texts = messages
-      .filter((m) => m.role === 'user' && typeof m.content === 'string' && !BACKGROUND_NOTE.test(m.content))
-      .map((m) => m.content);
-    this.turnOrder.forEach((turnId, index) => {
-      const entry = this.turns.get(turnId);
-      if (entry.hasText || texts[index] === undefined) return;
-      entry.user.textContent = texts[index];
+    // Each turn stores its input as one user message when it starts, in turn order. A steer
+    // is a user message too, stored after the tool results of the batch it waited for: while
+    // there are more user messages than turns, one right after a tool result is a steer.
+    const items = [];
+    let previous = null;
+    for (const m of messages) {
+      if (m.role === 'user' && typeof m.content === 'string' && !BACKGROUND_NOTE.test(m.content)) {
+        items.push({ text: m.content, afterCall: previous?.role === 'tool' ? previous.tool_call_id : null });
+      }
+      previous = m;
+    }
+    let excess = items.length - this.turnOrder.length;
+    let index = -1;
+    for (const item of items) {
+      if (item.afterCall && excess > 0 && index >= 0) {
+        excess -= 1;
+        this.showStoredSteer(this.turns.get(this.turnOrder[index]), item);
+        continue;
+      }
+      index += 1;
+      const entry = this.turns.get(this.turnOrder[index]);
+      if (!entry || entry.hasText) continue;
+      entry.user.textContent = item.text;
       entry.user.classList.remove('unknown');
       entry.hasText = true;
-    });
+      entry.storedText = true;
+    }
   }
 }

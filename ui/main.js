@@ -1,7 +1,9 @@
 // The AppUI's entry point: reads the token and the session from the URL, connects, opens the
 // session (a fresh one when the URL names none) and wires the panels to the session state.
-// The session id is kept in the URL (`?session=`), so a reload returns to it.
+// The session id is kept in the URL (`?session=`), so a reload returns to it. The composer
+// starts a turn, or steers the one running.
 
+import { Approvals } from './approvals.js';
 import { storeToken, takeToken, token } from './auth.js';
 import { Connection, socketUrl } from './connection.js';
 import { Conversation } from './conversation.js';
@@ -90,7 +92,13 @@ async function boot() {
   });
 
   const tasks = new Tasks(byTestId('tasks-panel'), state, connection);
-  const conversation = new Conversation(byTestId('messages'), state, (taskId) => tasks.reveal(taskId));
+  const conversation = new Conversation(byTestId('messages'), state, (taskId) => tasks.reveal(taskId), forkAt);
+  const approvals = new Approvals(
+    state,
+    connection,
+    (toolCallId, node) => conversation.placeForCall(toolCallId, node),
+    () => input.focus(),
+  );
   const cost = new Cost(byTestId('cost-panel'), state);
   const plan = new Plan(byTestId('plan-panel'), state);
   const questions = new Questions(byTestId('questions-dialog'), state, connection);
@@ -108,21 +116,22 @@ async function boot() {
   byTestId('banner-console').addEventListener('click', () => toolConsole.focus());
 
   let runningTurn = null;
-  state.on('turn/started', (p) => {
-    runningTurn = p.turn_id;
-    interrupt.hidden = false;
-  });
+  const startPlaceholder = input.placeholder;
+  /** While a turn runs, the composer steers it; the button and placeholder say so. */
+  const showRunning = (turnId) => {
+    runningTurn = turnId;
+    interrupt.hidden = turnId === null;
+    send.textContent = turnId === null ? 'Send' : 'Steer';
+    input.placeholder = turnId === null ? startPlaceholder : 'Steer the running turn — Enter adds this to it';
+  };
+  state.on('turn/started', (p) => showRunning(p.turn_id));
   const turnEnded = (p) => {
-    if (p.turn_id === runningTurn) {
-      runningTurn = null;
-      interrupt.hidden = true;
-    }
+    if (p.turn_id === runningTurn) showRunning(null);
   };
   state.on('turn/completed', turnEnded);
   state.on('turn/error', turnEnded);
   state.on('state/reset', () => {
-    runningTurn = null;
-    interrupt.hidden = true;
+    showRunning(null);
     label.textContent = '';
   });
 
@@ -178,12 +187,54 @@ async function boot() {
     }
   }
 
+  /** Forks the shown session after the event `seq` and shows the fork. */
+  async function forkAt(seq) {
+    const source = state.sessionId;
+    try {
+      const forked = await connection.request('session/fork', { session_id: source, up_to_seq: seq });
+      if (state.sessionId === source) switchTo(forked.session_id, { push: true });
+    } catch (err) {
+      conversation.notice(
+        err.kind === 'method_not_found' ? 'This server cannot fork sessions.' : `The session was not forked: ${err.message}`,
+      );
+    }
+  }
+
   window.addEventListener('popstate', () => switchTo(sessionInUrl(), { push: false }));
+
+  /** Adds the text to the running turn; false when that turn is over already. */
+  async function steer(turnId, text) {
+    const shown = conversation.steered(turnId, text);
+    try {
+      await connection.request('turn/steer', {
+        session_id: state.sessionId,
+        turn_id: turnId,
+        input: [{ kind: 'text', text }],
+      });
+      shown.sent();
+      return true;
+    } catch (err) {
+      shown.takeBack();
+      if (err.kind === 'no_active_turn') return false;
+      throw err;
+    }
+  }
 
   byTestId('composer').addEventListener('submit', async (event) => {
     event.preventDefault();
     const text = input.value.trim();
     if (!text || !state.sessionId) return;
+    if (runningTurn !== null) {
+      input.value = '';
+      try {
+        if (await steer(runningTurn, text)) return;
+      } catch (err) {
+        if (!input.value) input.value = text;
+        conversation.notice(`The message was not added to the turn: ${err.message}`);
+        return;
+      }
+      // The turn ended just before the steer arrived: the text starts the next one instead.
+    }
     const turnId = newTurnId();
     conversation.expectUserText(turnId, text);
     input.value = '';
@@ -218,7 +269,7 @@ async function boot() {
   });
 
   // Exposed for the browser tests and for poking at from the developer console.
-  window.agentd = { connection, state, conversation, tasks, cost, plan, questions, tools, console: toolConsole, sessions };
+  window.agentd = { connection, state, conversation, approvals, tasks, cost, plan, questions, tools, console: toolConsole, sessions };
 
   state.reset(sessionInUrl());
   connection.start();

@@ -69,6 +69,12 @@ export class SessionState {
       return false;
     }
     if (typeof params.seq === 'number') {
+      if (params.seq <= this.lastSeq && message.method === 'approval/requested') {
+        // A request still waiting is sent again on every attach, with its first seq: not a
+        // repeat of the replay. Its listener keeps one card per approval_id.
+        this.emit(message.method, params);
+        return true;
+      }
       if (params.seq <= this.lastSeq) {
         this.repeated += 1;
         return false;

@@ -83,6 +83,11 @@ const ASSETS: &[Asset] = &[
         body: include_str!("../../ui/plan.js"),
     },
     Asset {
+        name: "approvals.js",
+        content_type: JS,
+        body: include_str!("../../ui/approvals.js"),
+    },
+    Asset {
         name: "questions.js",
         content_type: JS,
         body: include_str!("../../ui/questions.js"),

@@ -913,3 +913,322 @@ async fn switching_sessions_and_back_shows_each_whole_history_once() {
     })
     .await;
 }
+
+/// Reads frames until the answer to request `id` arrives, and returns it.
+async fn answer_to(ws: &mut crate::support::WsClient, id: u64) -> Value {
+    loop {
+        let message = ws.next_json().await;
+        if message.get("id") == Some(&json!(id)) {
+            return message;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_waiting_for_approval_is_decided_from_its_card() {
+    let app = TestApp::spawn_with(|c| c.tool_policy.ask = vec!["shell".into()]).await;
+    std::fs::create_dir_all(app.workspace()).unwrap();
+    let url = app.url("/");
+    in_browser("a_command_waiting_for_approval_is_decided_from_its_card", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        let cwd = app.get_json(&format!("/api/sessions/{session}"), None).await["cwd"].clone();
+        let mut ws = app.ws().await;
+        let shell = |command: &str| {
+            json!({"session_id": session, "name": "shell", "arguments": {"command": command}})
+        };
+        let id = ws.send("tool/invoke", shell("echo approved > approved.txt")).await;
+
+        // The card shows what would run and where, inside the call's card, with focus on Accept.
+        let approval_id = b
+            .wait(
+                "the approval card",
+                "document.querySelector('[data-testid=tool-card][data-tool-name=shell] [data-testid=approval-card][data-state=pending]')?.dataset.approvalId",
+            )
+            .await;
+        assert!(approval_id.as_str().unwrap().starts_with("approval_"), "{approval_id}");
+        assert_eq!(
+            b.js("return document.querySelector(tid('approval-command')).textContent").await,
+            "echo approved > approved.txt"
+        );
+        let shown_cwd = b.js("return document.querySelector(tid('approval-cwd')).textContent").await;
+        assert!(!shown_cwd.as_str().unwrap().is_empty(), "{shown_cwd}");
+        if let Some(cwd) = cwd.as_str() {
+            assert!(shown_cwd.as_str().unwrap().ends_with(cwd.trim_start_matches('.')), "{shown_cwd} vs {cwd}");
+        }
+        assert_eq!(
+            b.js("return document.activeElement.dataset.testid").await,
+            "approval-accept",
+            "the keyboard can decide at once"
+        );
+        assert_eq!(
+            b.js("return ['approval-accept', 'approval-accept-session', 'approval-decline'].map((id) => document.querySelector(tid(id)).tagName)").await,
+            json!(["BUTTON", "BUTTON", "BUTTON"])
+        );
+        // Escape goes back to the composer and decides nothing.
+        b.find("[data-testid=approval-accept]")
+            .await
+            .send_keys(&fantoccini::key::Key::Escape.to_string())
+            .await
+            .unwrap();
+        assert_eq!(b.js("return document.activeElement.dataset.testid").await, "composer-input");
+        assert_eq!(
+            b.js("return document.querySelector(tid('approval-card')).dataset.state").await,
+            "pending"
+        );
+        assert!(!app.workspace().join("approved.txt").exists());
+
+        b.click("[data-testid=approval-accept]").await;
+        let answer = answer_to(&mut ws, id).await;
+        assert_eq!(answer["result"]["success"], true, "{answer}");
+        assert_eq!(
+            std::fs::read_to_string(app.workspace().join("approved.txt")).unwrap(),
+            "approved\n"
+        );
+        b.wait(
+            "the accepted card",
+            "document.querySelector('[data-testid=approval-card][data-state=accept]') && !document.querySelector(tid('approval-accept')) && document.querySelector('[data-testid=tool-card][data-tool-name=shell]').dataset.state === 'success'",
+        )
+        .await;
+
+        // A request still waiting is sent again when the page reconnects: it stays one card.
+        let id = ws.send("tool/invoke", shell("echo no > declined.txt")).await;
+        let second = b
+            .wait(
+                "the second card",
+                "document.querySelector('[data-testid=approval-card][data-state=pending]')?.dataset.approvalId",
+            )
+            .await;
+        b.js("window.agentd.connection.dropForTest()").await;
+        b.wait(
+            "the reconnect",
+            "window.agentd.connection.statusLog.filter((s) => s === 'live').length === 2 && window.agentd.connection.status === 'live'",
+        )
+        .await;
+        assert_eq!(
+            b.js(&format!("return $$('[data-testid=approval-card][data-approval-id=\"{}\"]').length", second.as_str().unwrap())).await,
+            1
+        );
+        assert_eq!(b.js("return window.agentd.state.repeated").await, 0);
+
+        // Declining sends the message typed for it.
+        b.fill("[data-testid=approval-card][data-state=pending] [data-testid=approval-message]", "not that file").await;
+        b.click("[data-testid=approval-card][data-state=pending] [data-testid=approval-decline]").await;
+        let answer = answer_to(&mut ws, id).await;
+        assert_eq!(answer["result"]["success"], false, "{answer}");
+        assert_eq!(answer["result"]["structured_metadata"]["error"]["kind"], "declined");
+        assert_eq!(answer["result"]["structured_metadata"]["error"]["message"], "not that file");
+        assert!(!app.workspace().join("declined.txt").exists());
+        b.wait(
+            "the declined card",
+            &format!("document.querySelector('[data-testid=approval-card][data-approval-id=\"{}\"]').dataset.state === 'decline'", second.as_str().unwrap()),
+        )
+        .await;
+
+        // A reload replays both requests with their decisions: nothing waits again.
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+        b.wait(
+            "the history",
+            "$$('[data-testid=tool-card][data-tool-name=shell]').map((c) => c.dataset.state).join() === 'success,failure'",
+        )
+        .await;
+        assert_eq!(b.js("return $$('[data-testid=approval-card][data-state=pending]').length").await, 0);
+        assert_eq!(b.js("return document.activeElement.dataset.testid").await, "composer-input");
+    })
+    .await;
+}
+
+/// Waits until the test releases it: keeps a turn's tool batch in flight.
+struct Waiter(Arc<Notify>);
+
+#[async_trait::async_trait]
+impl Tool for Waiter {
+    fn meta(&self) -> &ToolMeta {
+        static META: LazyLock<ToolMeta> = LazyLock::new(|| {
+            ToolMeta::new(
+                "wait_for_release",
+                "Waits until released.",
+                json!({"type": "object"}),
+            )
+        });
+        &META
+    }
+    async fn call(&self, _ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {
+        self.0.notified().await;
+        Ok(ToolResult::ok("released"))
+    }
+}
+
+#[tokio::test]
+async fn the_composer_steers_a_running_turn() {
+    let release = Arc::new(Notify::new());
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "call_wait",
+            "wait_for_release",
+            &json!({}),
+        )]),
+        Reply::text(&["Steered."]),
+        Reply::text(&["A new turn."]),
+    ]))
+    .await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with_tools(configure, vec![Arc::new(Waiter(release.clone()))]).await;
+    let url = app.url("/");
+    in_browser("the_composer_steers_a_running_turn", async |b| {
+        b.goto(&url).await;
+        b.live_session().await;
+        assert_eq!(b.js("return document.querySelector(tid('send')).textContent").await, "Send");
+        b.fill("[data-testid=composer-input]", "Start the work.").await;
+        b.click("[data-testid=send]").await;
+        b.wait(
+            "the waiting call and a composer that steers",
+            "document.querySelector('[data-testid=tool-card][data-tool-name=wait_for_release][data-state=running]') && document.querySelector(tid('send')).textContent === 'Steer' && document.querySelector(tid('composer-input')).placeholder.startsWith('Steer')",
+        )
+        .await;
+
+        b.fill("[data-testid=composer-input]", "use sqlite, not postgres").await;
+        b.click("[data-testid=send]").await;
+        b.wait(
+            "the steer in the running turn",
+            "document.querySelector('[data-testid=turn][data-state=running] [data-testid=steer-message][data-state=sent]')?.textContent === 'use sqlite, not postgres'",
+        )
+        .await;
+        assert_eq!(mock.request_count(), 1, "the steer waits for the batch");
+        release.notify_one();
+        b.wait("the end of the turn", "$$('[data-testid=turn][data-state=completed]').length === 1").await;
+        let second = &mock.requests()[1];
+        let messages: Vec<(&str, &str)> = second["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            messages.iter().map(|(role, _)| *role).collect::<Vec<_>>(),
+            ["system", "user", "assistant", "tool", "user"],
+            "{messages:?}"
+        );
+        assert_eq!(messages[4].1, "use sqlite, not postgres");
+        assert_eq!(b.js("return document.querySelector(tid('send')).textContent").await, "Send");
+        assert_eq!(
+            b.js("return texts(tid('user-message'))").await,
+            json!(["Start the work."]),
+            "a steer is not a turn of its own"
+        );
+
+        // A turn that ends just as the steer is sent: the text starts the next turn instead.
+        b.js("window.agentd.state.emit('turn/started', { turn_id: 'turn_over_already' })").await;
+        b.wait("a composer that steers", "document.querySelector(tid('send')).textContent === 'Steer'").await;
+        b.fill("[data-testid=composer-input]", "And then?").await;
+        b.click("[data-testid=send]").await;
+        b.wait(
+            "the next turn",
+            "$$('[data-testid=turn][data-state=completed]').length === 2 && texts(tid('user-message')).includes('And then?')",
+        )
+        .await;
+        assert_eq!(b.js("return $$(tid('steer-message')).length").await, 1);
+        let third = &mock.requests()[2];
+        let last = third["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last, json!({"role": "user", "content": "And then?"}));
+
+        // After a reload, the steer shows in its turn, read from the stored conversation.
+        b.client.refresh().await.unwrap();
+        b.live_session().await;
+        let shown = b
+            .wait(
+                "the history with its steer",
+                "texts(tid('user-message')).join('|') === 'Start the work.|And then?' && $$(tid('steer-message')).length === 1 && $$(tid('turn')).map((t) => texts('[data-turn-id=\"' + t.dataset.turnId + '\"] [data-testid=steer-message]').join())",
+            )
+            .await;
+        assert_eq!(shown, json!(["use sqlite, not postgres", ""]));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_finished_turn_forks_into_a_new_session() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text(&["First answer."]),
+        Reply::text(&["Second answer."]),
+        Reply::text(&["An answer in the fork."]),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let url = app.url("/");
+    in_browser("a_finished_turn_forks_into_a_new_session", async |b| {
+        b.goto(&url).await;
+        let source = b.live_session().await;
+        for (n, text) in ["First question", "Second question"].into_iter().enumerate() {
+            b.fill("[data-testid=composer-input]", text).await;
+            b.click("[data-testid=send]").await;
+            b.wait(
+                "the end of the turn",
+                &format!("$$('[data-testid=turn][data-state=completed] [data-testid=fork-turn]').length === {}", n + 1),
+            )
+            .await;
+        }
+        // Each finished turn forks at the seq of its last event.
+        let events = app
+            .get_json(&format!("/api/sessions/{source}/events?after_seq=0"), None)
+            .await;
+        let ends: Vec<Value> = events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["method"] == "turn/completed")
+            .map(|e| e["params"]["seq"].clone())
+            .collect();
+        let seqs = b
+            .js("return $$(tid('fork-turn')).map((button) => Number(button.dataset.seq))")
+            .await;
+        assert_eq!(seqs, json!(ends), "{events}");
+
+        b.click("[data-testid=turn] [data-testid=fork-turn]").await;
+        let fork = b
+            .wait(
+                "the fork",
+                &format!(
+                    "(() => {{ const id = new URL(location.href).searchParams.get('session');
+                       return id && id !== '{source}' && document.querySelector(tid('connection-status')).dataset.status === 'live'
+                         && texts(tid('user-message')).join('|') === 'First question'
+                         && texts(tid('assistant-message')).join('|') === 'First answer.' && id; }})()"
+                ),
+            )
+            .await;
+        let fork = fork.as_str().unwrap().to_string();
+        let row = app.get_json(&format!("/api/sessions/{fork}"), None).await;
+        assert_eq!(row["parent_session_id"], source.as_str(), "{row}");
+        b.wait(
+            "the fork in the session list",
+            &format!(r#"document.querySelector('[data-testid=session-item][data-session-id="{fork}"][aria-current=page]')"#),
+        )
+        .await;
+
+        // The fork goes on from the first turn's history.
+        b.fill("[data-testid=composer-input]", "Go on from here").await;
+        b.click("[data-testid=send]").await;
+        b.wait("the fork's own turn", "$$('[data-testid=turn][data-state=completed]').length === 2").await;
+        let third = &mock.requests()[2];
+        let contents: Vec<&str> = third["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip(1)
+            .map(|m| m["content"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(contents, ["First question", "First answer.", "Go on from here"]);
+
+        // Back returns to the source, whole.
+        b.client.back().await.unwrap();
+        b.wait(
+            "the source again",
+            &format!(
+                "new URL(location.href).searchParams.get('session') === '{source}' && texts(tid('user-message')).join('|') === 'First question|Second question'"
+            ),
+        )
+        .await;
+    })
+    .await;
+}
