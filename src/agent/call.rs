@@ -112,9 +112,7 @@ pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) ->
         arguments: arguments_for_event(&call.arguments),
     })
     .await;
-    if !call.approved
-        && let Some(refused) = approve(host, scope, &call, &name).await
-    {
+    if let Some(refused) = approve(host, scope, &call, &name).await {
         host.emit(ToolCompleted::of(
             scope.turn_id.clone(),
             &call.tool_call_id,
@@ -150,8 +148,9 @@ pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) ->
     result
 }
 
-/// The approval step: `None` when the call may run (no rule asks, or a person accepted), else
-/// the result it ends with (a rule refuses it, or it was declined, timed out or interrupted).
+/// The approval step: `None` when the call may run (no rule asks, a person accepted, or it was
+/// decided already), else the result it ends with (a rule refuses it, or it was declined, timed
+/// out or interrupted). A deny rule refuses even a call decided already.
 async fn approve<H: CallHost>(
     host: &H,
     scope: &CallScope,
@@ -166,6 +165,7 @@ async fn approve<H: CallHost>(
                     .with_metadata(json!({"error": {"kind": "policy_denied"}})),
             );
         }
+        Gate::Ask { .. } if call.approved => return None,
         Gate::Ask { reason, grant } => (reason, grant),
     };
     let approval_id = format!("approval_{}", uuid::Uuid::new_v4().simple());

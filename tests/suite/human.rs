@@ -273,6 +273,41 @@ async fn approvals_accept_decline_and_accept_for_session_on_tool_invoke() {
 }
 
 #[tokio::test]
+async fn a_deny_rule_refuses_even_a_call_that_skips_approval() {
+    let app = TestApp::spawn_with(|c| {
+        c.tool_policy.commands = vec![agentd::tools::approval::CommandRule {
+            prefix: vec!["rm".into()],
+            action: agentd::tools::approval::RuleAction::Deny,
+        }];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    ws.invoke(
+        &session,
+        "write_file",
+        json!({"path": "x", "content": "keep\n"}),
+    )
+    .await;
+    for skip in [false, true] {
+        let (notes, answer) = ws
+            .call(
+                "tool/invoke",
+                json!({"session_id": session, "name": "shell", "arguments": {"command": "rm -f x"}, "skip_approval": skip}),
+            )
+            .await;
+        assert!(of(&notes, "approval/requested").is_empty(), "{notes:?}");
+        let result = &answer["result"];
+        assert_eq!(result["success"], false, "{answer}");
+        assert_eq!(
+            result["structured_metadata"]["error"]["kind"],
+            "policy_denied"
+        );
+        assert!(app.workspace().join("x").exists());
+    }
+}
+
+#[tokio::test]
 async fn an_approval_nobody_answers_is_declined_after_the_timeout() {
     let app = TestApp::spawn_with(|c| {
         asking(c);
