@@ -142,6 +142,8 @@ pub struct LlmConfig {
     pub max_tokens: u32,
     /// The model's context window in tokens.
     pub context_window: u32,
+    /// Share of the context window past which the older conversation is summarised.
+    pub compact_at: f64,
     /// Prices by model id.
     pub pricing: BTreeMap<String, ModelPrice>,
     /// Model calls one turn may make before it stops with `iteration_limit`.
@@ -162,6 +164,7 @@ impl Default for LlmConfig {
             provider: "openai".to_string(),
             max_tokens: 4096,
             context_window: 128_000,
+            compact_at: 0.8,
             pricing: BTreeMap::new(),
             max_iterations: 50,
             turn_timeout_secs: 1800,
@@ -256,6 +259,9 @@ impl Default for AgentConfig {
 pub struct BudgetConfig {
     /// Hard cap in USD per session; calls that would pass it are refused.
     pub session_usd: Option<f64>,
+    /// Most a session may spend in any minute; a turn spending faster ends
+    /// `budget_rate_exceeded`. 0 is off.
+    pub usd_per_minute: f64,
 }
 
 impl From<&LlmConfig> for crate::llm::openai::Endpoint {
@@ -518,7 +524,10 @@ impl Config {
         }
         for (model, price) in &self.llm.pricing {
             let valid = |p: f64| p.is_finite() && p >= 0.0;
-            if !valid(price.input_per_mtok) || !valid(price.output_per_mtok) {
+            if !valid(price.input_per_mtok)
+                || !valid(price.output_per_mtok)
+                || !price.cached_input_per_mtok.is_none_or(valid)
+            {
                 return invalid(format!(
                     "llm.pricing.{model:?}: prices must be non-negative numbers"
                 ));
@@ -572,6 +581,15 @@ impl Config {
         {
             return invalid("budget.session_usd must be a non-negative number".into());
         }
+        if !(self.budget.usd_per_minute.is_finite() && self.budget.usd_per_minute >= 0.0) {
+            return invalid("budget.usd_per_minute must be a non-negative number (0: off)".into());
+        }
+        if !(self.llm.compact_at > 0.0 && self.llm.compact_at <= 1.0) {
+            return invalid(format!(
+                "llm.compact_at must be above 0 and at most 1 (a share of llm.context_window), not {}",
+                self.llm.compact_at
+            ));
+        }
         Ok(())
     }
 }
@@ -611,6 +629,8 @@ mod tests {
         assert_eq!(config.sandbox.mode, SandboxMode::WorkspaceWrite);
         assert!(!config.sandbox.network);
         assert_eq!(config.sandbox.max_processes, 256);
+        assert_eq!(config.llm.compact_at, 0.8);
+        assert_eq!(config.budget.usd_per_minute, 0.0, "the rate guard is off");
     }
 
     #[test]
@@ -628,9 +648,11 @@ base_url = "http://127.0.0.1:1/v1"
 model = "file-model"
 api_key_env = "MY_KEY"
 max_sub_agents = 2
+compact_at = 0.5
 [llm.pricing."file-model"]
 input_per_mtok = 2.5
 output_per_mtok = 10.0
+cached_input_per_mtok = 0.25
 [tools]
 max_active = 9
 [tool_policy]
@@ -643,6 +665,7 @@ description = "runs the linter"
 command = "/usr/bin/true"
 [budget]
 session_usd = 5.0
+usd_per_minute = 0.5
 "#,
         )
         .unwrap();
@@ -672,6 +695,12 @@ session_usd = 5.0
         assert!(config.plugins[0].exclusive);
         assert_eq!(config.plugins[0].timeout_ms, 600_000);
         assert_eq!(config.budget.session_usd, Some(5.0));
+        assert_eq!(config.budget.usd_per_minute, 0.5);
+        assert_eq!(config.llm.compact_at, 0.5);
+        assert_eq!(
+            config.llm.pricing["file-model"].cached_input_per_mtok,
+            Some(0.25)
+        );
     }
 
     #[test]

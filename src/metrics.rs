@@ -47,7 +47,8 @@ pub struct Metrics {
     pub evictions: Counter,
     /// Turns by how they ended (`completed` or the `turn/error` code).
     pub turns: Family<OutcomeLabels, Counter>,
-    /// Model tokens by direction (`in`, `out`).
+    /// Model tokens by direction (`in`, `out`, and `cached`: the part of `in` served from the
+    /// provider's prompt cache).
     pub llm_tokens: Family<DirectionLabels, Counter>,
     /// Micro-USD spent on model calls (integer, so sums stay exact).
     pub llm_cost_micro_usd: Counter,
@@ -208,6 +209,11 @@ impl Metrics {
         self.llm_tokens
             .get_or_create(&DirectionLabels { direction: "out" })
             .inc_by(usage.completion_tokens);
+        self.llm_tokens
+            .get_or_create(&DirectionLabels {
+                direction: "cached",
+            })
+            .inc_by(usage.cached_tokens);
         self.llm_cost_micro_usd
             .inc_by((cost_usd * 1_000_000.0).round().max(0.0) as u64);
     }

@@ -76,6 +76,9 @@ fn agent_settings(config: &Config) -> Result<Option<Arc<AgentSettings>>, Startup
         max_sub_agents: config.llm.max_sub_agents,
         context_window: config.llm.context_window,
         max_repeated_calls: config.agent.max_repeated_calls,
+        usd_per_minute: (config.budget.usd_per_minute > 0.0)
+            .then_some(config.budget.usd_per_minute),
+        compact_at: config.llm.compact_at,
     })))
 }
 

@@ -174,11 +174,14 @@ pub enum SessionEvent {
         tokens_in: u64,
         /// Completion tokens of the turn's model calls.
         tokens_out: u64,
+        /// Of the prompt tokens, those the provider served from its prompt cache.
+        tokens_cached: u64,
         /// What the turn cost, tools' model calls included.
         cost_usd: f64,
         /// What the session has cost so far.
         session_cost_usd: f64,
-        /// Why it ended: `completed` (the model answered), `stuck_in_loop`.
+        /// Why it ended: `completed` (the model answered), `stuck_in_loop`,
+        /// `budget_rate_exceeded`.
         reason: &'static str,
         /// Cost rows of tools that ran in the foreground of the turn.
         #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -372,6 +375,7 @@ mod tests {
             actual_usd: 0.5,
             tokens_in: 3,
             tokens_out: 4,
+            tokens_cached: 0,
             committed: true,
             created_at: "2025-01-01T00:00:00Z".into(),
             unpriced: false,

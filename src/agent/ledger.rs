@@ -111,6 +111,23 @@ impl Ledger {
         self.committed().await.unwrap_or(0.0)
     }
 
+    /// What the session's committed rows of the last `window` add up to (0 when they cannot
+    /// be read).
+    pub(crate) async fn spent_within(&self, window: std::time::Duration) -> f64 {
+        let since = time::OffsetDateTime::now_utc() - window;
+        match self.store.cost_rows(&self.session_id).await {
+            Ok(rows) => rows
+                .iter()
+                .filter(|row| row.committed && row.created_at >= since)
+                .map(|row| row.actual_usd)
+                .sum(),
+            Err(err) => {
+                tracing::error!(%err, "cost rows unreadable");
+                0.0
+            }
+        }
+    }
+
     async fn committed(&self) -> Option<f64> {
         match self.store.cost_rows(&self.session_id).await {
             Ok(rows) => Some(rows.iter().map(|row| row.actual_usd).sum()),
@@ -205,6 +222,7 @@ impl Ledger {
             let usage = Usage {
                 prompt_tokens: cost.tokens_in,
                 completion_tokens: cost.tokens_out,
+                cached_tokens: cost.tokens_cached,
             };
             self.metrics.record_llm_usage(usage, cost.actual_usd);
             let row = CostRow {
@@ -246,6 +264,7 @@ impl Ledger {
             actual_usd: actual,
             tokens_in: usage.prompt_tokens as i64,
             tokens_out: usage.completion_tokens as i64,
+            tokens_cached: usage.cached_tokens as i64,
             committed,
             turn_id: labels.turn_id.clone(),
             task_id: labels.task_id.clone(),

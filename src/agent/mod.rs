@@ -62,6 +62,11 @@ pub struct AgentSettings {
     pub context_window: u32,
     /// Identical calls in a row before the model is told so; twice that ends the turn.
     pub max_repeated_calls: u32,
+    /// Most a session may spend in any minute before its turn ends `budget_rate_exceeded`;
+    /// `None` is off.
+    pub usd_per_minute: Option<f64>,
+    /// Share of the context window past which the older conversation is summarised.
+    pub compact_at: f64,
 }
 
 impl AgentSettings {
@@ -78,6 +83,8 @@ impl AgentSettings {
             max_sub_agents: self.max_sub_agents,
             context_window: self.context_window,
             max_repeated_calls: self.max_repeated_calls,
+            usd_per_minute: self.usd_per_minute,
+            compact_at: self.compact_at,
         }
     }
 }

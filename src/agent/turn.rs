@@ -19,6 +19,9 @@ use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, ToolCall, Usa
 use crate::metrics::Metrics;
 use crate::tools::{ConcurrencyClass, PreparedCall};
 
+/// The window the spend-rate guard (`budget.usd_per_minute`) looks back over.
+const RATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One turn's inputs.
 pub(crate) struct Turn<H: TurnHost> {
     pub turn_id: String,
@@ -82,6 +85,7 @@ impl Repeats {
 struct Spend {
     tokens_in: u64,
     tokens_out: u64,
+    tokens_cached: u64,
     cost_usd: f64,
     /// Cost rows tools of this turn reported, in the order the calls finished.
     node_costs: Vec<CallCost>,
@@ -123,6 +127,7 @@ impl<H: TurnHost> Turn<H> {
                     turn_id: self.turn_id.clone(),
                     tokens_in: spend.tokens_in,
                     tokens_out: spend.tokens_out,
+                    tokens_cached: spend.tokens_cached,
                     cost_usd: spend.cost_usd + node_usd,
                     session_cost_usd: self.scope.ledger.session_cost().await,
                     reason,
@@ -187,6 +192,17 @@ impl<H: TurnHost> Turn<H> {
                 tools: specs,
                 max_tokens: self.settings.max_tokens,
             };
+            if let Some(rate) = self.settings.usd_per_minute {
+                let spent = self.scope.ledger.spent_within(RATE_WINDOW).await;
+                if spent >= rate {
+                    tracing::info!(
+                        spent,
+                        rate,
+                        "turn paused: spending faster than budget.usd_per_minute"
+                    );
+                    return Ending::Completed("budget_rate_exceeded");
+                }
+            }
             let reserved = match self.reserve(&request, estimate).await {
                 Ok(reserved) => reserved,
                 Err(ending) => return ending,
@@ -314,6 +330,7 @@ impl<H: TurnHost> Turn<H> {
             .await;
         spend.tokens_in += usage.prompt_tokens;
         spend.tokens_out += usage.completion_tokens;
+        spend.tokens_cached += usage.cached_tokens;
         spend.cost_usd += actual;
     }
 

@@ -192,10 +192,12 @@ pub async fn cost(
     let total: f64 = rows.iter().map(|r| r.actual_usd).sum();
     let tokens_in: i64 = rows.iter().map(|r| r.tokens_in).sum();
     let tokens_out: i64 = rows.iter().map(|r| r.tokens_out).sum();
+    let tokens_cached: i64 = rows.iter().map(|r| r.tokens_cached).sum();
     Ok(Json(json!({
         "session_cost_usd": total,
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
+        "tokens_cached": tokens_cached,
         "rows": rows,
     })))
 }

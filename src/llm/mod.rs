@@ -77,6 +77,9 @@ pub struct Usage {
     pub prompt_tokens: u64,
     /// Completion tokens.
     pub completion_tokens: u64,
+    /// Of the prompt tokens, those the provider served from its prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 /// One request to the model.

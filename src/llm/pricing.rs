@@ -29,6 +29,25 @@ pub struct ModelPrice {
     pub input_per_mtok: f64,
     /// Completion tokens.
     pub output_per_mtok: f64,
+    /// Prompt tokens served from the provider's prompt cache; the input price when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_mtok: Option<f64>,
+}
+
+impl ModelPrice {
+    /// A price with cached prompt tokens at the input price.
+    pub fn new(input_per_mtok: f64, output_per_mtok: f64) -> Self {
+        Self {
+            input_per_mtok,
+            output_per_mtok,
+            cached_input_per_mtok: None,
+        }
+    }
+
+    /// The price of a cached prompt token, per million.
+    pub fn cached_per_mtok(&self) -> f64 {
+        self.cached_input_per_mtok.unwrap_or(self.input_per_mtok)
+    }
 }
 
 /// The cost of one model call a tool made on the session's behalf (a pipeline node): one row
@@ -47,6 +66,9 @@ pub struct CallCost {
     pub tokens_in: u64,
     /// Completion tokens.
     pub tokens_out: u64,
+    /// Of the prompt tokens, those served from the provider's prompt cache.
+    #[serde(default)]
+    pub tokens_cached: u64,
     /// Whether the call settled (false: refused before it ran).
     pub committed: bool,
     /// When the tool recorded it, RFC 3339.
@@ -115,11 +137,16 @@ impl Pricing {
     /// What a finished call cost; `None` for an unpriced model.
     pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
         let price = self.price(model)?;
-        Some(usd(price, usage.prompt_tokens, usage.completion_tokens))
+        let cached = usage.cached_tokens.min(usage.prompt_tokens);
+        Some(
+            usd(price, usage.prompt_tokens - cached, usage.completion_tokens)
+                + cached as f64 * price.cached_per_mtok() / 1_000_000.0,
+        )
     }
 
     /// What to reserve before a call: the estimated prompt plus the whole completion cap, at
-    /// the model's prices; `None` for an unpriced model.
+    /// the model's prices, as if nothing were cached (the worst case); `None` for an unpriced
+    /// model.
     pub fn reserve_usd(
         &self,
         model: &str,
@@ -175,20 +202,8 @@ mod tests {
 
     fn pricing() -> Pricing {
         let mut table = BTreeMap::new();
-        table.insert(
-            "gpt-test".to_string(),
-            ModelPrice {
-                input_per_mtok: 2.5,
-                output_per_mtok: 10.0,
-            },
-        );
-        table.insert(
-            "free".to_string(),
-            ModelPrice {
-                input_per_mtok: 0.0,
-                output_per_mtok: 0.0,
-            },
-        );
+        table.insert("gpt-test".to_string(), ModelPrice::new(2.5, 10.0));
+        table.insert("free".to_string(), ModelPrice::new(0.0, 0.0));
         Pricing::new(table)
     }
 
@@ -201,17 +216,54 @@ mod tests {
         let usage = Usage {
             prompt_tokens: 1_000_000,
             completion_tokens: 500_000,
+            cached_tokens: 0,
         };
         assert!(close(pricing().cost_usd("gpt-test", &usage).unwrap(), 7.5));
         let small = Usage {
             prompt_tokens: 1200,
             completion_tokens: 300,
+            cached_tokens: 0,
         };
         assert!(close(
             pricing().cost_usd("gpt-test", &small).unwrap(),
             0.003 + 0.003
         ));
         assert_eq!(pricing().cost_usd("free", &small), Some(0.0));
+    }
+
+    #[test]
+    fn cached_prompt_tokens_cost_the_cached_price_or_else_the_input_price() {
+        let usage = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 0,
+            cached_tokens: 800_000,
+        };
+        // Unset: a cached token costs what any prompt token costs.
+        assert!(close(pricing().cost_usd("gpt-test", &usage).unwrap(), 2.5));
+        let mut table = BTreeMap::new();
+        table.insert(
+            "cached".to_string(),
+            ModelPrice {
+                cached_input_per_mtok: Some(0.25),
+                ..ModelPrice::new(2.5, 10.0)
+            },
+        );
+        let pricing = Pricing::new(table);
+        assert!(close(
+            pricing.cost_usd("cached", &usage).unwrap(),
+            0.2 * 2.5 + 0.8 * 0.25
+        ));
+        // A server claiming more cached than prompt tokens is held to the prompt.
+        let odd = Usage {
+            cached_tokens: 5_000_000,
+            ..usage
+        };
+        assert!(close(pricing.cost_usd("cached", &odd).unwrap(), 0.25));
+        // The reservation still assumes nothing is cached.
+        assert!(close(
+            pricing.reserve_usd("cached", 1_000_000, 0).unwrap(),
+            2.5
+        ));
     }
 
     #[test]
@@ -233,13 +285,7 @@ mod tests {
     #[test]
     fn new_takes_the_pricing_table() {
         let mut table = BTreeMap::new();
-        table.insert(
-            "m".into(),
-            ModelPrice {
-                input_per_mtok: 1.0,
-                output_per_mtok: 2.0,
-            },
-        );
+        table.insert("m".into(), ModelPrice::new(1.0, 2.0));
         let pricing = Pricing::new(table);
         assert_eq!(pricing.price("m").map(|p| p.output_per_mtok), Some(2.0));
     }

@@ -321,6 +321,9 @@ pub struct CostRow {
     pub tokens_in: i64,
     /// Completion tokens.
     pub tokens_out: i64,
+    /// Of the prompt tokens, those the provider served from its prompt cache.
+    #[serde(default)]
+    pub tokens_cached: i64,
     /// Whether the call went ahead (false when the budget refused it).
     pub committed: bool,
     /// The turn that made the call, if any.

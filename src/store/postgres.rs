@@ -421,7 +421,7 @@ impl Store for PostgresStore {
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
         let rows = sqlx::query(
             "SELECT session_id, node_id, model, reserved_usd, actual_usd, tokens_in, tokens_out, \
-             committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = $1 \
+             tokens_cached, committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = $1 \
              ORDER BY created_at, id",
         )
         .bind(without_nul(session_id))
@@ -539,8 +539,8 @@ where
 {
     sqlx::query(
         "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
-         tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         tokens_in, tokens_out, tokens_cached, committed, turn_id, task_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(without_nul(&row.session_id))
     .bind(without_nul(&row.node_id))
@@ -549,6 +549,7 @@ where
     .bind(row.actual_usd)
     .bind(row.tokens_in)
     .bind(row.tokens_out)
+    .bind(row.tokens_cached)
     .bind(row.committed)
     .bind(opt_text(&row.turn_id))
     .bind(opt_text(&row.task_id))

@@ -105,7 +105,7 @@ pub(crate) fn task_row(row: &impl StoredRow) -> StoreResult<TaskRow> {
 }
 
 /// A cost row from `session_id, node_id, model, reserved_usd, actual_usd, tokens_in,
-/// tokens_out, committed, turn_id, task_id, created_at`.
+/// tokens_out, tokens_cached, committed, turn_id, task_id, created_at`.
 pub(crate) fn cost_row(row: &impl StoredRow) -> StoreResult<CostRow> {
     Ok(CostRow {
         session_id: row.text("session_id")?,
@@ -115,6 +115,7 @@ pub(crate) fn cost_row(row: &impl StoredRow) -> StoreResult<CostRow> {
         actual_usd: row.real("actual_usd")?,
         tokens_in: row.int("tokens_in")?,
         tokens_out: row.int("tokens_out")?,
+        tokens_cached: row.int("tokens_cached")?,
         committed: row.flag("committed")?,
         turn_id: row.opt_text("turn_id")?,
         task_id: row.opt_text("task_id")?,

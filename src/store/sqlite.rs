@@ -237,8 +237,8 @@ where
 {
     sqlx::query(
         "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
-         tokens_in, tokens_out, committed, turn_id, task_id, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         tokens_in, tokens_out, tokens_cached, committed, turn_id, task_id, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&row.session_id)
     .bind(&row.node_id)
@@ -247,6 +247,7 @@ where
     .bind(row.actual_usd)
     .bind(row.tokens_in)
     .bind(row.tokens_out)
+    .bind(row.tokens_cached)
     .bind(row.committed)
     .bind(&row.turn_id)
     .bind(&row.task_id)
@@ -632,7 +633,7 @@ impl Store for SqliteStore {
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
         let rows = sqlx::query(
             "SELECT session_id, node_id, model, reserved_usd, actual_usd, tokens_in, tokens_out, \
-             committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = ? \
+             tokens_cached, committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = ? \
              ORDER BY created_at, id",
         )
         .bind(session_id)

@@ -171,6 +171,7 @@ fn cost(session_id: &str, node_id: &str, created_at: OffsetDateTime) -> CostRow 
         actual_usd: 0.012_345_678_9,
         tokens_in: 1_234,
         tokens_out: 56,
+        tokens_cached: 1_024,
         committed: true,
         turn_id: Some("turn-1".to_owned()),
         task_id: None,
@@ -690,6 +691,7 @@ async fn cost_rows_round_trip_in_order(store: Arc<dyn Store>, _: Reopen) {
         actual_usd: 0.0,
         tokens_in: 0,
         tokens_out: 0,
+        tokens_cached: 0,
         committed: false,
         turn_id: None,
         task_id: Some("task-9".to_owned()),
@@ -1209,7 +1211,7 @@ fn rows_serialise_as_the_contract_shapes() {
         json!({
             "session_id": "s1", "node_id": "agent", "model": "gpt-test", "reserved_usd": 0.25,
             "actual_usd": 0.012_345_678_9, "tokens_in": 1_234, "tokens_out": 56,
-            "committed": true, "turn_id": "turn-1", "task_id": null,
+            "tokens_cached": 1_024, "committed": true, "turn_id": "turn-1", "task_id": null,
             "created_at": "2027-01-15T08:00:01.5Z",
         })
     );

@@ -20,13 +20,9 @@ pub(crate) fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
     move |c: &mut Config| {
         c.llm.base_url = Some(url);
         c.llm.model = Some(MODEL.into());
-        c.llm.pricing.insert(
-            MODEL.into(),
-            ModelPrice {
-                input_per_mtok: 1.0,
-                output_per_mtok: 2.0,
-            },
-        );
+        c.llm
+            .pricing
+            .insert(MODEL.into(), ModelPrice::new(1.0, 2.0));
     }
 }
 
@@ -43,13 +39,7 @@ pub(crate) fn with_tight_budget(mock: &MockLlm, also: &[&str]) -> impl FnOnce(&m
         configure(c);
         c.llm.max_tokens = 100;
         for model in models {
-            c.llm.pricing.insert(
-                model,
-                ModelPrice {
-                    input_per_mtok: 1.0,
-                    output_per_mtok: 10_000.0,
-                },
-            );
+            c.llm.pricing.insert(model, ModelPrice::new(1.0, 10_000.0));
         }
         c.budget.session_usd = Some(1.5);
     }

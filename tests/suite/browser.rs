@@ -261,13 +261,9 @@ fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
     move |c: &mut Config| {
         c.llm.base_url = Some(url);
         c.llm.model = Some(MODEL.into());
-        c.llm.pricing.insert(
-            MODEL.into(),
-            ModelPrice {
-                input_per_mtok: 3.0,
-                output_per_mtok: 15.0,
-            },
-        );
+        c.llm
+            .pricing
+            .insert(MODEL.into(), ModelPrice::new(3.0, 15.0));
     }
 }
 

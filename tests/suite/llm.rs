@@ -88,7 +88,8 @@ async fn text_streams_in_pieces_in_order_and_usage_is_taken() {
         response.usage,
         Some(Usage {
             prompt_tokens: 12,
-            completion_tokens: 4
+            completion_tokens: 4,
+            cached_tokens: 0,
         })
     );
 }

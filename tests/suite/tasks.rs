@@ -55,13 +55,9 @@ fn priced_model(url: String, price: (f64, f64), budget_usd: f64) -> impl FnOnce(
         c.llm.base_url = Some(url);
         c.llm.model = Some("m".into());
         c.llm.max_tokens = 100;
-        c.llm.pricing.insert(
-            "m".into(),
-            ModelPrice {
-                input_per_mtok: price.0,
-                output_per_mtok: price.1,
-            },
-        );
+        c.llm
+            .pricing
+            .insert("m".into(), ModelPrice::new(price.0, price.1));
         c.budget.session_usd = Some(budget_usd);
     }
 }
@@ -384,13 +380,9 @@ async fn a_pipeline_diamond_bills_every_node() {
     let app = TestApp::spawn_with(move |c| {
         c.llm.base_url = Some(url);
         c.llm.model = Some("m".into());
-        c.llm.pricing.insert(
-            "m".into(),
-            ModelPrice {
-                input_per_mtok: 10.0,
-                output_per_mtok: 20.0,
-            },
-        );
+        c.llm
+            .pricing
+            .insert("m".into(), ModelPrice::new(10.0, 20.0));
     })
     .await;
     let mut ws = app.ws().await;

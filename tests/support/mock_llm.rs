@@ -92,6 +92,8 @@ enum Kind {
 pub struct Reply {
     kind: Kind,
     usage: Option<(u64, u64)>,
+    /// Prompt tokens the usage chunk says were cached (`prompt_tokens_details`).
+    cached: Option<u64>,
 }
 
 fn role_delta() -> Value {
@@ -116,6 +118,7 @@ impl Reply {
                 unfinished: false,
             },
             usage: Some(DEFAULT_USAGE),
+            cached: None,
         }
     }
 
@@ -181,6 +184,7 @@ impl Reply {
                 unfinished: true,
             },
             usage: None,
+            cached: None,
         }
     }
 
@@ -203,6 +207,7 @@ impl Reply {
                 unfinished: true,
             },
             usage: None,
+            cached: None,
         }
     }
 
@@ -232,6 +237,7 @@ impl Reply {
                 retry_after: None,
             },
             usage: None,
+            cached: None,
         }
     }
 
@@ -251,6 +257,12 @@ impl Reply {
     /// Reports this usage in the final chunk (streamed replies only).
     pub fn with_usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Self {
         self.usage = Some((prompt_tokens, completion_tokens));
+        self
+    }
+
+    /// Says in the usage chunk that `cached_tokens` of the prompt came from the cache.
+    pub fn with_cached(mut self, cached_tokens: u64) -> Self {
+        self.cached = Some(cached_tokens);
         self
     }
 
@@ -430,6 +442,7 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             steps,
             (!unfinished).then_some(finish_reason),
             reply.usage,
+            reply.cached,
         ),
     }
 }
@@ -470,6 +483,7 @@ fn stream_response(
     steps: Vec<Step>,
     finish_reason: Option<String>,
     usage: Option<(u64, u64)>,
+    cached: Option<u64>,
 ) -> Response {
     let (frames, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(FRAME_BUFFER);
     tokio::spawn(async move {
@@ -514,16 +528,15 @@ fn stream_response(
             None,
         );
         if let Some((prompt, completion)) = usage {
-            tail.push_str(&chunk(
-                &id,
-                &model,
-                json!([]),
-                Some(json!({
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion
-                })),
-            ));
+            let mut usage = json!({
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion
+            });
+            if let Some(cached) = cached {
+                usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+            }
+            tail.push_str(&chunk(&id, &model, json!([]), Some(usage)));
         }
         tail.push_str("data: [DONE]\n\n");
         let _ = frames.send(Ok(Bytes::from(tail))).await;

@@ -76,6 +76,11 @@ impl Accumulator {
             self.usage = Some(Usage {
                 prompt_tokens: u64::from(usage.prompt_tokens),
                 completion_tokens: u64::from(usage.completion_tokens),
+                cached_tokens: usage
+                    .prompt_tokens_details
+                    .as_ref()
+                    .and_then(|details| details.cached_tokens)
+                    .map_or(0, u64::from),
             });
         }
         if let Some(reason) = finish_reasons.into_iter().flatten().next() {
@@ -204,9 +209,29 @@ mod tests {
             response.usage,
             Some(Usage {
                 prompt_tokens: 7,
-                completion_tokens: 3
+                completion_tokens: 3,
+                cached_tokens: 0,
             })
         );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_read_under_each_providers_name() {
+        let usages = [
+            json!({"prompt_tokens":100,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":64,"audio_tokens":null}}),
+            json!({"prompt_tokens":100,"completion_tokens":3,"prompt_cache_hit_tokens":64,"prompt_cache_miss_tokens":36}),
+            json!({"prompt_tokens":100,"completion_tokens":3,"cached_tokens":64}),
+            json!({"prompt_tokens":100,"completion_tokens":3}),
+        ];
+        for (usage, cached) in usages.into_iter().zip([64, 64, 64, 0]) {
+            let mut answer = Accumulator::default();
+            let chunk = json!({"choices":[], "usage": usage});
+            answer.apply(&event(&chunk.to_string())).unwrap();
+            answer.apply(&event("[DONE]")).unwrap();
+            let usage = answer.finish().unwrap().usage.unwrap();
+            assert_eq!(usage.cached_tokens, cached, "{chunk}");
+            assert_eq!(usage.prompt_tokens, 100);
+        }
     }
 
     #[test]

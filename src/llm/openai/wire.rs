@@ -197,6 +197,19 @@ pub(super) fn truncate(text: &str, limit: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// The prompt tokens a usage object says came from the provider's prompt cache: OpenAI's and
+/// vLLM's `prompt_tokens_details.cached_tokens`, DeepSeek's `prompt_cache_hit_tokens`, or a
+/// bare `cached_tokens` (Moonshot); 0 when it says nothing.
+fn cached_prompt_tokens(usage: &serde_json::Map<String, Value>) -> u64 {
+    usage
+        .get("prompt_tokens_details")
+        .and_then(|details| details.get("cached_tokens"))
+        .or_else(|| usage.get("prompt_cache_hit_tokens"))
+        .or_else(|| usage.get("cached_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
 /// Bends a chunk from a not-quite-OpenAI server into the shape the async-openai type accepts,
 /// and takes out each choice's `finish_reason` as raw text (servers send values outside
 /// OpenAI's enum, such as `eos` or `abort`).
@@ -235,6 +248,18 @@ pub(super) fn normalise_chunk(value: &mut Value) -> Vec<Option<String>> {
         usage
             .entry("total_tokens")
             .or_insert_with(|| Value::from(prompt + completion));
+        // Cached prompt tokens under OpenAI's name, whichever name the server used.
+        let cached = cached_prompt_tokens(usage);
+        let details = usage
+            .entry("prompt_tokens_details")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !details.is_object() {
+            *details = Value::Object(Default::default());
+        }
+        if let Some(details) = details.as_object_mut() {
+            details.retain(|_, value| value.is_u64());
+            details.insert("cached_tokens".into(), Value::from(cached));
+        }
     }
     let mut reasons = Vec::new();
     if let Some(choices) = object.get_mut("choices").and_then(Value::as_array_mut) {

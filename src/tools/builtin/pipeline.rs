@@ -151,6 +151,7 @@ impl RunPipeline {
             actual_usd: actual.unwrap_or(0.0),
             tokens_in: usage.prompt_tokens,
             tokens_out: usage.completion_tokens,
+            tokens_cached: usage.cached_tokens,
             committed,
             created_at: rfc3339_now(),
             unpriced: actual.is_none(),
@@ -819,6 +820,7 @@ mod tests {
         Usage {
             prompt_tokens,
             completion_tokens,
+            cached_tokens: 0,
         }
     }
 
@@ -833,13 +835,7 @@ mod tests {
 
     fn pricing() -> Pricing {
         let mut table = BTreeMap::new();
-        table.insert(
-            "m".to_string(),
-            ModelPrice {
-                input_per_mtok: 2.0,
-                output_per_mtok: 4.0,
-            },
-        );
+        table.insert("m".to_string(), ModelPrice::new(2.0, 4.0));
         Pricing::new(table)
     }
 
