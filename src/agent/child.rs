@@ -10,6 +10,7 @@ use tokio::sync::{RwLock, mpsc};
 
 use super::approval::{Answer, ApprovalAsk};
 use super::call::{CallHost, EventSink, Spawn};
+use super::compaction::Compacted;
 use super::context::{cap_text, repair};
 use super::event::SessionEvent;
 use super::{ActorLink, TurnHost};
@@ -239,11 +240,8 @@ impl TurnHost for ChildHost {
         SUB_AGENT_PROMPT
     }
 
-    async fn begin_iteration(&self) -> Option<Arc<[ToolSpec]>> {
-        let mut registry = lock(&self.registry);
-        registry.tick();
-        registry.auto_evict();
-        Some(registry.specs())
+    async fn begin_iteration(&self, turn_start: bool) -> Option<Arc<[ToolSpec]>> {
+        Some(lock(&self.registry).next_request(turn_start).0)
     }
 
     async fn prepare(
@@ -287,6 +285,18 @@ impl TurnHost for ChildHost {
         Ok(())
     }
 
+    async fn compacted(&self, _turn_id: Option<&str>, compacted: Compacted) -> Result<(), String> {
+        lock(&self.journal).append(&compacted.marker);
+        super::compaction::apply(&mut lock(&self.history), &compacted.marker);
+        let stats = compacted.stats;
+        self.write(&format!(
+            "[compacted: {} earlier messages summarised, about {} -> {} prompt tokens]\n",
+            stats.replaced_messages, stats.tokens_before, stats.tokens_after
+        ))
+        .await;
+        Ok(())
+    }
+
     async fn finished(&self, _turn_id: &str) {}
 }
 
@@ -315,10 +325,10 @@ impl HistoryJournal {
             .open(&path)?;
         let mut text = String::new();
         std::io::Read::read_to_string(&mut &file, &mut text)?;
-        let messages = text
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect();
+        let messages = super::compaction::model_view(
+            text.lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()),
+        );
         let mut file = file;
         if !text.is_empty() && !text.ends_with('\n') {
             // A line cut by a crash must not swallow the next one.
@@ -346,7 +356,8 @@ impl HistoryJournal {
         }
     }
 
-    fn append(&mut self, message: &ChatMessage) {
+    /// Appends one message, or a compaction's marker.
+    fn append(&mut self, message: &impl serde::Serialize) {
         use std::io::Write;
         let Some(file) = &mut self.file else {
             return;
@@ -405,6 +416,30 @@ mod tests {
             vec![user("task"), answer("done"), user("more")],
             "what follows a cut line is kept"
         );
+    }
+
+    #[test]
+    fn a_revived_child_sees_its_compacted_history() {
+        use crate::agent::compaction::{Marker, MarkerRole};
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = HistoryJournal::open(dir.path(), "agent-3").unwrap();
+        for message in [user("a"), answer("b"), user("c"), answer("d")] {
+            journal.append(&message);
+        }
+        journal.append(&Marker {
+            role: MarkerRole::Compaction,
+            summary: "a and b".into(),
+            kept: 2,
+        });
+        journal.append(&user("e"));
+        drop(journal);
+        let reopened = HistoryJournal::open(dir.path(), "agent-3").unwrap();
+        assert_eq!(reopened.messages.len(), 4, "{:?}", reopened.messages);
+        let ChatMessage::User { content } = &reopened.messages[0] else {
+            panic!("the summary comes first: {:?}", reopened.messages);
+        };
+        assert!(content.ends_with("a and b"));
+        assert_eq!(reopened.messages[1..], [user("c"), answer("d"), user("e")]);
     }
 
     #[test]

@@ -88,6 +88,16 @@ pub enum SessionEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The older conversation was summarised in what the model is sent.
+    #[serde(rename = "session/compacted")]
+    SessionCompacted {
+        /// The turn that compacted, when one did (not for `session/compact`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
+        /// What it did.
+        #[serde(flatten)]
+        stats: super::compaction::CompactionStats,
+    },
     /// A running tool's progress note.
     #[serde(rename = "tool/progress")]
     ToolProgress {

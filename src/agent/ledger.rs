@@ -130,7 +130,8 @@ impl Ledger {
 
     async fn committed(&self) -> Option<f64> {
         match self.store.cost_rows(&self.session_id).await {
-            Ok(rows) => Some(rows.iter().map(|row| row.actual_usd).sum()),
+            // A float sum of nothing is -0.0; clients should read 0.
+            Ok(rows) => Some(rows.iter().fold(0.0, |sum, row| sum + row.actual_usd)),
             Err(err) => {
                 tracing::error!(%err, "cost rows unreadable");
                 None

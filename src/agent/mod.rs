@@ -5,6 +5,7 @@
 //! - [`approval`]: the approval step of that path: rules, grants, decisions.
 //! - [`ledger`]: the session's budget, holds and cost rows.
 //! - [`context`]: what of the history is sent to the model.
+//! - [`compaction`]: summarising the older conversation when it grows long.
 //! - [`event`]: the typed notifications of a session's event stream.
 //! - [`child`]: a sub-agent's host of the turn loop.
 //!
@@ -15,6 +16,7 @@
 pub(crate) mod approval;
 pub(crate) mod call;
 pub(crate) mod child;
+pub mod compaction;
 pub mod context;
 pub mod event;
 pub(crate) mod ledger;
@@ -28,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::approval::{Answer, ApprovalAsk};
 use self::call::{CallHost, EventSink, Spawn};
+use self::compaction::{Compacted, CompactionOutcome};
 pub use self::context::{MAX_TOOL_OUTPUT_IN_HISTORY, cap_output};
 pub use self::event::SessionEvent;
 use crate::llm::pricing::Pricing;
@@ -104,8 +107,11 @@ impl std::fmt::Debug for AgentSettings {
 pub(crate) enum TurnRequest {
     /// Persist and stream one notification.
     Emit(SessionEvent),
-    /// Tick the LRU, evict, announce changes, and answer with the specs for the next call.
+    /// Tick the LRU, evict at a turn's first call (`turn_start`), announce changes, and answer
+    /// with the specs for the next call. Evicting only between turns keeps the tool list of a
+    /// turn's requests byte-identical, so the provider's prompt cache holds.
     BeginIteration {
+        turn_start: bool,
         reply: oneshot::Sender<Arc<[ToolSpec]>>,
     },
     /// Check and ready one tool call (activating a deferred tool on the way).
@@ -128,12 +134,26 @@ pub(crate) enum TurnRequest {
         message: Box<ChatMessage>,
         reply: oneshot::Sender<Result<(), String>>,
     },
+    /// Record a compaction and announce it.
+    Compacted {
+        turn_id: Option<String>,
+        compacted: Box<Compacted>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// A client's call ended; its events are in, its caller may hear the result.
     Invoked(Box<(String, ToolResult)>),
     /// A call waits for a person's decision; the answer is it.
     Approval(Box<(ApprovalAsk, oneshot::Sender<Answer>)>),
     /// A call stopped waiting for a decision (interrupted, timed out).
     ApprovalWithdrawn { approval_id: String, reason: String },
+    /// A `session/compact` ended: free the turn slot, then answer.
+    CompactionDone(
+        Box<(
+            String,
+            CompactionOutcome,
+            oneshot::Sender<CompactionOutcome>,
+        )>,
+    ),
     /// The turn is over.
     Finished { turn_id: String },
 }
@@ -146,9 +166,12 @@ pub(crate) trait TurnHost: CallHost + 'static {
         SYSTEM_PROMPT
     }
 
-    /// Ticks the LRU and answers the specs for the next model call; `None` once the host
-    /// stopped.
-    fn begin_iteration(&self) -> impl Future<Output = Option<Arc<[ToolSpec]>>> + Send;
+    /// Ticks the LRU (evicting only at `turn_start`, the turn's first call) and answers the
+    /// specs for the next model call; `None` once the host stopped.
+    fn begin_iteration(
+        &self,
+        turn_start: bool,
+    ) -> impl Future<Output = Option<Arc<[ToolSpec]>>> + Send;
 
     /// Checks and readies one call; `None` once the host stopped.
     fn prepare(
@@ -162,6 +185,14 @@ pub(crate) trait TurnHost: CallHost + 'static {
 
     /// Adds one message to the conversation; the error is said to the client.
     fn remember(&self, message: &ChatMessage) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// Records a compaction after the conversation so far (the next `history()` applies it)
+    /// and says so; the error is said to the client.
+    fn compacted(
+        &self,
+        turn_id: Option<&str>,
+        compacted: Compacted,
+    ) -> impl Future<Output = Result<(), String>> + Send;
 
     /// The turn is over and has said so.
     fn finished(&self, turn_id: &str) -> impl Future<Output = ()> + Send;
@@ -215,8 +246,8 @@ impl CallHost for ActorLink {
 }
 
 impl TurnHost for ActorLink {
-    async fn begin_iteration(&self) -> Option<Arc<[ToolSpec]>> {
-        self.ask(|reply| TurnRequest::BeginIteration { reply })
+    async fn begin_iteration(&self, turn_start: bool) -> Option<Arc<[ToolSpec]>> {
+        self.ask(|reply| TurnRequest::BeginIteration { turn_start, reply })
             .await
     }
 
@@ -242,6 +273,16 @@ impl TurnHost for ActorLink {
     async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
         self.ask(|reply| TurnRequest::Remember {
             message: Box::new(message.clone()),
+            reply,
+        })
+        .await
+        .unwrap_or_else(|| Err("the session stopped".to_string()))
+    }
+
+    async fn compacted(&self, turn_id: Option<&str>, compacted: Compacted) -> Result<(), String> {
+        self.ask(|reply| TurnRequest::Compacted {
+            turn_id: turn_id.map(str::to_string),
+            compacted: Box::new(compacted),
             reply,
         })
         .await

@@ -11,10 +11,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::call::{self, Call, CallScope};
+use super::compaction::{self, Compaction, CompactionError};
 use super::context::{cap_output, fit_context};
 use super::event::SessionEvent;
 use super::{AgentSettings, TurnHost};
-use crate::llm::pricing::CallCost;
+use crate::llm::pricing::{CallCost, Pricing};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, ToolCall, Usage};
 use crate::metrics::Metrics;
 use crate::tools::{ConcurrencyClass, PreparedCall};
@@ -166,11 +167,13 @@ impl<H: TurnHost> Turn<H> {
             return ending;
         }
         let mut repeats = Repeats::default();
-        for _ in 0..self.settings.max_iterations {
+        // One failed (or pointless) compaction is enough for a turn; trimming takes over.
+        let mut compaction_settled = false;
+        for iteration in 0..self.settings.max_iterations {
             if self.cancel.is_cancelled() {
                 return interrupted();
             }
-            let Some(specs) = self.host.begin_iteration().await else {
+            let Some(specs) = self.host.begin_iteration(iteration == 0).await else {
                 return interrupted();
             };
             let history = match self.host.history().await {
@@ -182,6 +185,9 @@ impl<H: TurnHost> Turn<H> {
                     };
                 }
             };
+            let history = self
+                .compact_if_long(history, &specs, &mut compaction_settled, spend)
+                .await;
             let room = u64::from(self.settings.context_window)
                 .saturating_sub(u64::from(self.settings.max_tokens));
             let (messages, estimate) =
@@ -287,6 +293,60 @@ impl<H: TurnHost> Turn<H> {
                 "the turn stopped after {} model calls",
                 self.settings.max_iterations
             ),
+        }
+    }
+
+    /// Summarises the older part of `history` when the next request would pass
+    /// `llm.compact_at` of the context window; answers the history to send. A failed
+    /// compaction leaves it whole (the trimming of `fit_context` then applies) and is not
+    /// tried again in this turn.
+    async fn compact_if_long(
+        &self,
+        history: Vec<ChatMessage>,
+        specs: &[crate::llm::ToolSpec],
+        settled: &mut bool,
+        spend: &mut Spend,
+    ) -> Vec<ChatMessage> {
+        if *settled {
+            return history;
+        }
+        let system = self.host.system_prompt();
+        let threshold = (f64::from(self.settings.context_window) * self.settings.compact_at) as u64;
+        let mut whole = Vec::with_capacity(history.len() + 1);
+        whole.push(ChatMessage::System {
+            content: system.to_string(),
+        });
+        whole.extend_from_slice(&history);
+        if Pricing::estimate_prompt_tokens(&whole, specs) <= threshold {
+            return history;
+        }
+        let compaction = Compaction {
+            settings: &self.settings,
+            ledger: &self.scope.ledger,
+            labels: &self.scope.labels,
+            hold: format!("{}#compaction", self.turn_id),
+            cancel: self.cancel.clone(),
+        };
+        match compaction.run(system, &history, specs).await {
+            Ok(compacted) => {
+                spend.tokens_in += compacted.usage.prompt_tokens;
+                spend.tokens_out += compacted.usage.completion_tokens;
+                spend.tokens_cached += compacted.usage.cached_tokens;
+                spend.cost_usd += compacted.cost_usd;
+                let mut view = history;
+                compaction::apply(&mut view, &compacted.marker);
+                if let Err(err) = self.host.compacted(Some(&self.turn_id), compacted).await {
+                    tracing::error!(%err, "compaction not recorded; sent for this request only");
+                }
+                view
+            }
+            Err(err) => {
+                if !matches!(err, CompactionError::NothingToCompact) {
+                    tracing::warn!(%err, "compaction failed; the oldest messages are left out instead");
+                }
+                *settled = true;
+                history
+            }
         }
     }
 

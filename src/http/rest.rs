@@ -103,7 +103,9 @@ pub async fn messages(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     app.sessions().row(&caller, &id).await?;
-    let messages = app.sessions().store().messages(&id).await?;
+    let mut messages = app.sessions().store().messages(&id).await?;
+    // Compaction markers say what the model is sent instead; the conversation is the messages.
+    messages.retain(|message| message.get("role").and_then(Value::as_str) != Some("compaction"));
     Ok(Json(json!({ "messages": messages })))
 }
 
@@ -189,7 +191,8 @@ pub async fn cost(
 ) -> Result<Json<Value>, ApiError> {
     app.sessions().row(&caller, &id).await?;
     let rows = app.sessions().store().cost_rows(&id).await?;
-    let total: f64 = rows.iter().map(|r| r.actual_usd).sum();
+    // A float sum of nothing is -0.0; clients should read 0.
+    let total: f64 = rows.iter().fold(0.0, |sum, r| sum + r.actual_usd);
     let tokens_in: i64 = rows.iter().map(|r| r.tokens_in).sum();
     let tokens_out: i64 = rows.iter().map(|r| r.tokens_out).sum();
     let tokens_cached: i64 = rows.iter().map(|r| r.tokens_cached).sum();

@@ -78,6 +78,9 @@ pub enum SessionError {
     /// The store failed; details are logged.
     #[error("storage error")]
     Store(#[from] StoreError),
+    /// `session/compact` did not compact.
+    #[error("{0}")]
+    Compaction(#[from] crate::agent::compaction::CompactionError),
 }
 
 impl SessionError {
@@ -97,6 +100,7 @@ impl SessionError {
             Self::Overloaded(_) => "overloaded",
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
+            Self::Compaction(err) => err.kind(),
         }
     }
 }
@@ -226,6 +230,11 @@ pub(crate) fn stamp(session_id: &str, seq: i64, params: Value) -> Value {
     Value::Object(map)
 }
 
+/// What the actor answers `session/compact` at once: where the outcome will come, or why
+/// the compaction cannot start.
+pub(crate) type CompactReply =
+    Result<oneshot::Receiver<crate::agent::compaction::CompactionOutcome>, SessionError>;
+
 /// A request to a session actor, with where to send the reply.
 #[derive(Debug)]
 pub(crate) enum Command {
@@ -262,6 +271,9 @@ pub(crate) enum Command {
         turn_id: String,
         input: String,
         reply: oneshot::Sender<Result<(), SessionError>>,
+    },
+    Compact {
+        reply: oneshot::Sender<CompactReply>,
     },
     RespondApproval {
         approval_id: String,
@@ -478,6 +490,13 @@ impl SessionHandle {
     /// Interrupts the running turn; whether there was one.
     pub async fn interrupt(&self) -> Result<bool, SessionError> {
         self.ask(|reply| Command::Interrupt { reply }).await
+    }
+
+    /// Summarises the older conversation now (see [`crate::agent::compaction`]); refused
+    /// while a turn runs. Answers after `session/compacted` was sent.
+    pub async fn compact(&self) -> Result<crate::agent::compaction::CompactionStats, SessionError> {
+        let outcome = self.ask(|reply| Command::Compact { reply }).await??;
+        Ok(outcome.await.map_err(|_| SessionError::ActorGone)??)
     }
 
     /// Adds `input` to the running turn `turn_id`, read before its next model request.

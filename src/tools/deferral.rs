@@ -75,6 +75,12 @@ impl ToolRegistry {
     /// Makes a deferred group (`group:NAME`) or tool visible again; returns the names newly
     /// activated. Unknown names are skipped.
     pub fn activate(&mut self, group_or_name: &str) -> Vec<String> {
+        self.activate_as(group_or_name, true)
+    }
+
+    /// [`ToolRegistry::activate`]; `asked` says the tools were wanted (touched, so the LRU
+    /// spares them for a while) rather than brought along with a sibling the model called.
+    fn activate_as(&mut self, group_or_name: &str, asked: bool) -> Vec<String> {
         let candidates = if group_or_name.starts_with("group:") {
             self.members_of(group_or_name)
         } else {
@@ -83,7 +89,10 @@ impl ToolRegistry {
         let mut activated = Vec::new();
         for name in candidates {
             if self.deferred.remove(&name) {
-                self.lifecycle.touch(&name);
+                if asked {
+                    self.lifecycle.touch(&name);
+                }
+                self.show_last(&name);
                 activated.push(name);
             }
         }
@@ -102,14 +111,37 @@ impl ToolRegistry {
             .collect()
     }
 
+    /// Readies the registry for the next model request and answers its tools: advances the
+    /// LRU and evicts only at `turn_start` or when the list changes anyway (a tool came back),
+    /// so the list of consecutive requests stays byte-identical and the provider's prompt
+    /// cache holds. Also answers the names evicted.
+    pub fn next_request(&mut self, turn_start: bool) -> (Arc<[super::ToolSpec]>, Vec<String>) {
+        self.tick();
+        let specs = self.specs();
+        let changed = self
+            .last_offered
+            .as_ref()
+            .is_none_or(|last| !Arc::ptr_eq(last, &specs) && **last != *specs);
+        let evicted = if turn_start || changed {
+            self.auto_evict()
+        } else {
+            Vec::new()
+        };
+        let specs = self.specs();
+        self.last_offered = Some(Arc::clone(&specs));
+        (specs, evicted)
+    }
+
     /// Moves idle tools into the deferred set when too many are visible; returns their names.
     pub fn auto_evict(&mut self) -> Vec<String> {
         let evicted = {
             // The deferral tool exists because something is deferred; it does not take a slot.
             let deferral = self.deferral_tool.as_ref().map(|d| d.name.as_str());
-            let active: Vec<&str> = self
-                .active_names()
-                .into_iter()
+            // In the order the model sees them, so ties go from the end of the list.
+            let specs = self.specs();
+            let active: Vec<&str> = specs
+                .iter()
+                .map(|spec| spec.name.as_str())
                 .filter(|name| Some(*name) != deferral)
                 .collect();
             self.lifecycle.find_evictable(&active, &self.spawn_only)
@@ -135,10 +167,12 @@ impl ToolRegistry {
                 Some(group) => format!("group:{group}"),
                 None => name.to_string(),
             };
-            let mut activated = self.activate(&target);
+            // The siblings come along untouched: the first to go again when the list is
+            // crowded. The tool itself is touched when the call is counted.
+            let mut activated = self.activate_as(&target, false);
             // A group activation must bring back the tool itself even if it is not a
             // registered member of that group's static list.
-            activated.extend(self.activate(name));
+            activated.extend(self.activate_as(name, false));
             tracing::debug!(tool = name, activated = ?activated, "deferred tool activated on call");
         }
     }

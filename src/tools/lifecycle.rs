@@ -97,28 +97,32 @@ impl ToolLifecycle {
         self.idle_threshold
     }
 
-    /// The tools to evict from `active_tools`: none at or under `max_active`; otherwise the
-    /// oldest-used non-base tools idle for at least `idle_threshold` iterations, and only as many
-    /// as bring the count back to `max_active`. Names in `exempt` (spawn_only tools) are never
-    /// candidates but still count as active.
+    /// The tools to evict from `active_tools` (in the model's order): none at or under
+    /// `max_active`; otherwise, as many as bring the count back to `max_active`, of the
+    /// non-base tools never used here (they cannot thrash, so they go first and at once) and
+    /// then the oldest-used idle for at least `idle_threshold` iterations; among equals, the
+    /// latest in the list first, so the list keeps the longest prefix. Names in `exempt`
+    /// (spawn_only tools) are never candidates but still count as active.
     pub fn find_evictable(&self, active_tools: &[&str], exempt: &BTreeSet<String>) -> Vec<String> {
         if active_tools.len() <= self.max_active {
             return Vec::new();
         }
-        let mut candidates: Vec<(&str, u32)> = active_tools
+        let mut candidates: Vec<(usize, &str, Option<u32>)> = active_tools
             .iter()
             .copied()
-            .filter(|name| !self.base_tools.contains(*name) && !exempt.contains(*name))
-            .map(|name| (name, self.last_used.get(name).copied().unwrap_or(0)))
-            .filter(|(_, last)| self.iteration.saturating_sub(*last) >= self.idle_threshold)
+            .enumerate()
+            .filter(|(_, name)| !self.base_tools.contains(*name) && !exempt.contains(*name))
+            .map(|(position, name)| (position, name, self.last_used.get(name).copied()))
+            .filter(|(_, _, last)| {
+                last.is_none_or(|last| self.iteration.saturating_sub(last) >= self.idle_threshold)
+            })
             .collect();
-        // Ties broken by name so eviction is deterministic.
-        candidates.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
+        candidates.sort_by(|a, b| a.2.cmp(&b.2).then(b.0.cmp(&a.0)));
         let to_evict = active_tools.len() - self.max_active;
         candidates
             .into_iter()
             .take(to_evict)
-            .map(|(name, _)| name.to_string())
+            .map(|(_, name, _)| name.to_string())
             .collect()
     }
 }
@@ -196,10 +200,20 @@ mod tests {
         for _ in 0..20 {
             lc.tick();
         }
-        // tool_00 is fresh; the rest were never used.
+        // tool_00 is fresh, tool_01 used long ago; the rest were never used and go first,
+        // from the end of the list.
         lc.touch(&tools[0]);
+        lc.last_used.insert(tools[1].clone(), 1);
         let evicted = lc.find_evictable(&refs(&tools), &BTreeSet::new());
-        assert_eq!(evicted, vec!["tool_01", "tool_02", "tool_03"]);
+        assert_eq!(evicted, vec!["tool_17", "tool_16", "tool_15"]);
+        // Once only used tools are left, the oldest use goes first.
+        let used: Vec<String> = tools[..2].to_vec();
+        let mut crowded = lc.clone();
+        crowded.max_active = 1;
+        assert_eq!(
+            crowded.find_evictable(&refs(&used), &BTreeSet::new()),
+            vec!["tool_01"]
+        );
     }
 
     #[test]
@@ -229,7 +243,7 @@ mod tests {
         }
         assert_eq!(
             lc.find_evictable(&refs(&tools), &exempt),
-            vec!["tool_02", "tool_03"]
+            vec!["tool_16", "tool_15"]
         );
     }
 

@@ -2,7 +2,7 @@
 //! (`specs()`), policies, snapshots and the catalog. The call path is in
 //! [`dispatch`](super::dispatch), group deferral and activation in [`deferral`](super::deferral).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -66,6 +66,14 @@ pub struct ToolRegistry {
     pub(super) catalog: CatalogCell,
     pub(super) workspace: Option<Arc<Workspace>>,
     pub(super) deferral_tool: Option<DeferralTool>,
+    /// When each tool became visible, as a sequence number: `specs()` lists tools in this
+    /// order, so a tool that comes back is appended and an eviction never reorders the rest,
+    /// which keeps the provider's prompt cache valid for the longest prefix.
+    pub(super) shown_at: HashMap<String, u64>,
+    /// The next sequence number of `shown_at`.
+    pub(super) next_shown: u64,
+    /// The tools the last model request was offered (see `next_request`).
+    pub(super) last_offered: Option<Arc<[ToolSpec]>>,
 }
 
 impl Default for ToolRegistry {
@@ -103,7 +111,16 @@ impl ToolRegistry {
             catalog: CatalogCell::default(),
             workspace: None,
             deferral_tool: None,
+            shown_at: HashMap::new(),
+            next_shown: 0,
+            last_offered: None,
         }
+    }
+
+    /// Records that `name` became visible now: it goes to the end of `specs()`.
+    pub(super) fn show_last(&mut self, name: &str) {
+        self.shown_at.insert(name.to_string(), self.next_shown);
+        self.next_shown += 1;
     }
 
     /// The workspace the cwd-bound tools work in, once one is bound.
@@ -143,6 +160,9 @@ impl ToolRegistry {
         } else {
             self.removed.remove(&name);
             self.lifecycle.touch(&name);
+            if !self.shown_at.contains_key(&name) {
+                self.show_last(&name);
+            }
             if self.spawn_only_pending.remove(&name) {
                 self.spawn_only.insert(name.clone());
             }
@@ -156,6 +176,7 @@ impl ToolRegistry {
     pub fn unregister(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
         let entry = self.tools.remove(name)?;
         self.deferred.remove(name);
+        self.shown_at.remove(name);
         if self.spawn_only.remove(name) {
             self.spawn_only_pending.insert(name.to_string());
         }
@@ -326,20 +347,27 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// What the model is shown: active tools, base tools first, then by name. Cached until
-    /// the next mutation, so every request of a quiet session sends the same prefix.
+    /// What the model is shown: active tools in the order they became visible (registration
+    /// order, a tool brought back from the deferred set last). Cached until the next mutation,
+    /// so every request of a quiet session sends the same bytes, and a change appends or
+    /// removes tools without moving the others.
     pub fn specs(&self) -> Arc<[ToolSpec]> {
         Arc::clone(self.specs.get_or_init(|| {
-            let mut visible: Vec<(bool, &str, &dyn Tool)> = self
+            let mut visible: Vec<(u64, &str, &dyn Tool)> = self
                 .tools
                 .iter()
                 .filter(|(name, entry)| {
                     self.state_of(name, entry.tool.as_ref()) == ToolState::Active
                 })
-                .map(|(name, entry)| (!self.lifecycle.is_base(name), &**name, entry.tool.as_ref()))
+                .map(|(name, entry)| {
+                    // Only the deferral tool has no place: its description follows the
+                    // deferred set, so it goes last, where its changes disturb nothing else.
+                    let shown = self.shown_at.get(&**name).copied().unwrap_or(u64::MAX);
+                    (shown, &**name, entry.tool.as_ref())
+                })
                 .collect();
-            // BTreeMap order is by name; a stable sort on "not base" puts base tools first.
-            visible.sort_by_key(|(not_base, _, _)| *not_base);
+            // Stable: ties (none in practice) stay in name order.
+            visible.sort_by_key(|(shown, _, _)| *shown);
             visible
                 .into_iter()
                 .map(|(_, name, tool)| ToolSpec {
@@ -400,6 +428,9 @@ impl ToolRegistry {
             catalog: CatalogCell::default(),
             workspace: self.workspace.clone(),
             deferral_tool: self.deferral_tool.clone(),
+            shown_at: self.shown_at.clone(),
+            next_shown: self.next_shown,
+            last_offered: None,
         };
         child.refresh_catalog();
         child

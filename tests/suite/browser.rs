@@ -1228,3 +1228,267 @@ async fn a_finished_turn_forks_into_a_new_session() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn cached_prompt_tokens_show_on_the_turn_and_in_the_cost_panel() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text(&["hi"]).with_usage(1000, 10).with_cached(600),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let url = app.url("/");
+    in_browser("cached_prompt_tokens_show_on_the_turn_and_in_the_cost_panel", async |b| {
+        b.goto(&url).await;
+        b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Say hi.").await;
+        b.click("[data-testid=send]").await;
+        let tokens = b
+            .wait(
+                "the end of the turn",
+                "document.querySelector('[data-testid=turn][data-state=completed] [data-testid=turn-tokens]')?.textContent",
+            )
+            .await;
+        assert_eq!(tokens, "1000 in (600 cached) · 10 out");
+        assert_eq!(
+            b.js("return $$(tid('turn-stopped')).length").await,
+            0,
+            "a turn the model finished needs no notice"
+        );
+
+        // The ledger over REST, read after the turn's end: the totals, the turn, the call.
+        let expected = json!([
+            "1000 in (600 cached) · 10 out",
+            "600",
+            ["1000 (600 cached) / 10"],
+            ["1000 (600 cached) / 10"]
+        ]);
+        let panel = "$$(tid('cost-node-row')).length === 1 && [document.querySelector(tid('cost-tokens')).textContent, document.querySelector(tid('cost-tokens')).dataset.cached, texts(tid('cost-turn-row') + ' td:nth-child(2)'), texts(tid('cost-node-row') + ' td:nth-child(3)')]";
+        assert_eq!(b.wait("the cost panel", panel).await, expected);
+
+        // A reload shows the same: the footer from the replayed turn/completed, the panel from
+        // the ledger.
+        b.client.refresh().await.unwrap();
+        b.live_session().await;
+        b.wait(
+            "the footer after the reload",
+            "document.querySelector('[data-testid=turn][data-state=completed] [data-testid=turn-tokens]')?.textContent === '1000 in (600 cached) · 10 out'",
+        )
+        .await;
+        assert_eq!(b.wait("the cost panel after the reload", panel).await, expected);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_turn_the_server_stops_says_why() {
+    // The same call with the same answer, again and again: the server ends the turn.
+    let looping = MockLlm::start(Script::always(Reply::tool_calls(vec![
+        ScriptedCall::whole("again", "read_file", &json!({"path": "same.txt"})),
+    ])))
+    .await;
+    let stuck = TestApp::spawn_with(with_model(&looping)).await;
+    std::fs::create_dir_all(stuck.workspace()).unwrap();
+    std::fs::write(stuck.workspace().join("same.txt"), "nothing new\n").unwrap();
+    // Each call costs 1000 prompt tokens at 3 USD per million plus 20 out at 15: 0.0033 USD,
+    // more than the 0.001 USD a minute allowed.
+    let spending = MockLlm::start(Script::always(
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c",
+            "read_file",
+            &json!({"path": "a.txt"}),
+        )])
+        .with_usage(1000, 20),
+    ))
+    .await;
+    let configure = with_model(&spending);
+    let fast = TestApp::spawn_with(move |c: &mut Config| {
+        configure(c);
+        c.budget.usd_per_minute = 0.001;
+    })
+    .await;
+    std::fs::create_dir_all(fast.workspace()).unwrap();
+    std::fs::write(fast.workspace().join("a.txt"), "a\n").unwrap();
+    let (stuck_url, fast_url) = (stuck.url("/"), fast.url("/"));
+    in_browser("a_turn_the_server_stops_says_why", async |b| {
+        b.goto(&stuck_url).await;
+        let session = b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Read same.txt.").await;
+        b.click("[data-testid=send]").await;
+        let notice = b
+            .wait(
+                "the loop notice",
+                "document.querySelector('[data-testid=turn][data-state=completed][data-reason=stuck_in_loop] [data-testid=turn-stopped][data-reason=stuck_in_loop]')?.textContent",
+            )
+            .await;
+        assert_eq!(notice, "Stopped: the model kept repeating the same call with the same result");
+        assert_eq!(looping.request_count(), 6);
+        assert_eq!(b.js("return $$(tid('tool-card')).length").await, 6);
+        // The turn completed (its calls and cost stand): no error, and a footer that forks.
+        assert_eq!(b.js("return $$(tid('turn-error')).length").await, 0);
+        assert_eq!(b.js("return $$(tid('turn-footer') + ' ' + tid('fork-turn')).length").await, 1);
+
+        // The notice is part of the history: a reload shows it again, once.
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+        b.wait(
+            "the history",
+            "$$(tid('tool-card')).length === 6 && document.querySelector('[data-testid=turn][data-state=completed]')",
+        )
+        .await;
+        assert_eq!(
+            b.js("return $$(tid('turn-stopped')).map((n) => n.dataset.reason)").await,
+            json!(["stuck_in_loop"])
+        );
+
+        // Spending faster than `[budget] usd_per_minute` ends the turn with its own notice.
+        b.goto(&fast_url).await;
+        b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Go.").await;
+        b.click("[data-testid=send]").await;
+        let notice = b
+            .wait(
+                "the rate notice",
+                "document.querySelector('[data-testid=turn][data-state=completed] [data-testid=turn-stopped][data-reason=budget_rate_exceeded]')?.textContent",
+            )
+            .await;
+        assert_eq!(notice, "Stopped: the session is spending faster than the per-minute budget allows");
+        assert_eq!(spending.request_count(), 1);
+    })
+    .await;
+}
+
+/// The request's last message, when it is the user's and starts with "Summarise": the
+/// server's request for a summary of the older conversation.
+fn asks_for_a_summary(request: &Value) -> bool {
+    let last = request["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .cloned()
+        .unwrap_or_default();
+    last["role"] == "user"
+        && last["content"]
+            .as_str()
+            .is_some_and(|text| text.starts_with("Summarise"))
+}
+
+#[tokio::test]
+async fn compacting_shows_one_divider_through_a_reconnect_and_a_reload() {
+    let release = Arc::new(Notify::new());
+    let held = release.clone();
+    let mock = MockLlm::start(Script::route(move |request| {
+        if asks_for_a_summary(request) {
+            Reply::text(&["The user asked for a greeting and got one."]).with_usage(900, 30)
+        } else {
+            Reply::hold(&["Hel"], held.clone(), &["lo."])
+        }
+    }))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let url = app.url("/");
+    in_browser("compacting_shows_one_divider_through_a_reconnect_and_a_reload", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+
+        // A fresh session has nothing to compact: the server says so, and the page shows it.
+        b.wait("a Compact button", "!document.querySelector(tid('compact')).disabled").await;
+        b.click("[data-testid=compact]").await;
+        b.wait(
+            "the refusal",
+            "document.querySelector('[data-testid=conversation-notice][data-code=nothing_to_compact]') && !document.querySelector(tid('compact')).disabled",
+        )
+        .await;
+        assert_eq!(mock.request_count(), 0);
+
+        // While a turn runs there is no compacting.
+        b.fill("[data-testid=composer-input]", "Say hello.").await;
+        b.click("[data-testid=send]").await;
+        b.wait(
+            "the running turn",
+            "document.querySelector('[data-testid=turn][data-state=running] [data-testid=assistant-message]') && document.querySelector(tid('compact')).disabled",
+        )
+        .await;
+        release.notify_one();
+        b.wait(
+            "the end of the turn",
+            "document.querySelector('[data-testid=turn][data-state=completed]') && !document.querySelector(tid('compact')).disabled",
+        )
+        .await;
+        // The last four messages always stay verbatim: two more turns give it something to do.
+        for done in 2..=3 {
+            b.fill("[data-testid=composer-input]", "Again.").await;
+            b.click("[data-testid=send]").await;
+            release.notify_one();
+            b.wait(
+                "the next turn",
+                &format!("$$('[data-testid=turn][data-state=completed]').length === {done} && !document.querySelector(tid('compact')).disabled"),
+            )
+            .await;
+        }
+
+        b.click("[data-testid=compact]").await;
+        let shown = b
+            .wait(
+                "the divider",
+                "$$(tid('compacted')).length === 1 && !document.querySelector(tid('compact')).disabled && [document.querySelector(tid('compacted')).textContent, Number(document.querySelector(tid('compacted')).dataset.seq)]",
+            )
+            .await;
+        let requests = mock.requests();
+        assert_eq!(requests.len(), 4, "the turns' calls, then the summary");
+        assert!(asks_for_a_summary(&requests[3]), "{}", requests[3]);
+        let events = app
+            .get_json(&format!("/api/sessions/{session}/events?after_seq=0"), None)
+            .await;
+        let events = events["events"].as_array().unwrap();
+        let compacted = events
+            .iter()
+            .find(|e| e["method"] == "session/compacted")
+            .unwrap_or_else(|| panic!("no session/compacted in {events:?}"));
+        let p = &compacted["params"];
+        let replaced = p["replaced_messages"].as_u64().unwrap();
+        let expected = format!(
+            "Earlier conversation summarised: {replaced} message{}, ~{} → ~{} tokens",
+            if replaced == 1 { "" } else { "s" },
+            p["tokens_before"],
+            p["tokens_after"]
+        );
+        assert_eq!(shown, json!([expected, p["seq"]]));
+        // It sits where it happened: after the turn, at the end of the conversation.
+        let order = "$$(tid('messages') + ' > li').map((li) => li.dataset.testid).filter((id) => id !== 'conversation-notice')";
+        assert_eq!(b.js(&format!("return {order}")).await, json!(["turn", "turn", "turn", "compacted"]));
+        assert_eq!(
+            b.js("return $$('[data-testid=conversation-notice].error').length").await,
+            0
+        );
+
+        // A reconnect resumes after the last seq: the divider stays one.
+        b.js("window.agentd.connection.dropForTest()").await;
+        b.wait(
+            "the reconnect",
+            "window.agentd.connection.statusLog.filter((s) => s === 'live').length === 2 && window.agentd.connection.status === 'live'",
+        )
+        .await;
+        assert_eq!(b.js("return $$(tid('compacted')).length").await, 1);
+        assert_eq!(b.js("return window.agentd.state.repeated").await, 0);
+
+        // A reload replays the whole history: the divider once, in its place.
+        let last_seq = events.last().unwrap()["seq"].clone();
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+        b.wait(
+            "the whole history",
+            &format!("window.agentd.state.lastSeq === {last_seq} && document.querySelector('[data-testid=turn][data-state=completed]')"),
+        )
+        .await;
+        assert_eq!(b.js(&format!("return {order}")).await, json!(["turn", "turn", "turn", "compacted"]));
+        assert_eq!(
+            b.js("return document.querySelector(tid('compacted')).textContent").await,
+            expected
+        );
+        assert_eq!(
+            b.js("return texts(tid('assistant-message'))").await,
+            json!(["Hello.", "Hello.", "Hello."]),
+            "the stored history is whole"
+        );
+    })
+    .await;
+}

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::Connection;
-use super::request::{InvokeParams, Request, TaskParams};
+use super::request::{InvokeParams, Request, SessionParams, TaskParams};
 use super::rpc::{METHOD_NOT_FOUND, RequestId, RpcError, answer};
 use super::tasks::cancel_task;
 use crate::session::{Outbound, SessionHandle};
@@ -54,6 +54,7 @@ impl Connection {
                 Dispatched::Now(forked, None)
             }
             Request::ToolInvoke(params) => self.invoke(params, id).await,
+            Request::SessionCompact(params) => self.compact(params, id).await,
             Request::ToolList(params) => {
                 self.with_session(&params.session_id, |handle| async move {
                     handle.tool_list().await.map_err(RpcError::from)
@@ -155,6 +156,26 @@ impl Connection {
             let outcome = call
                 .await
                 .map(|result| json!(result))
+                .map_err(RpcError::from);
+            if let Some(frame) = answer(&id, outcome) {
+                let _ = live.send(frame).await;
+            }
+        });
+        Dispatched::Answered
+    }
+
+    /// `session/compact`: the summary call takes a while, so it runs in a task and the
+    /// connection keeps reading; the answer follows `session/compacted` on the live queue.
+    async fn compact(&mut self, params: SessionParams, id: Option<RequestId>) -> Dispatched {
+        let (handle, live) = match self.attachment(&params.session_id).await {
+            Ok(found) => found,
+            Err(err) => return Dispatched::Now(Err(err.into()), None),
+        };
+        tokio::spawn(async move {
+            let outcome = handle
+                .compact()
+                .await
+                .map(|stats| json!(stats))
                 .map_err(RpcError::from);
             if let Some(frame) = answer(&id, outcome) {
                 let _ = live.send(frame).await;

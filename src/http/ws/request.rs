@@ -21,6 +21,9 @@ pub(super) enum Request {
     /// `session/fork`.
     #[serde(rename = "session/fork")]
     SessionFork(ForkParams),
+    /// `session/compact`.
+    #[serde(rename = "session/compact")]
+    SessionCompact(SessionParams),
     /// `tool/invoke`.
     #[serde(rename = "tool/invoke")]
     ToolInvoke(InvokeParams),

@@ -291,6 +291,7 @@ impl SessionActor {
                 let outcome = self.respond_approval(approval_id, answer).await;
                 let _ = reply.send(outcome);
             }
+            Command::Compact { reply } => self.start_compaction(reply).await,
             Command::Steer {
                 turn_id,
                 input,

@@ -7,13 +7,15 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use super::{RunningTurn, SessionActor};
+use crate::agent::compaction::{Compacted, Compaction, CompactionError, model_view};
 use crate::agent::context::repair;
 use crate::agent::event::{SessionEvent, ToolCompleted};
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
-use crate::agent::{ActorLink, TurnRequest};
+use crate::agent::{ActorLink, TurnHost, TurnRequest};
 use crate::llm::ChatMessage;
-use crate::session::SessionError;
+use crate::session::{CompactReply, SessionError};
+use tokio::sync::oneshot;
 
 impl SessionActor {
     /// Starts a turn in its own task; `turn/started` is emitted before the caller hears back.
@@ -66,16 +68,80 @@ impl SessionActor {
         Ok(turn_id)
     }
 
+    /// Starts `session/compact`: the summary call runs in its own task and holds the turn
+    /// slot, so no turn starts meanwhile and `turn/interrupt` stops it; `reply` hears the
+    /// outcome after `session/compacted`.
+    pub(super) async fn start_compaction(&mut self, reply: oneshot::Sender<CompactReply>) {
+        let Some(settings) = self.agent.clone() else {
+            let _ = reply.send(Err(if self.llm_configured {
+                SessionError::NotYetAvailable("the model could not be set up; see the server log")
+            } else {
+                SessionError::LlmNotConfigured
+            }));
+            return;
+        };
+        if self.turn.is_some() {
+            let _ = reply.send(Err(SessionError::TurnInProgress));
+            return;
+        }
+        let turn_id = format!("compact_{}", uuid::Uuid::new_v4().simple());
+        let cancel = self.cancel.child_token();
+        self.turn = Some(RunningTurn {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+            interrupters: Vec::new(),
+            steers: Vec::new(),
+        });
+        let host = ActorLink {
+            actor: self.turns.sender(),
+        };
+        let specs = self.registry.specs();
+        let ledger = self.ledger.clone();
+        let labels = CostLabels {
+            node_id: "compaction".into(),
+            turn_id: None,
+            task_id: None,
+        };
+        let (outcome_tx, outcome_rx) = oneshot::channel();
+        let _ = reply.send(Ok(outcome_rx));
+        let task = async move {
+            let outcome = async {
+                let view = host.history().await.map_err(CompactionError::Store)?;
+                let compaction = Compaction {
+                    settings: &settings,
+                    ledger: &ledger,
+                    labels: &labels,
+                    hold: format!("{turn_id}#compaction"),
+                    cancel,
+                };
+                let compacted = compaction.run(host.system_prompt(), &view, &specs).await?;
+                let stats = compacted.stats;
+                host.compacted(None, compacted)
+                    .await
+                    .map_err(CompactionError::Store)?;
+                Ok(stats)
+            }
+            .await;
+            let _ = host
+                .actor
+                .send(TurnRequest::CompactionDone(Box::new((
+                    turn_id, outcome, outcome_tx,
+                ))))
+                .await;
+        };
+        self.tracker
+            .spawn(task.instrument(tracing::info_span!("compaction")));
+    }
+
     pub(super) async fn on_turn_request(&mut self, request: TurnRequest) {
         match request {
             TurnRequest::Emit(event) => self.linger(event),
-            TurnRequest::BeginIteration { reply } => {
+            TurnRequest::BeginIteration { turn_start, reply } => {
                 let before = self.registry.catalog();
-                self.registry.tick();
-                let evicted = self.registry.auto_evict();
+                let (specs, evicted) = self.registry.next_request(turn_start);
                 self.metrics.evictions.inc_by(evicted.len() as u64);
                 self.announce_tool_changes(before).await;
-                let _ = reply.send(self.registry.specs());
+                let _ = reply.send(specs);
             }
             TurnRequest::Prepare {
                 name,
@@ -133,6 +199,25 @@ impl SessionActor {
                 approval_id,
                 reason,
             } => self.on_approval_withdrawn(approval_id, reason).await,
+            TurnRequest::Compacted {
+                turn_id,
+                compacted,
+                reply,
+            } => {
+                let outcome = self.record_compaction(turn_id, *compacted).await;
+                let _ = reply.send(outcome);
+            }
+            TurnRequest::CompactionDone(done) => {
+                let (turn_id, outcome, reply) = *done;
+                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
+                    && let Some(turn) = self.turn.take()
+                {
+                    for interrupter in turn.interrupters {
+                        let _ = interrupter.send(true);
+                    }
+                }
+                let _ = reply.send(outcome);
+            }
             TurnRequest::Invoked(invoked) => {
                 let (tool_call_id, result) = *invoked;
                 self.on_invoked(tool_call_id, result).await;
@@ -175,12 +260,31 @@ impl SessionActor {
             tracing::error!(%err, "history unreadable");
             "the conversation could not be read".to_string()
         })?;
-        Ok(repair(
-            stored
-                .into_iter()
-                .filter_map(|value| serde_json::from_value(value).ok())
-                .collect(),
-        ))
+        Ok(repair(model_view(stored)))
+    }
+
+    /// Stores a compaction's marker after the history so far and announces it.
+    async fn record_compaction(
+        &mut self,
+        turn_id: Option<String>,
+        compacted: Compacted,
+    ) -> Result<(), String> {
+        let value = serde_json::to_value(&compacted.marker)
+            .map_err(|err| format!("compaction does not serialise: {err}"))?;
+        let event_seq = self.last_seq + self.lingering.len() as i64;
+        self.store
+            .append_message(&self.session_id, &value, event_seq)
+            .await
+            .map_err(|err| {
+                tracing::error!(%err, "compaction not persisted");
+                "the compaction could not be stored".to_string()
+            })?;
+        self.emit(SessionEvent::SessionCompacted {
+            turn_id,
+            stats: compacted.stats,
+        })
+        .await;
+        Ok(())
     }
 
     /// Appends one message to the stored history; the error says what failed, for the

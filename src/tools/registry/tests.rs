@@ -114,17 +114,64 @@ fn numbered(prefix: &str, n: usize) -> Vec<String> {
 }
 
 #[test]
-fn specs_put_base_tools_first_then_sort_by_name() {
+fn specs_keep_the_order_tools_became_visible_in() {
     let mut registry = registry_with(&["zeta", "grep", "alpha", "read_file"]);
     registry.pin_base_tool("read_file");
-    registry.pin_base_tool("zeta");
     assert_eq!(
         spec_names(&registry),
-        ["read_file", "zeta", "alpha", "grep"]
+        ["zeta", "grep", "alpha", "read_file"],
+        "registration order, never a map's"
     );
     let spec = &registry.specs()[0];
     assert_eq!(spec.description, "a probe");
     assert_eq!(spec.input_schema, json!({"type": "object"}));
+
+    // Deferring and bringing a tool back appends it; the others do not move.
+    registry.defer_tool("grep");
+    assert_eq!(spec_names(&registry), ["zeta", "alpha", "read_file"]);
+    registry.activate("grep");
+    assert_eq!(
+        spec_names(&registry),
+        ["zeta", "alpha", "read_file", "grep"]
+    );
+    // Re-registering a tool (a rebuilt MCP tool, say) keeps its place.
+    registry.register(Probe::new("zeta").arc()).unwrap();
+    assert_eq!(
+        spec_names(&registry),
+        ["zeta", "alpha", "read_file", "grep"]
+    );
+    registry.unregister("zeta");
+    registry.register(Probe::new("zeta").arc()).unwrap();
+    assert_eq!(
+        spec_names(&registry),
+        ["alpha", "read_file", "grep", "zeta"]
+    );
+    // A snapshot starts from the same order.
+    let child = registry.snapshot_excluding(&[]);
+    assert_eq!(spec_names(&child), spec_names(&registry));
+}
+
+#[test]
+fn an_eviction_removes_tools_without_reordering_the_rest() {
+    let mut parent = registry_with(
+        &numbered("t", 8)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    parent.configure_lifecycle(5, 2, Vec::new());
+    let mut registry = parent.snapshot_excluding(&[]);
+    // A fresh session: nothing was used yet, so the excess goes at the first boundary.
+    registry.tick();
+    registry.prepare("t00", &json!({})).unwrap();
+    registry.prepare("t05", &json!({})).unwrap();
+    let evicted = registry.auto_evict();
+    assert_eq!(
+        evicted,
+        ["t07", "t06", "t04"],
+        "never-used tools first, from the end of the list"
+    );
+    assert_eq!(spec_names(&registry), ["t00", "t01", "t02", "t03", "t05"]);
 }
 
 #[test]
@@ -267,7 +314,8 @@ fn spawn_only_and_pinned_tools_are_never_evicted() {
     for _ in 0..10 {
         registry.tick();
     }
-    assert_eq!(registry.auto_evict(), ["t02", "t03"]);
+    // Equally idle: from the end of the list, past the pinned t00 and the spawn_only t01.
+    assert_eq!(registry.auto_evict(), ["t16", "t15"]);
 }
 
 #[test]
@@ -303,7 +351,13 @@ fn snapshots_share_tools_but_keep_their_own_lru() {
     assert_eq!(a.lifecycle().iteration(), 0, "counters start fresh");
     assert!(a.lifecycle().is_base("t15"), "base tools carry over");
 
-    // Session A keeps using t00; session B keeps using t01.
+    // Both use t02..t14 once; then session A keeps using t00, session B t01.
+    for session in [&mut a, &mut b] {
+        session.tick();
+        for name in &names[2..15] {
+            session.prepare(name, &json!({})).unwrap();
+        }
+    }
     for _ in 0..8 {
         a.tick();
         a.prepare("t00", &json!({})).unwrap();
@@ -490,7 +544,7 @@ async fn provider_policy_hides_and_refuses_but_keeps_the_tool() {
     registry.set_provider_policy(None);
     assert_eq!(
         spec_names(&registry),
-        ["grep", "plain", "shell", "web_fetch"]
+        ["web_fetch", "grep", "shell", "plain"]
     );
     registry
         .execute_with_context(&ctx(), "web_fetch", &json!({}))

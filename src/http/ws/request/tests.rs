@@ -39,6 +39,7 @@ fn method_of(request: &Request) -> &'static str {
     match request {
         Request::SessionOpen(_) => "session/open",
         Request::SessionFork(_) => "session/fork",
+        Request::SessionCompact(_) => "session/compact",
         Request::ToolInvoke(_) => "tool/invoke",
         Request::ToolList(_) => "tool/list",
         Request::TurnStart(_) => "turn/start",
@@ -62,6 +63,7 @@ fn every_method_reads_as_its_variant() {
         ("session/fork", json!({"session_id": "s1", "up_to_seq": 7})),
         ("tool/invoke", json!({"session_id": "s1", "name": "read"})),
         ("tool/list", session.clone()),
+        ("session/compact", session.clone()),
         (
             "turn/start",
             json!({"session_id": "s1", "input": [{"kind": "text", "text": "hi"}]}),
@@ -104,9 +106,10 @@ fn every_method_reads_as_its_variant() {
                     && p.decision == crate::agent::approval::Decision::AcceptForSession
                     && p.message.is_none()
             }
-            Request::ToolList(p) | Request::TurnInterrupt(p) | Request::TaskList(p) => {
-                p.session_id == "s1"
-            }
+            Request::ToolList(p)
+            | Request::TurnInterrupt(p)
+            | Request::TaskList(p)
+            | Request::SessionCompact(p) => p.session_id == "s1",
             Request::TaskOutputRead(p) | Request::TaskCancel(p) => {
                 p.task_id == "t1" && p.output.mode.as_deref() == Some("tail")
             }
