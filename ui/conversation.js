@@ -1,15 +1,33 @@
 // The conversation: one entry per turn (the user's text and what was steered into it, the
-// model's streamed text as Markdown, a card per tool call, how the turn ended, with a button
-// that forks the session there), cards for tool calls made outside a turn, and a note when a
-// background task ends.
+// model's streamed text as Markdown, a card per tool call, how the turn ended — with a notice
+// when the server stopped it — and a button that forks the session there), cards for tool
+// calls made outside a turn, a note when a background task ends, and a divider where the
+// server summarised the older conversation for the model.
 
-import { h, clear, coalesce, duration, pretty, replace, usd } from './dom.js';
+import { h, clear, coalesce, duration, pretty, replace, tokenSummary, usd } from './dom.js';
 import { renderMarkdown } from './markdown.js';
 import { apiUrl, getBlob, getJson } from './rest.js';
 import { token } from './auth.js';
 
 /** A user message the server added for a finished background task, not typed by anyone. */
 const BACKGROUND_NOTE = /^\[background task \S+ \(.*\) (completed|failed|cancelled)\]/;
+
+/**
+ * Why the server ended a turn the model had not finished, by `turn/completed.reason`. The
+ * turn completed (its work and cost stand), but the model did not get to answer.
+ */
+const STOPPED = {
+  stuck_in_loop: 'Stopped: the model kept repeating the same call with the same result',
+  budget_rate_exceeded: 'Stopped: the session is spending faster than the per-minute budget allows',
+  node_lost: 'Stopped: the server node running this turn went away',
+};
+
+/** The divider's words for a `session/compacted`: what was summarised, and how much smaller. */
+function compactedText(p) {
+  const count = Number(p.replaced_messages) || 0;
+  const messages = `${count} message${count === 1 ? '' : 's'}`;
+  return `Earlier conversation summarised: ${messages}, ~${p.tokens_before ?? 0} → ~${p.tokens_after ?? 0} tokens`;
+}
 
 /** Most characters of live tool output kept on a card. */
 const LIVE_OUTPUT_CHARS = 16_384;
@@ -69,6 +87,7 @@ export class Conversation {
     state.on('turn/completed', (p) => this.turnEnded(p, null));
     state.on('turn/error', (p) => this.turnEnded(p, p));
     state.on('turn/spawn_complete', (p) => this.spawnComplete(p));
+    state.on('session/compacted', (p) => this.compacted(p));
     state.on('*', () => this.scrollSoon());
   }
 
@@ -324,13 +343,28 @@ export class Conversation {
       );
     } else {
       entry.footer.replaceChildren(
-        h('span', { testid: 'turn-tokens' }, `${p.tokens_in ?? 0} in · ${p.tokens_out ?? 0} out`),
+        h(
+          'span',
+          { testid: 'turn-tokens', dataset: { cached: String(p.tokens_cached ?? 0) } },
+          tokenSummary(p.tokens_in, p.tokens_out, p.tokens_cached),
+        ),
         ' · ',
         h('span', { testid: 'turn-cost', dataset: { usd: String(p.cost_usd ?? 0) } }, usd(p.cost_usd)),
       );
+      this.showStopped(entry, p.reason);
     }
     if (typeof p.seq === 'number') entry.footer.append(this.forkButton(p.seq));
     if (!entry.hasText) this.refreshUserTexts();
+  }
+
+  /** Says, above the footer, why the server ended the turn; nothing for a model's own end. */
+  showStopped(entry, reason) {
+    // A server older than the reason field sends none: that turn simply completed.
+    if (!reason || reason === 'completed') return;
+    entry.el.dataset.reason = reason;
+    const text = STOPPED[reason] ?? `Stopped by the server (${reason})`;
+    const notice = h('div', { class: 'turn-stopped', testid: 'turn-stopped', role: 'status', dataset: { reason }, text });
+    entry.el.insertBefore(notice, entry.footer);
   }
 
   /** A button that forks the session with the history up to the event `seq`. */
@@ -368,10 +402,38 @@ export class Conversation {
     );
   }
 
-  /** A note in the conversation from the page itself (a refused send, a lost connection). */
-  notice(text, kind = 'error') {
+  /**
+   * A divider where the server summarised the older conversation. It changed only what the
+   * model is sent: everything above stays shown and stored. Compaction the server starts by
+   * itself happens inside a running turn, before a model call, so its divider goes into that
+   * turn; one asked for between turns goes after the last turn.
+   */
+  compacted(p) {
+    const text = compactedText(p);
+    const attrs = {
+      class: 'compacted',
+      testid: 'compacted',
+      role: 'separator',
+      dataset: { seq: String(p.seq ?? ''), replacedMessages: String(p.replaced_messages ?? 0) },
+      title: `From here on the model sees a summary of ~${p.summary_tokens ?? 0} tokens instead of the messages above; the history itself is unchanged.`,
+    };
+    const last = this.turns.get(this.turnOrder[this.turnOrder.length - 1]);
+    if (last?.el.dataset.state === 'running') {
+      last.textBlock = null;
+      this.place(last.el.dataset.turnId, h('div', attrs, h('span', { text })));
+    } else {
+      this.list.querySelector('.placeholder')?.remove();
+      this.list.append(h('li', attrs, h('span', { text })));
+    }
+  }
+
+  /**
+   * A note in the conversation from the page itself (a refused send, a lost connection);
+   * `code` is the error's kind, kept as `data-code`.
+   */
+  notice(text, kind = 'error', code = null) {
     this.list.querySelector('.placeholder')?.remove();
-    this.list.append(h('li', { class: `note ${kind}`, testid: 'conversation-notice', text }));
+    this.list.append(h('li', { class: `note ${kind}`, testid: 'conversation-notice', dataset: code ? { code } : null, text }));
     this.scrollSoon();
   }
 

@@ -1,8 +1,10 @@
 // The cost panel: the session's total and tokens, a row per turn (and per background task or
 // direct call that paid for model calls) and a row per cost-ledger entry (node). The ledger
 // over REST is the source; turn/completed moves the total at once, before the ledger is read.
+// Prompt tokens show their cached share ("1200 (800 cached)"): those are priced lower, so
+// they explain a turn that cost less than its token count suggests.
 
-import { h, byTestId, coalesce, usd } from './dom.js';
+import { h, byTestId, coalesce, promptTokens, tokenSummary, usd } from './dom.js';
 import { getJson } from './rest.js';
 
 /** The cost panel of one session. */
@@ -38,7 +40,7 @@ export class Cost {
   reset() {
     this.turnNumbers = new Map();
     this.setTotal(0);
-    this.tokens.textContent = '0 in · 0 out';
+    this.setTokens({});
     this.turnRows.replaceChildren();
     this.nodeRows.replaceChildren();
   }
@@ -46,6 +48,12 @@ export class Cost {
   setTotal(amount) {
     this.total.dataset.usd = String(amount ?? 0);
     this.total.textContent = usd(amount);
+  }
+
+  /** Shows the session's token totals; the cached count also as `data-cached` for tests. */
+  setTokens({ tokens_in: tokensIn, tokens_out: tokensOut, tokens_cached: tokensCached }) {
+    this.tokens.dataset.cached = String(tokensCached ?? 0);
+    this.tokens.textContent = tokenSummary(tokensIn, tokensOut, tokensCached);
   }
 
   /** Reads the ledger and redraws the panel. */
@@ -60,23 +68,24 @@ export class Cost {
     }
     if (sessionId !== this.state.sessionId) return;
     this.setTotal(ledger.session_cost_usd);
-    this.tokens.textContent = `${ledger.tokens_in} in · ${ledger.tokens_out} out`;
+    this.setTokens(ledger);
     const groups = new Map();
     for (const row of ledger.rows) {
       const key = row.turn_id ? `turn:${row.turn_id}` : row.task_id ? `task:${row.task_id}` : 'direct';
-      const group = groups.get(key) ?? { row, usd: 0, tokensIn: 0, tokensOut: 0 };
+      const group = groups.get(key) ?? { row, usd: 0, tokensIn: 0, tokensOut: 0, tokensCached: 0 };
       group.usd += row.actual_usd;
       group.tokensIn += row.tokens_in;
       group.tokensOut += row.tokens_out;
+      group.tokensCached += row.tokens_cached ?? 0;
       groups.set(key, group);
     }
     this.turnRows.replaceChildren(
       ...[...groups.entries()].map(([key, group]) =>
         h(
           'tr',
-          { testid: 'cost-turn-row', dataset: { key } },
+          { testid: 'cost-turn-row', dataset: { key, cached: String(group.tokensCached) } },
           h('td', { text: this.label(group.row), title: key }),
-          h('td', { text: `${group.tokensIn} / ${group.tokensOut}` }),
+          h('td', { text: `${promptTokens(group.tokensIn, group.tokensCached)} / ${group.tokensOut}` }),
           h('td', { class: 'num', text: usd(group.usd) }),
         ),
       ),
@@ -85,10 +94,15 @@ export class Cost {
       ...ledger.rows.map((row) =>
         h(
           'tr',
-          { testid: 'cost-node-row', class: row.committed ? null : 'uncommitted', title: row.committed ? null : `refused by the budget (reserved ${usd(row.reserved_usd)})` },
+          {
+            testid: 'cost-node-row',
+            class: row.committed ? null : 'uncommitted',
+            title: row.committed ? null : `refused by the budget (reserved ${usd(row.reserved_usd)})`,
+            dataset: { cached: String(row.tokens_cached ?? 0) },
+          },
           h('td', { text: row.node_id }),
           h('td', { text: row.model }),
-          h('td', { text: `${row.tokens_in} / ${row.tokens_out}` }),
+          h('td', { text: `${promptTokens(row.tokens_in, row.tokens_cached)} / ${row.tokens_out}` }),
           h('td', { class: 'num', text: usd(row.actual_usd) }),
         ),
       ),

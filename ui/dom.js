@@ -56,6 +56,22 @@ export function usd(amount) {
   return `$${value.toFixed(4)}`;
 }
 
+/** " (800 cached)" for prompt tokens served from the provider's cache; "" when none were. */
+function cachedNote(tokensCached) {
+  const cached = Number(tokensCached) || 0;
+  return cached > 0 ? ` (${cached} cached)` : '';
+}
+
+/** Formats a prompt token count with its cached share: "1200 (800 cached)". */
+export function promptTokens(tokensIn, tokensCached) {
+  return `${Number(tokensIn) || 0}${cachedNote(tokensCached)}`;
+}
+
+/** Formats a turn's or a session's tokens: "1200 in (800 cached) · 40 out". */
+export function tokenSummary(tokensIn, tokensOut, tokensCached) {
+  return `${Number(tokensIn) || 0} in${cachedNote(tokensCached)} · ${Number(tokensOut) || 0} out`;
+}
+
 /** Formats a byte count. */
 export function bytes(count) {
   const n = Number(count) || 0;

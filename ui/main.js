@@ -1,7 +1,8 @@
 // The AppUI's entry point: reads the token and the session from the URL, connects, opens the
 // session (a fresh one when the URL names none) and wires the panels to the session state.
 // The session id is kept in the URL (`?session=`), so a reload returns to it. The composer
-// starts a turn, or steers the one running.
+// starts a turn, or steers the one running; Compact asks the server to summarise the older
+// conversation between turns.
 
 import { Approvals } from './approvals.js';
 import { storeToken, takeToken, token } from './auth.js';
@@ -74,6 +75,7 @@ async function boot() {
   const input = byTestId('composer-input');
   const send = byTestId('send');
   const interrupt = byTestId('interrupt');
+  const compact = byTestId('compact');
   const banner = byTestId('no-model-banner');
   const label = byTestId('session-label');
 
@@ -88,6 +90,7 @@ async function boot() {
     onStatus: (status, detail) => {
       setStatus(status, detail);
       send.disabled = status !== 'live';
+      showCompactable();
     },
   });
 
@@ -112,10 +115,21 @@ async function boot() {
   const showBanner = () => {
     state.llmConfigured = false;
     banner.hidden = false;
+    showCompactable();
   };
   byTestId('banner-console').addEventListener('click', () => toolConsole.focus());
 
   let runningTurn = null;
+  let compacting = false;
+  /**
+   * Compact is for between turns: the server refuses it while a turn runs
+   * (`turn_in_progress`), so the button says so before anyone tries. The summary is written
+   * by the model, so without one there is nothing to compact with.
+   */
+  function showCompactable() {
+    compact.disabled =
+      runningTurn !== null || compacting || connection.status !== 'live' || state.llmConfigured === false;
+  }
   const startPlaceholder = input.placeholder;
   /** While a turn runs, the composer steers it; the button and placeholder say so. */
   const showRunning = (turnId) => {
@@ -123,6 +137,7 @@ async function boot() {
     interrupt.hidden = turnId === null;
     send.textContent = turnId === null ? 'Send' : 'Steer';
     input.placeholder = turnId === null ? startPlaceholder : 'Steer the running turn — Enter adds this to it';
+    showCompactable();
   };
   state.on('turn/started', (p) => showRunning(p.turn_id));
   const turnEnded = (p) => {
@@ -199,6 +214,33 @@ async function boot() {
       );
     }
   }
+
+  /**
+   * Asks the server to summarise the older conversation. The divider comes from the
+   * `session/compacted` it sends before the answer, as for every other watcher of the session.
+   */
+  async function compactSession() {
+    const sessionId = state.sessionId;
+    if (!sessionId) return;
+    compacting = true;
+    showCompactable();
+    try {
+      await connection.request('session/compact', { session_id: sessionId });
+    } catch (err) {
+      if (state.sessionId !== sessionId) return;
+      if (err.kind === 'method_not_found') {
+        conversation.notice('This server cannot compact sessions.', 'error', err.kind);
+      } else {
+        // nothing_to_compact is no failure of anything: say it without alarm.
+        const kind = err.kind === 'nothing_to_compact' ? 'info' : 'error';
+        conversation.notice(`The conversation was not compacted: ${err.message}`, kind, err.kind);
+      }
+    } finally {
+      compacting = false;
+      showCompactable();
+    }
+  }
+  compact.addEventListener('click', compactSession);
 
   window.addEventListener('popstate', () => switchTo(sessionInUrl(), { push: false }));
 
