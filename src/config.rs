@@ -253,6 +253,48 @@ impl Default for AgentConfig {
     }
 }
 
+/// `[cluster]`: several nodes over one PostgreSQL. This version has the store's half (session
+/// leases with fenced writes) but not forwarding, fan-out or takeover, so start-up refuses
+/// `enabled = true` with a line saying so.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Whether this node is one of several.
+    pub enabled: bool,
+    /// This node's name in leases; empty means hostname-pid.
+    pub node_id: String,
+    /// How the other nodes reach this one.
+    pub advertise_url: String,
+    /// How long a session's lease lasts unless renewed.
+    pub lease_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            node_id: String::new(),
+            advertise_url: String::new(),
+            lease_secs: 10,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// This node's id: `node_id`, or `<hostname>-<pid>` when unset.
+    pub fn node_id(&self) -> String {
+        if !self.node_id.is_empty() {
+            return self.node_id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_string())
+            .ok()
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| "agentd".to_string());
+        format!("{host}-{}", std::process::id())
+    }
+}
+
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -296,6 +338,8 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// `[agent]`.
     pub agent: AgentConfig,
+    /// `[cluster]`.
+    pub cluster: ClusterConfig,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
     /// The file this configuration was read from, which sandboxed commands must not read.
@@ -584,6 +628,24 @@ impl Config {
         if !(self.budget.usd_per_minute.is_finite() && self.budget.usd_per_minute >= 0.0) {
             return invalid("budget.usd_per_minute must be a non-negative number (0: off)".into());
         }
+        if self.cluster.enabled {
+            let url = self.server.database_url();
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return invalid(
+                    "cluster.enabled needs PostgreSQL: set server.database_url to a postgres:// \
+                     URL (SQLite is one node's file)"
+                        .into(),
+                );
+            }
+            if self.cluster.lease_secs == 0 {
+                return invalid("cluster.lease_secs must be at least 1".into());
+            }
+            if self.cluster.advertise_url.is_empty() {
+                return invalid(
+                    "cluster.advertise_url must say how the other nodes reach this one".into(),
+                );
+            }
+        }
         if !(self.llm.compact_at > 0.0 && self.llm.compact_at <= 1.0) {
             return invalid(format!(
                 "llm.compact_at must be above 0 and at most 1 (a share of llm.context_window), not {}",
@@ -701,6 +763,45 @@ usd_per_minute = 0.5
             config.llm.pricing["file-model"].cached_input_per_mtok,
             Some(0.25)
         );
+    }
+
+    #[test]
+    fn cluster_mode_needs_postgres_and_an_advertised_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agentd.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let args = ServeArgs {
+                config: Some(path.clone()),
+                ..ServeArgs::default()
+            };
+            Config::load(&args, &|_: &str| None)
+        };
+        let err = load("[cluster]\nenabled = true\nadvertise_url = \"http://10.0.0.2:8080\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cluster.enabled needs PostgreSQL"), "{err}");
+        let postgres =
+            "[server]\ndatabase_url = \"postgres://db/agentd\"\n[cluster]\nenabled = true\n";
+        let err = load(postgres).unwrap_err().to_string();
+        assert!(err.contains("cluster.advertise_url"), "{err}");
+        let config = load(&format!(
+            "{postgres}advertise_url = \"http://10.0.0.2:8080\"\nlease_secs = 3\n"
+        ))
+        .unwrap();
+        assert!(config.cluster.enabled);
+        assert_eq!(config.cluster.lease_secs, 3);
+        assert!(
+            config
+                .cluster
+                .node_id()
+                .ends_with(&format!("-{}", std::process::id())),
+            "{}",
+            config.cluster.node_id()
+        );
+        let default = ClusterConfig::default();
+        assert!(!default.enabled);
+        assert_eq!(default.lease_secs, 10);
     }
 
     #[test]

@@ -57,6 +57,14 @@ pub enum StartupError {
     /// A `[[plugins]]` entry is unusable.
     #[error("plugin {0}: {1}")]
     Plugin(String, String),
+    /// `[cluster] enabled = true`, which this version cannot serve yet.
+    #[error(
+        "cluster mode is not available in this version: the store has session leases with \
+         fenced writes, but requests are not forwarded between nodes, events do not reach other \
+         nodes' watchers and a dead node's sessions are not taken over; run one node (set \
+         cluster.enabled = false)"
+    )]
+    ClusterUnavailable,
 }
 
 /// The model and limits turns run with, when a model is configured.
@@ -184,6 +192,9 @@ impl Server {
         config: Config,
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
+        if config.cluster.enabled {
+            return Err(StartupError::ClusterUnavailable);
+        }
         crate::tools::builtin::exec::forbid_env_var(&config.llm.api_key_env);
         if !config.server.bind.ip().is_loopback()
             && config.server.auth_token.is_none()

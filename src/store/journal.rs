@@ -88,6 +88,7 @@ fn rows(write: &Write) -> usize {
     match write {
         Write::Events(events) => events.len(),
         Write::Message { .. } | Write::Cost(_) => 1,
+        Write::Fence { .. } => 0,
     }
 }
 
@@ -161,7 +162,7 @@ async fn commit_batch(store: &dyn Store, writes: &[Write]) -> StoreResult<Vec<i6
             .iter()
             .flat_map(|w| match w {
                 Write::Events(events) => events.as_slice(),
-                Write::Message { .. } | Write::Cost(_) => &[],
+                Write::Message { .. } | Write::Cost(_) | Write::Fence { .. } => &[],
             })
             .cloned()
             .collect();
@@ -290,5 +291,32 @@ impl Store for GroupCommit {
 
     async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
         self.inner.write_all(writes).await
+    }
+
+    // Leases are never batched with other callers' writes: a refused fence must refuse only
+    // its own batch.
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        node_id: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<Option<super::Lease>> {
+        self.inner.acquire_lease(session_id, node_id, ttl).await
+    }
+
+    async fn renew_lease(
+        &self,
+        lease: &super::Lease,
+        ttl: std::time::Duration,
+    ) -> StoreResult<Option<super::Lease>> {
+        self.inner.renew_lease(lease, ttl).await
+    }
+
+    async fn release_lease(&self, lease: &super::Lease) -> StoreResult<bool> {
+        self.inner.release_lease(lease).await
+    }
+
+    async fn lease(&self, session_id: &str) -> StoreResult<Option<super::Lease>> {
+        self.inner.lease(session_id).await
     }
 }

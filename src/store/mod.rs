@@ -47,6 +47,14 @@ pub enum StoreError {
     /// which may carry a password.
     #[error("invalid database URL: {0}")]
     InvalidUrl(String),
+    /// A fenced write's lease epoch is no longer the session's: another node took it over.
+    #[error("session {session_id}: lease epoch {epoch} is no longer held; the write was refused")]
+    Fenced {
+        /// The session.
+        session_id: String,
+        /// The epoch the write carried.
+        epoch: i64,
+    },
 }
 
 /// The result of every store call.
@@ -194,6 +202,29 @@ pub enum Write {
     },
     /// One cost row, as [`Store::insert_cost_row`].
     Cost(CostRow),
+    /// Refuses the whole batch ([`StoreError::Fenced`]) unless the session's lease still holds
+    /// `epoch`; on PostgreSQL the lease row is locked until the batch commits, so a takeover
+    /// waits for it and no write of an old owner lands after one.
+    Fence {
+        /// The session.
+        session_id: String,
+        /// The writer's lease epoch.
+        epoch: i64,
+    },
+}
+
+/// A node's hold on a session's actor (cluster mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lease {
+    /// The session.
+    pub session_id: String,
+    /// The owning node.
+    pub node_id: String,
+    /// Bumped by every takeover; writes carry it (see [`Write::Fence`]).
+    pub epoch: i64,
+    /// When it lapses unless renewed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
 }
 
 /// Where a background task is in its life; stored and sent as its snake_case name.
@@ -441,6 +472,29 @@ pub trait Store: Send + Sync + 'static {
     /// Does `writes` in order in one transaction, all or none, with the errors each would have
     /// alone; answers, per write, the message index of a `Message` and 0 for the others.
     async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>>;
+
+    /// Takes the lease of `session_id` for `node_id` for `ttl`: a new lease at epoch 1, or a
+    /// lapsed one with its epoch bumped. `None` while anyone (this node included) holds it.
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        node_id: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<Option<Lease>>;
+
+    /// Extends `lease` by `ttl` from now; `None` when it was taken over (its epoch is gone).
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        ttl: std::time::Duration,
+    ) -> StoreResult<Option<Lease>>;
+
+    /// Lets `lease` lapse now, keeping its epoch so a later owner's is higher; whether it was
+    /// still held.
+    async fn release_lease(&self, lease: &Lease) -> StoreResult<bool>;
+
+    /// The current lease of `session_id`, lapsed or not.
+    async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>>;
 }
 
 /// Opens the backend named by the URL scheme (`sqlite://path`, `sqlite:path`, `sqlite::memory:`,

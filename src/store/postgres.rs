@@ -15,12 +15,12 @@ use sqlx::{Connection, Row};
 use time::OffsetDateTime;
 
 use super::rows::{
-    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row, session_row,
-    task_row,
+    LEASE_COLUMNS, SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row,
+    lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    Write, db_error, decode_error, json_without_nul, timestamp_now, without_nul,
+    CostRow, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult,
+    TaskRow, Write, db_error, decode_error, json_without_nul, timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -412,6 +412,23 @@ impl Store for PostgresStore {
                     insert_cost(&mut *tx, row).await?;
                     0
                 }
+                Write::Fence { session_id, epoch } => {
+                    // FOR SHARE: a takeover's UPDATE of the row waits until this commits.
+                    let held: Option<i64> = sqlx::query_scalar(
+                        "SELECT epoch FROM session_leases WHERE session_id = $1 FOR SHARE",
+                    )
+                    .bind(without_nul(session_id))
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+                    if held != Some(*epoch) {
+                        return Err(StoreError::Fenced {
+                            session_id: session_id.clone(),
+                            epoch: *epoch,
+                        });
+                    }
+                    0
+                }
             });
         }
         tx.commit().await.map_err(db_error)?;
@@ -429,6 +446,69 @@ impl Store for PostgresStore {
         .await
         .map_err(db_error)?;
         rows.iter().map(cost_row).collect()
+    }
+
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        node_id: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<Lease>> {
+        // The database's clock decides expiry, so nodes' clocks need not agree.
+        let row = sqlx::query(&format!(
+            "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
+             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             ON CONFLICT (session_id) DO UPDATE SET node_id = EXCLUDED.node_id, \
+             epoch = session_leases.epoch + 1, expires_at = EXCLUDED.expires_at \
+             WHERE session_leases.expires_at <= now() RETURNING {LEASE_COLUMNS}"
+        ))
+        .bind(without_nul(session_id))
+        .bind(without_nul(node_id))
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(lease_row).transpose()
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> StoreResult<Option<Lease>> {
+        let row = sqlx::query(&format!(
+            "UPDATE session_leases SET expires_at = now() + make_interval(secs => $4) \
+             WHERE session_id = $1 AND node_id = $2 AND epoch = $3 RETURNING {LEASE_COLUMNS}"
+        ))
+        .bind(without_nul(&lease.session_id))
+        .bind(without_nul(&lease.node_id))
+        .bind(lease.epoch)
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(lease_row).transpose()
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE session_leases SET expires_at = now() \
+             WHERE session_id = $1 AND node_id = $2 AND epoch = $3",
+        )
+        .bind(without_nul(&lease.session_id))
+        .bind(without_nul(&lease.node_id))
+        .bind(lease.epoch)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>> {
+        let row = sqlx::query(&format!(
+            "SELECT {LEASE_COLUMNS} FROM session_leases WHERE session_id = $1"
+        ))
+        .bind(without_nul(session_id))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(lease_row).transpose()
     }
 }
 

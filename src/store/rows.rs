@@ -5,7 +5,7 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::{CostRow, EventRow, SessionRow, StoreResult, TaskRow, TaskState};
+use super::{CostRow, EventRow, Lease, SessionRow, StoreResult, TaskRow, TaskState};
 
 /// The columns `session_row` reads, in every backend's `SELECT`.
 pub(crate) const SESSION_COLUMNS: &str =
@@ -101,6 +101,19 @@ pub(crate) fn task_row(row: &impl StoredRow) -> StoreResult<TaskRow> {
         output_path: row.text("output_path")?,
         created_at: row.time("created_at")?,
         finished_at: row.opt_time("finished_at")?,
+    })
+}
+
+/// The columns a [`Lease`] is read from.
+pub(crate) const LEASE_COLUMNS: &str = "session_id, node_id, epoch, expires_at";
+
+/// A lease from [`LEASE_COLUMNS`].
+pub(crate) fn lease_row(row: &impl StoredRow) -> StoreResult<Lease> {
+    Ok(Lease {
+        session_id: row.text("session_id")?,
+        node_id: row.text("node_id")?,
+        epoch: row.int("epoch")?,
+        expires_at: row.time("expires_at")?,
     })
 }
 

@@ -18,12 +18,12 @@ use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
 use super::rows::{
-    SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row, session_row,
-    task_row,
+    LEASE_COLUMNS, SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row,
+    lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    Write, db_error, decode_error, timestamp_now,
+    CostRow, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult,
+    TaskRow, Write, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -624,6 +624,22 @@ impl Store for SqliteStore {
                     insert_cost(&mut *tx, row).await?;
                     0
                 }
+                Write::Fence { session_id, epoch } => {
+                    // The one writer connection serialises this with any takeover.
+                    let held: Option<i64> =
+                        sqlx::query_scalar("SELECT epoch FROM session_leases WHERE session_id = ?")
+                            .bind(session_id)
+                            .fetch_optional(&mut *tx)
+                            .await
+                            .map_err(db_error)?;
+                    if held != Some(*epoch) {
+                        return Err(StoreError::Fenced {
+                            session_id: session_id.clone(),
+                            epoch: *epoch,
+                        });
+                    }
+                    0
+                }
             });
         }
         tx.commit().await.map_err(db_error)?;
@@ -641,5 +657,70 @@ impl Store for SqliteStore {
         .await
         .map_err(db_error)?;
         rows.iter().map(cost_row).collect()
+    }
+
+    async fn acquire_lease(
+        &self,
+        session_id: &str,
+        node_id: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<Lease>> {
+        let now = timestamp_now();
+        let row = sqlx::query(&format!(
+            "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
+             VALUES (?1, ?2, 1, ?3) \
+             ON CONFLICT (session_id) DO UPDATE SET node_id = excluded.node_id, \
+             epoch = session_leases.epoch + 1, expires_at = excluded.expires_at \
+             WHERE session_leases.expires_at <= ?4 RETURNING {LEASE_COLUMNS}"
+        ))
+        .bind(session_id)
+        .bind(node_id)
+        .bind(ts(now + ttl)?)
+        .bind(ts(now)?)
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(lease_row).transpose()
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> StoreResult<Option<Lease>> {
+        let row = sqlx::query(&format!(
+            "UPDATE session_leases SET expires_at = ?4 \
+             WHERE session_id = ?1 AND node_id = ?2 AND epoch = ?3 RETURNING {LEASE_COLUMNS}"
+        ))
+        .bind(&lease.session_id)
+        .bind(&lease.node_id)
+        .bind(lease.epoch)
+        .bind(ts(timestamp_now() + ttl)?)
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(lease_row).transpose()
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE session_leases SET expires_at = ?4 \
+             WHERE session_id = ?1 AND node_id = ?2 AND epoch = ?3",
+        )
+        .bind(&lease.session_id)
+        .bind(&lease.node_id)
+        .bind(lease.epoch)
+        .bind(ts(timestamp_now())?)
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>> {
+        let row = sqlx::query(&format!(
+            "SELECT {LEASE_COLUMNS} FROM session_leases WHERE session_id = ?"
+        ))
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(lease_row).transpose()
     }
 }

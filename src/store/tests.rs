@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 
 use super::postgres::{PostgresStore, parse_url};
 use super::{
-    CostRow, NewEvent, NewSession, SessionRow, Store, StoreError, TaskRow, TaskState, connect,
-    timestamp_now, truncate_to_micros,
+    CostRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, TaskRow, TaskState, Write,
+    connect, timestamp_now, truncate_to_micros,
 };
 
 const POSTGRES_URL_VAR: &str = "AGENTD_TEST_POSTGRES_URL";
@@ -134,6 +134,8 @@ store_cases!(
     group_commit_answers_each_write_of_a_failing_batch_alone,
     write_all_is_one_transaction,
     a_fork_copies_events_and_messages_up_to_the_cut,
+    a_lease_has_one_owner_and_fences_a_late_writer,
+    racing_nodes_take_a_lapsed_lease_once,
 );
 
 fn new_session(id: &str, user: Option<&str>) -> NewSession {
@@ -1306,4 +1308,149 @@ async fn a_fork_copies_events_and_messages_up_to_the_cut(store: Arc<dyn Store>, 
     store.delete_session("src").await.expect("delete");
     let orphan = store.get_session("fork").await.expect("get").expect("fork");
     assert_eq!(orphan.parent_session_id, None);
+}
+
+async fn a_lease_has_one_owner_and_fences_a_late_writer(store: Arc<dyn Store>, _: Reopen) {
+    store
+        .create_session(&new_session("s1", None))
+        .await
+        .expect("create");
+    let minute = Duration::from_secs(60);
+    let a = store
+        .acquire_lease("s1", "node-a", minute)
+        .await
+        .expect("acquire")
+        .expect("a free lease is taken");
+    assert_eq!((a.node_id.as_str(), a.epoch), ("node-a", 1));
+    assert!(a.expires_at > OffsetDateTime::now_utc());
+    assert_eq!(
+        store.acquire_lease("s1", "node-b", minute).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.acquire_lease("s1", "node-a", minute).await.unwrap(),
+        None,
+        "a held lease is renewed, not taken again"
+    );
+    let a = store
+        .renew_lease(&a, minute)
+        .await
+        .unwrap()
+        .expect("renewed");
+    let message = |text: &str| Write::Message {
+        session_id: "s1".into(),
+        message: json!({"role": "user", "content": text}),
+        event_seq: 0,
+    };
+    let fence = |epoch| Write::Fence {
+        session_id: "s1".into(),
+        epoch,
+    };
+    store
+        .write_all(&[fence(1), message("by a")])
+        .await
+        .expect("the owner writes");
+
+    // A lapses (a renewal of no time stands for a node that stopped renewing); B takes over.
+    store
+        .renew_lease(&a, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("still a's");
+    let b = store
+        .acquire_lease("s1", "node-b", minute)
+        .await
+        .unwrap()
+        .expect("a lapsed lease is taken over");
+    assert_eq!((b.node_id.as_str(), b.epoch), ("node-b", 2));
+    // The old owner, back from a pause, can neither renew nor write.
+    assert_eq!(store.renew_lease(&a, minute).await.unwrap(), None);
+    assert!(!store.release_lease(&a).await.unwrap());
+    let err = store
+        .write_all(&[fence(1), message("late by a")])
+        .await
+        .expect_err("fenced");
+    assert!(
+        matches!(err, StoreError::Fenced { epoch: 1, .. }),
+        "{err:?}"
+    );
+    store
+        .write_all(&[fence(2), message("by b")])
+        .await
+        .expect("the new owner writes");
+    let texts: Vec<Value> = store
+        .messages("s1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        [json!("by a"), json!("by b")],
+        "nothing of the late batch landed"
+    );
+
+    // A release lapses the lease and keeps its epoch, so the next owner's is higher.
+    assert!(store.release_lease(&b).await.unwrap());
+    let lapsed = store.lease("s1").await.unwrap().expect("kept");
+    assert_eq!(lapsed.epoch, 2);
+    assert!(lapsed.expires_at <= OffsetDateTime::now_utc());
+    let again = store
+        .acquire_lease("s1", "node-a", minute)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.epoch, 3);
+
+    // No lease, no fenced write; a lease needs its session, and goes with it.
+    store
+        .create_session(&new_session("s2", None))
+        .await
+        .expect("create");
+    let err = store
+        .write_all(&[Write::Fence {
+            session_id: "s2".into(),
+            epoch: 1,
+        }])
+        .await
+        .expect_err("no lease");
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    let err = store
+        .acquire_lease("missing", "node-a", minute)
+        .await
+        .expect_err("no session");
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    assert!(store.delete_session("s1").await.unwrap());
+    assert_eq!(store.lease("s1").await.unwrap(), None);
+}
+
+async fn racing_nodes_take_a_lapsed_lease_once(store: Arc<dyn Store>, _: Reopen) {
+    store
+        .create_session(&new_session("s1", None))
+        .await
+        .expect("create");
+    let first = store
+        .acquire_lease("s1", "node-0", Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("taken");
+    assert_eq!(first.epoch, 1);
+    let races = (1..=8).map(|n| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store
+                .acquire_lease("s1", &format!("node-{n}"), Duration::from_secs(60))
+                .await
+                .unwrap()
+        })
+    });
+    let won: Vec<Lease> = futures_util::future::join_all(races)
+        .await
+        .into_iter()
+        .filter_map(|joined| joined.unwrap())
+        .collect();
+    assert_eq!(won.len(), 1, "{won:?}");
+    assert_eq!(won[0].epoch, 2);
+    assert_eq!(store.lease("s1").await.unwrap().as_ref(), Some(&won[0]));
 }

@@ -1013,3 +1013,17 @@ async fn events_of_many_sessions_at_once_are_stored_and_streamed_in_order() {
         "{batches} commits for {total} events"
     );
 }
+
+#[tokio::test]
+async fn cluster_mode_is_refused_at_start_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config_in(dir.path());
+    config.cluster.enabled = true;
+    config.cluster.advertise_url = "http://127.0.0.1:1".into();
+    let Err(err) = agentd::server::Server::start_with_tools(config, Vec::new()).await else {
+        panic!("cluster mode started");
+    };
+    let line = err.to_string();
+    assert!(line.starts_with("cluster mode is not available"), "{line}");
+    assert!(!line.contains('\n'));
+}
