@@ -1289,25 +1289,8 @@ async fn a_turn_the_server_stops_says_why() {
     let stuck = TestApp::spawn_with(with_model(&looping)).await;
     std::fs::create_dir_all(stuck.workspace()).unwrap();
     std::fs::write(stuck.workspace().join("same.txt"), "nothing new\n").unwrap();
-    // Each call costs 1000 prompt tokens at 3 USD per million plus 20 out at 15: 0.0033 USD,
-    // more than the 0.001 USD a minute allowed.
-    let spending = MockLlm::start(Script::always(
-        Reply::tool_calls(vec![ScriptedCall::whole(
-            "c",
-            "read_file",
-            &json!({"path": "a.txt"}),
-        )])
-        .with_usage(1000, 20),
-    ))
-    .await;
-    let configure = with_model(&spending);
-    let fast = TestApp::spawn_with(move |c: &mut Config| {
-        configure(c);
-        c.budget.usd_per_minute = 0.001;
-    })
-    .await;
-    std::fs::create_dir_all(fast.workspace()).unwrap();
-    std::fs::write(fast.workspace().join("a.txt"), "a\n").unwrap();
+    // 1000 prompt tokens at 3 USD per million plus 20 out at 15: 0.0033 USD a call.
+    let (spending, fast) = super::long_sessions::a_fast_spender(with_model).await;
     let (stuck_url, fast_url) = (stuck.url("/"), fast.url("/"));
     in_browser("a_turn_the_server_stops_says_why", async |b| {
         b.goto(&stuck_url).await;

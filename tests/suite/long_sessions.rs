@@ -5,7 +5,7 @@
 use agentd::config::Config;
 use serde_json::{Value, json};
 
-use super::agent::{MODEL, run_turn, with_model};
+use super::agent::{MODEL, run_turn, tool_names, with_model};
 use crate::support::TestApp;
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
 
@@ -99,10 +99,12 @@ async fn cached_prompt_tokens_are_stored_priced_and_reported() {
     assert!(reserved > first * 2.0, "{reserved} vs {first}");
 }
 
-#[tokio::test]
-async fn a_session_spending_faster_than_its_rate_is_paused() {
-    // Each call costs 1000 prompt tokens at 1 USD per million plus 20 out at 2: 0.00104 USD,
-    // more than the 0.001 USD a minute allowed.
+/// A model that reads a file on every call, each costing 1000 prompt and 20 completion
+/// tokens, and a server (priced by `configure_model`) allowing 0.001 USD a minute: less than
+/// one call costs at any price the tests use.
+pub(crate) async fn a_fast_spender<F: FnOnce(&mut Config)>(
+    configure_model: impl FnOnce(&MockLlm) -> F,
+) -> (MockLlm, TestApp) {
     let mock = MockLlm::start(Script::always(
         Reply::tool_calls(vec![ScriptedCall::whole(
             "c",
@@ -112,13 +114,21 @@ async fn a_session_spending_faster_than_its_rate_is_paused() {
         .with_usage(1000, 20),
     ))
     .await;
-    let configure = with_model(&mock);
+    let configure = configure_model(&mock);
     let app = TestApp::spawn_with(move |c: &mut Config| {
         configure(c);
         c.budget.usd_per_minute = 0.001;
     })
     .await;
+    std::fs::create_dir_all(app.workspace()).unwrap();
     std::fs::write(app.workspace().join("a.txt"), "a\n").unwrap();
+    (mock, app)
+}
+
+#[tokio::test]
+async fn a_session_spending_faster_than_its_rate_is_paused() {
+    // 1000 prompt tokens at 1 USD per million plus 20 out at 2: 0.00104 USD a call.
+    let (mock, app) = a_fast_spender(with_model).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
     let (notes, end) = run_turn(&mut ws, &session, "go").await;
@@ -245,19 +255,6 @@ async fn the_tool_list_stays_byte_identical_across_a_long_session() {
             assert!(counted <= 15, "turn {}: {counted} tools", turn_of(request));
         }
     }
-}
-
-/// The tools a request offered, by name, in order.
-fn tool_names(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The last user message of a request.

@@ -24,24 +24,8 @@ impl SessionActor {
         input: String,
         turn_id: Option<String>,
     ) -> Result<String, SessionError> {
-        let Some(settings) = self.agent.clone() else {
-            return Err(if self.llm_configured {
-                SessionError::NotYetAvailable("the model could not be set up; see the server log")
-            } else {
-                SessionError::LlmNotConfigured
-            });
-        };
-        if self.turn.is_some() {
-            return Err(SessionError::TurnInProgress);
-        }
         let turn_id = turn_id.unwrap_or_else(|| format!("turn_{}", uuid::Uuid::new_v4().simple()));
-        let cancel = self.cancel.child_token();
-        self.turn = Some(RunningTurn {
-            turn_id: turn_id.clone(),
-            cancel: cancel.clone(),
-            interrupters: Vec::new(),
-            steers: Vec::new(),
-        });
+        let (settings, cancel) = self.claim_turn_slot(&turn_id)?;
         self.emit(SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
         })
@@ -68,30 +52,51 @@ impl SessionActor {
         Ok(turn_id)
     }
 
-    /// Starts `session/compact`: the summary call runs in its own task and holds the turn
-    /// slot, so no turn starts meanwhile and `turn/interrupt` stops it; `reply` hears the
-    /// outcome after `session/compacted`.
-    pub(super) async fn start_compaction(&mut self, reply: oneshot::Sender<CompactReply>) {
+    /// Takes the session's one turn slot for `turn_id` (a turn, or a compaction): refused
+    /// without a model or while the slot is taken. Answers the model settings and the work's
+    /// cancel token.
+    fn claim_turn_slot(
+        &mut self,
+        turn_id: &str,
+    ) -> Result<
+        (
+            Arc<crate::agent::AgentSettings>,
+            tokio_util::sync::CancellationToken,
+        ),
+        SessionError,
+    > {
         let Some(settings) = self.agent.clone() else {
-            let _ = reply.send(Err(if self.llm_configured {
+            return Err(if self.llm_configured {
                 SessionError::NotYetAvailable("the model could not be set up; see the server log")
             } else {
                 SessionError::LlmNotConfigured
-            }));
-            return;
+            });
         };
         if self.turn.is_some() {
-            let _ = reply.send(Err(SessionError::TurnInProgress));
-            return;
+            return Err(SessionError::TurnInProgress);
         }
-        let turn_id = format!("compact_{}", uuid::Uuid::new_v4().simple());
         let cancel = self.cancel.child_token();
         self.turn = Some(RunningTurn {
-            turn_id: turn_id.clone(),
+            turn_id: turn_id.to_string(),
             cancel: cancel.clone(),
             interrupters: Vec::new(),
             steers: Vec::new(),
         });
+        Ok((settings, cancel))
+    }
+
+    /// Starts `session/compact`: the summary call runs in its own task and holds the turn
+    /// slot, so no turn starts meanwhile and `turn/interrupt` stops it; `reply` hears the
+    /// outcome after `session/compacted`.
+    pub(super) async fn start_compaction(&mut self, reply: oneshot::Sender<CompactReply>) {
+        let turn_id = format!("compact_{}", uuid::Uuid::new_v4().simple());
+        let (settings, cancel) = match self.claim_turn_slot(&turn_id) {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                let _ = reply.send(Err(err));
+                return;
+            }
+        };
         let host = ActorLink {
             actor: self.turns.sender(),
         };
