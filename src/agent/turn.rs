@@ -312,12 +312,19 @@ impl<H: TurnHost> Turn<H> {
         }
         let system = self.host.system_prompt();
         let threshold = (f64::from(self.settings.context_window) * self.settings.compact_at) as u64;
-        let mut whole = Vec::with_capacity(history.len() + 1);
-        whole.push(ChatMessage::System {
+        // Measured in place: the history is not copied for an estimate on every model call.
+        let system_bytes = Pricing::json_bytes(&ChatMessage::System {
             content: system.to_string(),
         });
-        whole.extend_from_slice(&history);
-        if Pricing::estimate_prompt_tokens(&whole, specs) <= threshold {
+        let history_bytes: u64 = history.iter().map(Pricing::json_bytes).sum();
+        let tool_bytes: u64 = specs.iter().map(Pricing::json_bytes).sum();
+        let estimate = Pricing::tokens_from_parts(
+            system_bytes + history_bytes,
+            history.len() + 1,
+            tool_bytes,
+            specs.len(),
+        );
+        if estimate <= threshold {
             return history;
         }
         let compaction = Compaction {

@@ -155,14 +155,8 @@ async fn a_session_spending_faster_than_its_rate_is_paused() {
 
 /// The turn number a request belongs to, from its last user message (`turn N`).
 fn turn_of(request: &Value) -> u32 {
-    request["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "user")
-        .and_then(|m| m["content"].as_str())
-        .and_then(|text| text.strip_prefix("turn "))
+    last_user(request)
+        .strip_prefix("turn ")
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }

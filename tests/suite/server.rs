@@ -407,19 +407,7 @@ async fn idle_actors_unload_and_load_again_on_open() {
 
 #[tokio::test]
 async fn users_are_isolated_from_each_other() {
-    let app = TestApp::spawn_with(|c| {
-        c.server.users = vec![
-            agentd::config::UserConfig {
-                name: "alice".into(),
-                token: agentd::config::Secret::new("alice-token"),
-            },
-            agentd::config::UserConfig {
-                name: "bob".into(),
-                token: agentd::config::Secret::new("bob-token"),
-            },
-        ];
-    })
-    .await;
+    let app = TestApp::spawn_with(crate::support::alice_and_bob).await;
     assert_eq!(app.ws_with(None, None).await.err(), Some(401));
     assert_eq!(
         app.ws_with(Some("carol-token"), None).await.err(),

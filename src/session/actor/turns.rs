@@ -274,16 +274,7 @@ impl SessionActor {
         turn_id: Option<String>,
         compacted: Compacted,
     ) -> Result<(), String> {
-        let value = serde_json::to_value(&compacted.marker)
-            .map_err(|err| format!("compaction does not serialise: {err}"))?;
-        let event_seq = self.last_seq + self.lingering.len() as i64;
-        self.store
-            .append_message(&self.session_id, &value, event_seq)
-            .await
-            .map_err(|err| {
-                tracing::error!(%err, "compaction not persisted");
-                "the compaction could not be stored".to_string()
-            })?;
+        self.append_history(&compacted.marker).await?;
         self.emit(SessionEvent::SessionCompacted {
             turn_id,
             stats: compacted.stats,
@@ -295,7 +286,13 @@ impl SessionActor {
     /// Appends one message to the stored history; the error says what failed, for the
     /// client, and was logged.
     async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
-        let value = serde_json::to_value(message).map_err(|err| {
+        self.append_history(message).await
+    }
+
+    /// Appends one history entry (a message, or a compaction's marker); the error says what
+    /// failed, for the client, and was logged.
+    async fn append_history(&self, entry: &impl serde::Serialize) -> Result<(), String> {
+        let value = serde_json::to_value(entry).map_err(|err| {
             tracing::error!(%err, "history entry does not serialise");
             format!("history entry does not serialise: {err}")
         })?;
