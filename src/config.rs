@@ -253,9 +253,7 @@ impl Default for AgentConfig {
     }
 }
 
-/// `[cluster]`: several nodes over one PostgreSQL. This version has the store's half (session
-/// leases with fenced writes) but not forwarding, fan-out or takeover, so start-up refuses
-/// `enabled = true` with a line saying so.
+/// `[cluster]`: several nodes over one PostgreSQL (see `crate::cluster`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
@@ -267,6 +265,8 @@ pub struct ClusterConfig {
     pub advertise_url: String,
     /// How long a session's lease lasts unless renewed.
     pub lease_secs: u64,
+    /// What the nodes show each other on forwarded requests; `AGENTD_CLUSTER_SECRET` wins.
+    pub secret: Secret,
 }
 
 impl Default for ClusterConfig {
@@ -276,6 +276,7 @@ impl Default for ClusterConfig {
             node_id: String::new(),
             advertise_url: String::new(),
             lease_secs: 10,
+            secret: Secret::new(""),
         }
     }
 }
@@ -468,6 +469,9 @@ impl Config {
             .or_else(|| env(&config.llm.api_key_env))
             .filter(|key| !key.is_empty())
             .map(Secret::new);
+        if let Some(secret) = env("AGENTD_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
+            config.cluster.secret = Secret::new(secret);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -645,6 +649,13 @@ impl Config {
                     "cluster.advertise_url must say how the other nodes reach this one".into(),
                 );
             }
+            if self.cluster.secret.expose().len() < 16 {
+                return invalid(
+                    "cluster.secret (or AGENTD_CLUSTER_SECRET) must be set, 16 characters or more, \
+                     the same on every node"
+                        .into(),
+                );
+            }
         }
         if !(self.llm.compact_at > 0.0 && self.llm.compact_at <= 1.0) {
             return invalid(format!(
@@ -766,7 +777,7 @@ usd_per_minute = 0.5
     }
 
     #[test]
-    fn cluster_mode_needs_postgres_and_an_advertised_url() {
+    fn cluster_mode_needs_postgres_an_advertised_url_and_a_secret() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agentd.toml");
         let load = |text: &str| {
@@ -785,8 +796,11 @@ usd_per_minute = 0.5
             "[server]\ndatabase_url = \"postgres://db/agentd\"\n[cluster]\nenabled = true\n";
         let err = load(postgres).unwrap_err().to_string();
         assert!(err.contains("cluster.advertise_url"), "{err}");
+        let advertised = format!("{postgres}advertise_url = \"http://10.0.0.2:8080\"\n");
+        let err = load(&advertised).unwrap_err().to_string();
+        assert!(err.contains("cluster.secret"), "{err}");
         let config = load(&format!(
-            "{postgres}advertise_url = \"http://10.0.0.2:8080\"\nlease_secs = 3\n"
+            "{advertised}lease_secs = 3\nsecret = \"0123456789abcdef\"\n"
         ))
         .unwrap();
         assert!(config.cluster.enabled);

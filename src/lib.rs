@@ -19,6 +19,7 @@
 //!   migrations.
 
 pub mod agent;
+pub mod cluster;
 pub mod config;
 pub mod fs_safe;
 pub mod heap;

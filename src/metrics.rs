@@ -6,6 +6,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::tools::DispatchError;
@@ -56,6 +57,16 @@ pub struct Metrics {
     pub unpriced_calls: Counter,
     /// Background task state changes, by the state entered.
     pub task_states: Family<StateLabels, Counter>,
+    /// Cluster mode: sessions whose lease this node holds.
+    pub cluster_owned_sessions: Gauge,
+    /// Cluster mode: requests this node passed to a session's owner.
+    pub cluster_forwarded: Counter,
+    /// Cluster mode: sessions this node took over from a lost node.
+    pub cluster_takeovers: Counter,
+    /// Cluster mode: seconds from an event's commit on its owner to its notice here.
+    pub cluster_notify_lag: Histogram,
+    /// Cluster mode: writes of an actor refused because its session was taken over.
+    pub cluster_fenced_writes: Counter,
 }
 
 /// Labels of a task state count.
@@ -108,6 +119,37 @@ impl Metrics {
         let llm_cost_micro_usd = Counter::default();
         let unpriced_calls = Counter::default();
         let task_states = Family::<StateLabels, Counter>::default();
+        let cluster_owned_sessions = Gauge::default();
+        let cluster_forwarded = Counter::default();
+        let cluster_takeovers = Counter::default();
+        let cluster_fenced_writes = Counter::default();
+        registry.register(
+            "cluster_fenced_writes",
+            "Writes refused because their session was taken over by another node",
+            cluster_fenced_writes.clone(),
+        );
+        // 100 µs to about 3 s.
+        let cluster_notify_lag = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "cluster_owned_sessions",
+            "Sessions whose lease this node holds",
+            cluster_owned_sessions.clone(),
+        );
+        registry.register(
+            "cluster_forwarded_requests",
+            "Requests passed to the node owning their session",
+            cluster_forwarded.clone(),
+        );
+        registry.register(
+            "cluster_takeovers",
+            "Sessions taken over from a lost node",
+            cluster_takeovers.clone(),
+        );
+        registry.register(
+            "cluster_notify_lag_seconds",
+            "Seconds from an event's commit on its owner to its notice on this node",
+            cluster_notify_lag.clone(),
+        );
         registry.register(
             "task_states",
             "Background task state changes by the state entered",
@@ -180,6 +222,11 @@ impl Metrics {
             llm_cost_micro_usd,
             unpriced_calls,
             task_states,
+            cluster_owned_sessions,
+            cluster_forwarded,
+            cluster_takeovers,
+            cluster_notify_lag,
+            cluster_fenced_writes,
         }
     }
 

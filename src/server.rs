@@ -57,14 +57,12 @@ pub enum StartupError {
     /// A `[[plugins]]` entry is unusable.
     #[error("plugin {0}: {1}")]
     Plugin(String, String),
-    /// `[cluster] enabled = true`, which this version cannot serve yet.
+    /// `[cluster] enabled = true` over a database the other nodes cannot share.
     #[error(
-        "cluster mode is not available in this version: the store has session leases with \
-         fenced writes, but requests are not forwarded between nodes, events do not reach other \
-         nodes' watchers and a dead node's sessions are not taken over; run one node (set \
-         cluster.enabled = false)"
+        "cluster.enabled needs PostgreSQL: server.database_url is {0}, one node's file; set a \
+         postgres:// URL shared by every node, or cluster.enabled = false"
     )]
-    ClusterUnavailable,
+    ClusterNeedsPostgres(&'static str),
 }
 
 /// The model and limits turns run with, when a model is configured.
@@ -192,9 +190,6 @@ impl Server {
         config: Config,
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
-        if config.cluster.enabled {
-            return Err(StartupError::ClusterUnavailable);
-        }
         crate::tools::builtin::exec::forbid_env_var(&config.llm.api_key_env);
         if !config.server.bind.ip().is_loopback()
             && config.server.auth_token.is_none()
@@ -245,16 +240,33 @@ impl Server {
             }
         }
         let metrics = Arc::new(Metrics::new());
-        let store = store::journal::GroupCommit::wrap(
-            store::connect(&config.server.database_url()).await?,
-            metrics.event_batches.clone(),
-        );
-        let failed = store
-            .fail_running_tasks("agentd stopped while the task was running")
-            .await?;
-        if failed > 0 {
-            tracing::warn!(failed, "tasks left running by the last stop marked failed");
+        let cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let connected = store::connect(&config.server.database_url()).await?;
+        if config.cluster.enabled && connected.backend() != "postgres" {
+            return Err(StartupError::ClusterNeedsPostgres(connected.backend()));
         }
+        let (store, cluster) = if config.cluster.enabled {
+            // Each actor writes through its own fence; other nodes' tasks are theirs to end.
+            let cluster = crate::cluster::Cluster::join(
+                &config,
+                Arc::clone(&connected),
+                Arc::clone(&metrics),
+                cancel.clone(),
+                &tracker,
+            )
+            .await?;
+            (connected, Some(cluster))
+        } else {
+            let store = store::journal::GroupCommit::wrap(connected, metrics.event_batches.clone());
+            let failed = store
+                .fail_running_tasks("agentd stopped while the task was running")
+                .await?;
+            if failed > 0 {
+                tracing::warn!(failed, "tasks left running by the last stop marked failed");
+            }
+            (store, None)
+        };
         let agent = agent_settings(&config)?;
         let mcp = crate::tools::mcp::start_servers(
             &config.mcp_servers,
@@ -271,8 +283,6 @@ impl Server {
             base.defer_group(&format!("group:mcp:{}", server.name()));
         }
         let base = Arc::new(base);
-        let cancel = CancellationToken::new();
-        let tracker = TaskTracker::new();
         let mut unsupported = vec!["image_generation".to_string()];
         if config.tools.web_search_url.is_none() {
             unsupported.push("web_search".to_string());
@@ -305,6 +315,7 @@ impl Server {
                     .filter(|server| server.scope == crate::tools::mcp::Scope::Session)
                     .cloned()
                     .collect(),
+                cluster,
             },
             Arc::clone(&metrics),
             cancel.clone(),
@@ -336,11 +347,21 @@ impl Server {
     ) -> std::io::Result<()> {
         let cancel = self.cancel.clone();
         let stop = cancel.clone();
+        let grace = Duration::from_secs(self.config.server.shutdown_grace_secs);
+        let sessions = self
+            .config
+            .cluster
+            .enabled
+            .then(|| self.state.sessions().clone());
         tokio::spawn(async move {
             shutdown.await;
+            // A cluster node hands its sessions over before its connections close, so its
+            // clients reconnect to a node that can serve them at once.
+            if let Some(sessions) = sessions {
+                sessions.drain(grace).await;
+            }
             stop.cancel();
         });
-        let grace = Duration::from_secs(self.config.server.shutdown_grace_secs);
         accept::serve(
             listener,
             self.router(),

@@ -61,7 +61,7 @@ pub enum MarkerRole {
 }
 
 /// What one compaction did, as `session/compacted` says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionStats {
     /// Completion tokens of the summary.
     pub summary_tokens: u64,

@@ -66,7 +66,7 @@ impl Auth {
 }
 
 /// Constant-time comparison, so a wrong token's timing says nothing about the right one.
-fn same_secret(a: &str, b: &str) -> bool {
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut diff = a.len() ^ b.len();
     for (i, byte) in a.iter().enumerate() {

@@ -106,6 +106,13 @@ impl From<SessionError> for ApiError {
             SessionError::ActorGone => Self::Unavailable("the session stopped; retry".into()),
             SessionError::Overloaded(_) => Self::Overloaded(err.to_string()),
             SessionError::Store(err) => Self::Internal(err.to_string()),
+            SessionError::Remote { kind, message } => match kind {
+                "unknown_session" | "unknown_task" => Self::NotFound(message),
+                "session_unavailable" => Self::Unavailable(message),
+                "overloaded" => Self::Overloaded(message),
+                "internal" => Self::Internal(message),
+                _ => Self::BadRequest(message),
+            },
             other => Self::BadRequest(other.to_string()),
         }
     }

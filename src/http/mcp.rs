@@ -32,7 +32,7 @@ use super::error::ApiError;
 use crate::session::{
     Caller, InvokeOptions, InvokeResult, Outbound, SessionError, SessionHandle, Watcher,
 };
-use crate::tools::{ConcurrencyClass, DispatchError, ToolState};
+use crate::tools::{ConcurrencyClass, ToolState};
 
 /// The tower service mounted at `/mcp`.
 pub type McpService = StreamableHttpService<SessionBridge, LocalSessionManager>;
@@ -293,15 +293,15 @@ fn call_result(result: InvokeResult) -> CallToolResult {
 fn refusal(err: SessionError) -> Result<CallToolResult, ErrorData> {
     let kind = err.kind();
     let data = json!({"kind": kind});
-    match err {
-        SessionError::Dispatch(DispatchError::UnknownTool { .. })
-        | SessionError::UnknownSession(_) => {
+    // By kind, so a refusal told by the session's owner on another node reads the same.
+    match kind {
+        "unknown_tool" | "unknown_session" => {
             Err(ErrorData::invalid_params(err.to_string(), Some(data)))
         }
-        SessionError::ActorGone | SessionError::Store(_) => {
+        "session_unavailable" | "internal" => {
             Err(ErrorData::internal_error(err.to_string(), Some(data)))
         }
-        err => {
+        _ => {
             let mut answer = CallToolResult::error(vec![ContentBlock::text(err.to_string())]);
             answer.structured_content = Some(json!({"error": data}));
             Ok(answer)

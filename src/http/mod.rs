@@ -6,12 +6,14 @@
 //! - [`rest`]: the JSON routes under `/api/`.
 //! - [`mcp`]: `/mcp`, the session's tools over the Model Context Protocol.
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml`.
+//! - [`cluster`]: `/cluster/call`, requests forwarded by the other nodes of a cluster.
 //! - [`auth`]: bearer tokens and the `Origin` rule.
 //! - [`error`]: the one JSON error shape.
 
 pub mod accept;
 pub mod app;
 pub mod auth;
+pub mod cluster;
 pub mod error;
 pub mod health;
 pub mod mcp;
@@ -63,6 +65,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/mcp"),
     ("GET", "/mcp"),
     ("DELETE", "/mcp"),
+    ("POST", "/cluster/call"),
 ];
 
 struct AppInner {
@@ -158,6 +161,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tasks/{task_id}/cancel", post(rest::cancel_task))
         .route("/api/tasks/{task_id}/output", get(rest::task_output))
         .route("/api/tools", get(rest::tools_catalog))
+        .route(crate::cluster::forward::CALL_PATH, post(cluster::call))
         .route_service(
             "/mcp",
             tower::ServiceBuilder::new()

@@ -214,7 +214,7 @@ pub async fn session_mcp(
 ) -> Result<Json<Value>, ApiError> {
     // Asking loads the session, which starts its own servers.
     let handle = app.sessions().handle(&caller, &id).await?;
-    Ok(Json(json!({ "mcp": app.sessions().mcp_states(&handle) })))
+    Ok(Json(json!({ "mcp": handle.describe().await?.mcp })))
 }
 
 /// A task the caller may see.

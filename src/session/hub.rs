@@ -13,11 +13,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
-use super::{Caller, InflightCalls, SessionError, SessionHandle};
+use super::{Caller, Command, InflightCalls, SessionError, SessionHandle};
+use crate::cluster::fenced::FencedStore;
+use crate::cluster::forward::{ForwardedCall, Relay, Undelivered};
+use crate::cluster::{Cluster, Owner};
 use crate::fs_safe::{self, RootPath};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
-use crate::store::{NewSession, SessionRow, Store};
+use crate::store::{Lease, NewSession, SessionRow, Store};
 use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
 
 /// The coding-tool contract this server implements.
@@ -85,6 +88,8 @@ pub struct SessionsConfig {
     pub approval_rules: crate::tools::approval::ApprovalRules,
     /// How long a call waits for an approval.
     pub approval_timeout: Duration,
+    /// Cluster mode: this node's part in it.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 struct Live {
@@ -97,7 +102,11 @@ struct Inner {
     base: Arc<ToolRegistry>,
     config: SessionsConfig,
     metrics: Arc<Metrics>,
+    /// Actors running here.
     live: Mutex<HashMap<String, Live>>,
+    /// Cluster mode: the sessions this node's clients watch, wherever their actors run.
+    followers: Mutex<HashMap<String, Live>>,
+    unsupported: Arc<[String]>,
     generations: AtomicU64,
     cancel: CancellationToken,
     tracker: TaskTracker,
@@ -129,9 +138,11 @@ impl Sessions {
             inner: Arc::new(Inner {
                 store,
                 base,
+                unsupported: config.unsupported.clone().into(),
                 config,
                 metrics,
                 live: Mutex::new(HashMap::new()),
+                followers: Mutex::new(HashMap::new()),
                 generations: AtomicU64::new(0),
                 cancel,
                 tracker,
@@ -199,7 +210,10 @@ impl Sessions {
             })
             .await?;
         self.inner.metrics.sessions_created.inc();
-        let handle = self.load(&row).await?;
+        let handle = match &self.inner.config.cluster {
+            Some(_) => self.follow(&row).await?,
+            None => self.load(&row, None).await?,
+        };
         Ok((handle, row))
     }
 
@@ -293,7 +307,10 @@ impl Sessions {
         session_id: &str,
     ) -> Result<SessionHandle, SessionError> {
         let row = self.row(caller, session_id).await?;
-        self.load(&row).await
+        match &self.inner.config.cluster {
+            Some(_) => self.follow(&row).await,
+            None => self.load(&row, None).await,
+        }
     }
 
     /// Stops the session's actor, if loaded, and deletes the session with all its data.
@@ -302,6 +319,10 @@ impl Sessions {
         let live = self.inner.live.lock().await.remove(session_id);
         if let Some(live) = live {
             live.handle.close().await;
+        }
+        let follower = self.inner.followers.lock().await.remove(session_id);
+        if let Some(follower) = follower {
+            follower.handle.close().await;
         }
         self.inner.store.delete_session(session_id).await?;
         if let Some(sandbox) = &self.inner.config.sandbox {
@@ -324,45 +345,13 @@ impl Sessions {
             .map_or_else(SandboxReport::off, |sandbox| sandbox.report())
     }
 
-    /// Each configured MCP server's state in the session of `handle` (`ready`, `starting`,
-    /// `failed: reason`), by name: the shared servers' and the session's own.
-    pub fn mcp_states(&self, handle: &SessionHandle) -> Value {
-        let mut states = serde_json::Map::new();
-        for server in &self.inner.config.mcp {
-            states.insert(
-                server.name().to_string(),
-                Value::String(server.state().to_string()),
-            );
-        }
-        for (name, state) in handle.mcp().states() {
-            states.insert(name, Value::String(state));
-        }
-        Value::Object(states)
-    }
-
-    /// `session/open`'s `capabilities`: the contract id and each contract tool's status in
-    /// this session's registry.
-    pub fn capabilities(&self, catalog: &ToolCatalog) -> Value {
-        let tools: serde_json::Map<String, Value> = CONTRACT_TOOLS
-            .iter()
-            .map(|name| {
-                let status = if self.inner.config.unsupported.iter().any(|u| u == name) {
-                    "unsupported"
-                } else {
-                    match catalog.get(name).map(|e| e.state) {
-                        Some(ToolState::Active) => "available",
-                        Some(ToolState::Deferred) => "deferred",
-                        Some(ToolState::Hidden(_)) => "disabled_by_policy",
-                        None => "unsupported",
-                    }
-                };
-                (name.to_string(), Value::String(status.to_string()))
-            })
-            .collect();
-        json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools})
-    }
-
-    async fn load(&self, row: &SessionRow) -> Result<SessionHandle, SessionError> {
+    /// The session's actor on this node, started if need be; in cluster mode only with the
+    /// session's lease in hand (`owned`: the lease, and the turn a lost node left running).
+    async fn load(
+        &self,
+        row: &SessionRow,
+        owned: Option<(Lease, Option<String>)>,
+    ) -> Result<SessionHandle, SessionError> {
         let mut live = self.inner.live.lock().await;
         if let Some(existing) = live.get(&row.session_id)
             && !existing.handle.is_closed()
@@ -389,13 +378,28 @@ impl Sessions {
         let mcp = Arc::new(super::SessionMcp::default());
         let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight, Arc::clone(&mcp));
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
+        let cancel = self.inner.cancel.child_token();
+        let (store, lost_turn, epoch) = match (owned, &self.inner.config.cluster) {
+            (Some((lease, lost_turn)), Some(cluster)) => {
+                let store = FencedStore::wrap(
+                    Arc::clone(&self.inner.store),
+                    &lease,
+                    cancel.clone(),
+                    self.inner.metrics.cluster_fenced_writes.clone(),
+                );
+                let epoch = lease.epoch;
+                cluster.hold(lease, cancel.clone());
+                (store, lost_turn, Some(epoch))
+            }
+            _ => (Arc::clone(&self.inner.store), None, None),
+        };
         let actor = SessionActor::new(ActorSetup {
             session_id,
-            store: Arc::clone(&self.inner.store),
+            store,
             registry,
             last_seq: row.last_seq,
             idle_unload: self.inner.config.idle_unload,
-            cancel: self.inner.cancel.child_token(),
+            cancel,
             tracker: self.inner.tracker.clone(),
             metrics: Arc::clone(&self.inner.metrics),
             llm_configured: self.inner.config.llm_configured,
@@ -408,6 +412,8 @@ impl Sessions {
                 self.inner.config.approval_rules.clone(),
                 self.inner.config.approval_timeout,
             ),
+            unsupported: Arc::clone(&self.inner.unsupported),
+            lost_turn,
         });
         live.insert(
             row.session_id.clone(),
@@ -428,10 +434,326 @@ impl Sessions {
                 live.remove(&id);
             }
             drop(live);
+            if let (Some(cluster), Some(epoch)) = (&sessions.inner.config.cluster, epoch) {
+                cluster.release(&id, epoch).await;
+            }
             crate::heap::trim_soon();
         });
         Ok(handle)
     }
+}
+
+/// `session/open`'s `capabilities`: the contract id and each contract tool's status in a
+/// session's catalog.
+pub(crate) fn capabilities(catalog: &ToolCatalog, unsupported: &[String]) -> Value {
+    let tools: serde_json::Map<String, Value> = CONTRACT_TOOLS
+        .iter()
+        .map(|name| {
+            let status = if unsupported.iter().any(|u| u == name) {
+                "unsupported"
+            } else {
+                match catalog.get(name).map(|e| e.state) {
+                    Some(ToolState::Active) => "available",
+                    Some(ToolState::Deferred) => "deferred",
+                    Some(ToolState::Hidden(_)) => "disabled_by_policy",
+                    None => "unsupported",
+                }
+            };
+            (name.to_string(), Value::String(status.to_string()))
+        })
+        .collect();
+    json!({"coding_tool_contract": CODING_TOOL_CONTRACT, "tools": tools})
+}
+
+/// Where a request for a session goes in cluster mode.
+enum Route {
+    /// The actor runs here.
+    Local(SessionHandle),
+    /// The actor runs on the node at this URL.
+    Remote(String),
+}
+
+/// Cluster mode: followers, owners, takeovers, forwarding and draining.
+impl Sessions {
+    fn cluster(&self) -> Result<&Arc<Cluster>, SessionError> {
+        self.inner
+            .config
+            .cluster
+            .as_ref()
+            .ok_or(SessionError::NotYetAvailable("cluster mode is off"))
+    }
+
+    /// This node's follower of the session, started if need be.
+    async fn follow(&self, row: &SessionRow) -> Result<SessionHandle, SessionError> {
+        let cluster = Arc::clone(self.cluster()?);
+        let mut followers = self.inner.followers.lock().await;
+        if let Some(existing) = followers.get(&row.session_id)
+            && !existing.handle.is_closed()
+        {
+            return Ok(existing.handle.clone());
+        }
+        // Subscribed before the cursor is read, so no event falls between the two.
+        let notices = cluster.subscribe(&row.session_id);
+        let cursor = match self.inner.store.get_session(&row.session_id).await? {
+            Some(fresh) => fresh.last_seq,
+            None => return Err(SessionError::UnknownSession(row.session_id.clone())),
+        };
+        let session_id: Arc<str> = row.session_id.as_str().into();
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let handle = SessionHandle::new(
+            Arc::clone(&session_id),
+            tx,
+            InflightCalls::new(self.inner.config.max_inflight_per_session),
+            Arc::new(super::SessionMcp::default()),
+        );
+        let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
+        followers.insert(
+            row.session_id.clone(),
+            Live {
+                handle: handle.clone(),
+                generation,
+            },
+        );
+        drop(followers);
+        let follower = super::follower::Follower {
+            session_id,
+            user: row.user_name.clone(),
+            sessions: self.clone(),
+            cluster: Arc::clone(&cluster),
+            cursor,
+            notices,
+            idle_unload: self.inner.config.idle_unload,
+            cancel: self.inner.cancel.child_token(),
+        };
+        let sessions = self.clone();
+        let id = row.session_id.clone();
+        self.inner.tracker.spawn(async move {
+            follower.run(rx).await;
+            let mut followers = sessions.inner.followers.lock().await;
+            if followers
+                .get(&id)
+                .is_some_and(|l| l.generation == generation)
+            {
+                followers.remove(&id);
+            }
+            drop(followers);
+            cluster.unsubscribe(&id);
+        });
+        Ok(handle)
+    }
+
+    /// The actor of `session_id` if it runs here.
+    async fn live_actor(&self, session_id: &str) -> Option<SessionHandle> {
+        let live = self.inner.live.lock().await;
+        live.get(session_id)
+            .filter(|live| !live.handle.is_closed())
+            .map(|live| live.handle.clone())
+    }
+
+    /// Takes the session's lease if nobody holds it and starts its actor here, first ending
+    /// what a lost owner left running. `None` when someone else holds it (or this node drains).
+    async fn take(&self, session_id: &str) -> Result<Option<SessionHandle>, SessionError> {
+        let cluster = self.cluster()?;
+        let Some(acquired) = cluster.acquire(session_id).await? else {
+            return Ok(None);
+        };
+        // Read after the lease is ours: the lost owner's last commit is in it.
+        let Some(row) = self.inner.store.get_session(session_id).await? else {
+            let _ = self.inner.store.release_lease(&acquired.lease).await;
+            return Err(SessionError::UnknownSession(session_id.to_string()));
+        };
+        let mut lost_turn = None;
+        if acquired.lost {
+            cluster.metrics().cluster_takeovers.inc();
+            let failed = self
+                .inner
+                .store
+                .fail_running_tasks_of(session_id, "the node running the task was lost")
+                .await?;
+            lost_turn = cluster.lost_turn(session_id).await?;
+            tracing::warn!(%session_id, epoch = acquired.lease.epoch, failed, lost_turn = ?lost_turn, "took over a session from a lost node");
+        }
+        self.load(&row, Some((acquired.lease, lost_turn)))
+            .await
+            .map(Some)
+    }
+
+    /// Takes the session over from a lost node, if it still needs it.
+    pub(crate) async fn take_over(&self, session_id: &str) {
+        if let Err(err) = self.route(session_id).await {
+            tracing::warn!(%err, %session_id, "takeover failed");
+        }
+    }
+
+    /// Where the session's requests go now: its actor here (taking the lease when nobody holds
+    /// it), or its owner's URL.
+    async fn route(&self, session_id: &str) -> Result<Route, SessionError> {
+        let cluster = Arc::clone(self.cluster()?);
+        for _ in 0..8 {
+            if let Some(handle) = self.live_actor(session_id).await {
+                return Ok(Route::Local(handle));
+            }
+            match cluster.owner(session_id).await? {
+                Owner::Node { url, .. } if !url.is_empty() => return Ok(Route::Remote(url)),
+                Owner::Node { expires_at, .. } | Owner::Here { expires_at }
+                    if !cluster.holds(session_id) =>
+                {
+                    // An owner that left no address, or an earlier process under this node's
+                    // id: its lease lapses by itself.
+                    sleep_until(expires_at, cluster.lease_ttl()).await;
+                }
+                Owner::Node { .. } | Owner::Here { .. } => {
+                    // The actor here is stopping and about to let go.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Owner::Nobody { .. } if cluster.is_draining() => {
+                    return match cluster.other_node().await? {
+                        Some(url) => Ok(Route::Remote(url)),
+                        None => Err(SessionError::ActorGone),
+                    };
+                }
+                Owner::Nobody { .. } => {
+                    if let Some(handle) = self.take(session_id).await? {
+                        return Ok(Route::Local(handle));
+                    }
+                }
+            }
+        }
+        Err(SessionError::ActorGone)
+    }
+
+    /// Carries a follower's command to the session's owner and its answer back, once the
+    /// follower has handed its watchers every event the owner had when it answered
+    /// (`delivered` is the follower's cursor), so an answer never overtakes its events.
+    pub(crate) async fn relay(
+        &self,
+        session_id: &str,
+        user: Option<&str>,
+        command: Command,
+        delivered: tokio::sync::watch::Receiver<i64>,
+    ) {
+        let relay = match Relay::of(command) {
+            Ok(relay) => relay,
+            // The catalog (MCP's tool list) does not travel: it is served where the actor runs.
+            Err(command) => {
+                match self.route(session_id).await {
+                    Ok(Route::Local(handle)) => {
+                        let _ = handle.send_command(command).await;
+                    }
+                    Ok(Route::Remote(_)) => {
+                        tracing::debug!(%session_id, "a local-only request for a remote session");
+                    }
+                    Err(err) => super::follower::refuse(command, err),
+                }
+                return;
+            }
+        };
+        let Ok(cluster) = self.cluster().cloned() else {
+            return;
+        };
+        let settle = |seq: i64| {
+            let ttl = cluster.lease_ttl();
+            let mut delivered = delivered.clone();
+            async move {
+                let _ =
+                    tokio::time::timeout(ttl, delivered.wait_for(|cursor| *cursor >= seq)).await;
+            }
+        };
+        for _ in 0..3 {
+            let url = match self.route(session_id).await {
+                Ok(Route::Local(handle)) => {
+                    let outcome = crate::cluster::forward::run(&handle, relay.call.clone()).await;
+                    let seq = match self.inner.store.get_session(session_id).await {
+                        Ok(Some(row)) => row.last_seq,
+                        _ => 0,
+                    };
+                    settle(seq).await;
+                    return relay.answer(outcome);
+                }
+                Ok(Route::Remote(url)) => url,
+                Err(err) => return relay.answer(Err(err)),
+            };
+            match cluster.forward(&url, session_id, user, &relay.call).await {
+                Ok((outcome, seq)) => {
+                    settle(seq).await;
+                    return relay.answer(outcome);
+                }
+                Err(Undelivered::NotOwner) => {}
+                Err(Undelivered::Unreachable(err)) => {
+                    tracing::warn!(%err, %url, %session_id, "owner unreachable; waiting for its lease");
+                    if let Ok(Some(lease)) = self.inner.store.lease(session_id).await {
+                        sleep_until(lease.expires_at, cluster.lease_ttl()).await;
+                    }
+                }
+                Err(Undelivered::Lost(err)) => {
+                    // The request may have run: not sent again.
+                    tracing::warn!(%err, %url, %session_id, "owner lost while answering");
+                    return relay.answer(Err(SessionError::ActorGone));
+                }
+            }
+        }
+        relay.answer(Err(SessionError::ActorGone));
+    }
+
+    /// Runs a request another node forwarded: `Ok(None)` when this node does not own the
+    /// session (and cannot take it).
+    pub async fn serve_forwarded(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        call: ForwardedCall,
+    ) -> Result<Option<Value>, SessionError> {
+        self.row(caller, session_id).await?;
+        let handle = match self.live_actor(session_id).await {
+            Some(handle) => handle,
+            None => {
+                let cluster = self.cluster()?;
+                match cluster.owner(session_id).await? {
+                    Owner::Nobody { .. } => match self.take(session_id).await? {
+                        Some(handle) => handle,
+                        None => return Ok(None),
+                    },
+                    _ => return Ok(None),
+                }
+            }
+        };
+        crate::cluster::forward::run(&handle, call).await.map(Some)
+    }
+
+    /// Hands this node's sessions over: takes no more, lets running turns end (up to `grace`),
+    /// interrupts the rest, stops the actors and releases their leases.
+    pub async fn drain(&self, grace: Duration) {
+        let Ok(cluster) = self.cluster() else { return };
+        cluster.start_draining().await;
+        let handles: Vec<SessionHandle> = self
+            .inner
+            .live
+            .lock()
+            .await
+            .values()
+            .map(|live| live.handle.clone())
+            .collect();
+        tracing::info!(sessions = handles.len(), "draining");
+        let deadline = tokio::time::Instant::now() + grace;
+        let drains = handles.iter().map(|handle| async move {
+            if tokio::time::timeout_at(deadline, handle.drain())
+                .await
+                .is_err()
+            {
+                let _ = handle.interrupt().await;
+            }
+            handle.close().await;
+        });
+        futures_util::future::join_all(drains).await;
+        cluster.leave().await;
+    }
+}
+
+/// Sleeps until `at`, or for `cap` at most.
+async fn sleep_until(at: time::OffsetDateTime, cap: Duration) {
+    let left = at - time::OffsetDateTime::now_utc();
+    let left = Duration::try_from(left).unwrap_or_default().min(cap);
+    tokio::time::sleep(left + Duration::from_millis(10)).await;
 }
 
 /// Makes sure the caller's root and the session's cwd exist, without following symlinks below

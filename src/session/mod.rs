@@ -2,13 +2,14 @@
 //! [`SessionHandle`]s talk to it; [`hub::Sessions`] finds, loads and unloads actors.
 
 pub mod actor;
+mod follower;
 pub mod hub;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -81,7 +82,41 @@ pub enum SessionError {
     /// `session/compact` did not compact.
     #[error("{0}")]
     Compaction(#[from] crate::agent::compaction::CompactionError),
+    /// The node owning the session refused the request (cluster mode); its kind and words.
+    #[error("{message}")]
+    Remote {
+        /// The owner's `data.kind`.
+        kind: &'static str,
+        /// The owner's message.
+        message: String,
+    },
 }
+
+/// Every `data.kind` a session request can fail with, so one told by another node keeps its
+/// word (an unknown one reads `internal`).
+const ERROR_KINDS: &[&str] = &[
+    "unknown_session",
+    "turn_in_progress",
+    "no_active_turn",
+    "llm_not_configured",
+    "unsupported",
+    "unknown_request",
+    "unknown_approval",
+    "unknown_task",
+    "invalid_params",
+    "overloaded",
+    "session_unavailable",
+    "internal",
+    "unknown_tool",
+    "policy_denied",
+    "args_too_large",
+    "invalid_arguments",
+    "cancelled",
+    "fatal",
+    "nothing_to_compact",
+    "budget_exceeded",
+    "compaction_failed",
+];
 
 impl SessionError {
     /// The snake_case word clients see as `data.kind`.
@@ -101,7 +136,18 @@ impl SessionError {
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
             Self::Compaction(err) => err.kind(),
+            Self::Remote { kind, .. } => kind,
         }
+    }
+
+    /// The error another node answered with `kind` and `message`.
+    pub fn remote(kind: &str, message: String) -> Self {
+        let kind = ERROR_KINDS
+            .iter()
+            .find(|known| **known == kind)
+            .copied()
+            .unwrap_or("internal");
+        Self::Remote { kind, message }
     }
 }
 
@@ -143,8 +189,19 @@ pub struct OpenedSession {
     pub tools: ToolNames,
 }
 
+/// What `session/open` reports of a session besides its events: the same on every node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionView {
+    /// The coding-tool contract and each contract tool's status.
+    pub capabilities: Value,
+    /// Visible and deferred tool names.
+    pub tools: ToolNames,
+    /// Each configured MCP server's state, by name.
+    pub mcp: Value,
+}
+
 /// Visible and deferred tool names.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolNames {
     /// Visible to the model.
     pub active: Vec<String>,
@@ -170,7 +227,7 @@ impl ToolNames {
 }
 
 /// The answer to `tool/invoke`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InvokeResult {
     /// The id given to this call.
     pub tool_call_id: String,
@@ -242,7 +299,15 @@ pub(crate) enum Command {
         watcher: Watcher,
         /// Where the watcher's replay starts, when it replays.
         after_seq: Option<i64>,
-        reply: oneshot::Sender<(i64, Arc<ToolCatalog>)>,
+        reply: oneshot::Sender<(i64, SessionView)>,
+    },
+    /// What `session/open` reports.
+    Describe {
+        reply: oneshot::Sender<SessionView>,
+    },
+    /// Stop taking turns; answered once none runs (cluster draining).
+    Drain {
+        reply: oneshot::Sender<()>,
     },
     Detach {
         connection_id: u64,
@@ -404,9 +469,27 @@ impl SessionHandle {
     }
 
     /// Starts streaming live events to `watcher`; returns the last seq before it joined (every
-    /// later event reaches the watcher) and the session's current tool catalog.
-    pub async fn attach(&self, watcher: Watcher) -> Result<(i64, Arc<ToolCatalog>), SessionError> {
+    /// later event reaches the watcher) and what `session/open` reports of the session.
+    pub async fn attach(&self, watcher: Watcher) -> Result<(i64, SessionView), SessionError> {
         self.attach_replaying(watcher, None).await
+    }
+
+    /// What `session/open` reports of the session now.
+    pub async fn describe(&self) -> Result<SessionView, SessionError> {
+        self.ask(|reply| Command::Describe { reply }).await
+    }
+
+    /// Lets the actor take no more turns; answers once none runs.
+    pub(crate) async fn drain(&self) -> Result<(), SessionError> {
+        self.ask(|reply| Command::Drain { reply }).await
+    }
+
+    /// Hands a command to the actor as it is (a follower passing on a client's request).
+    pub(crate) async fn send_command(&self, command: Command) -> Result<(), SessionError> {
+        self.tx
+            .send(command)
+            .await
+            .map_err(|_| SessionError::ActorGone)
     }
 
     /// [`Self::attach`] for a client that replays the stored events after `after_seq`: the
@@ -415,7 +498,7 @@ impl SessionHandle {
         &self,
         watcher: Watcher,
         after_seq: Option<i64>,
-    ) -> Result<(i64, Arc<ToolCatalog>), SessionError> {
+    ) -> Result<(i64, SessionView), SessionError> {
         self.ask(|reply| Command::Attach {
             watcher,
             after_seq,

@@ -88,7 +88,7 @@ fn rows(write: &Write) -> usize {
     match write {
         Write::Events(events) => events.len(),
         Write::Message { .. } | Write::Cost(_) => 1,
-        Write::Fence { .. } => 0,
+        Write::Fence { .. } | Write::Notify { .. } => 0,
     }
 }
 
@@ -162,7 +162,10 @@ async fn commit_batch(store: &dyn Store, writes: &[Write]) -> StoreResult<Vec<i6
             .iter()
             .flat_map(|w| match w {
                 Write::Events(events) => events.as_slice(),
-                Write::Message { .. } | Write::Cost(_) | Write::Fence { .. } => &[],
+                Write::Message { .. }
+                | Write::Cost(_)
+                | Write::Fence { .. }
+                | Write::Notify { .. } => &[],
             })
             .cloned()
             .collect();
@@ -279,6 +282,10 @@ impl Store for GroupCommit {
 
     async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
         self.inner.fail_running_tasks(reason).await
+    }
+
+    async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64> {
+        self.inner.fail_running_tasks_of(session_id, reason).await
     }
 
     async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {

@@ -211,7 +211,19 @@ pub enum Write {
         /// The writer's lease epoch.
         epoch: i64,
     },
+    /// Tells the other nodes (PostgreSQL `NOTIFY` on [`EVENTS_CHANNEL`], sent at commit) that
+    /// the session's events reach `seq`; nothing on SQLite.
+    Notify {
+        /// The session.
+        session_id: String,
+        /// Its last event's seq in this batch.
+        seq: i64,
+    },
 }
+
+/// The PostgreSQL channel of event notices: `<session_id> <seq> <unix micros>`, small on
+/// purpose; listeners read the events themselves from the table.
+pub const EVENTS_CHANNEL: &str = "agentd_events";
 
 /// A node's hold on a session's actor (cluster mode).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -222,9 +234,16 @@ pub struct Lease {
     pub node_id: String,
     /// Bumped by every takeover; writes carry it (see [`Write::Fence`]).
     pub epoch: i64,
-    /// When it lapses unless renewed.
+    /// When it lapses unless renewed; the Unix epoch once released.
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
+}
+
+impl Lease {
+    /// Whether its owner let it go (rather than stopping renewing it: a lost node).
+    pub fn released(&self) -> bool {
+        self.expires_at <= OffsetDateTime::UNIX_EPOCH
+    }
 }
 
 /// Where a background task is in its life; stored and sent as its snake_case name.
@@ -463,6 +482,9 @@ pub trait Store: Send + Sync + 'static {
     /// NULL and `finished_at` now. Returns how many changed.
     async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64>;
 
+    /// [`Store::fail_running_tasks`] for one session's tasks (a takeover after a lost node).
+    async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64>;
+
     /// Records one cost row. `NotFound` if its session does not exist.
     async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()>;
 
@@ -489,7 +511,8 @@ pub trait Store: Send + Sync + 'static {
         ttl: std::time::Duration,
     ) -> StoreResult<Option<Lease>>;
 
-    /// Lets `lease` lapse now, keeping its epoch so a later owner's is higher; whether it was
+    /// Lets `lease` lapse now (its `expires_at` becomes the Unix epoch, see
+    /// [`Lease::released`]), keeping its epoch so a later owner's is higher; whether it was
     /// still held.
     async fn release_lease(&self, lease: &Lease) -> StoreResult<bool>;
 

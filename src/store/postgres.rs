@@ -19,8 +19,9 @@ use super::rows::{
     lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult,
-    TaskRow, Write, db_error, decode_error, json_without_nul, timestamp_now, without_nul,
+    CostRow, EVENTS_CHANNEL, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError,
+    StoreResult, TaskRow, Write, db_error, decode_error, json_without_nul, timestamp_now,
+    without_nul,
 };
 
 /// Connections in the pool.
@@ -390,6 +391,20 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
+    async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'failed', reason = $1, exit_code = NULL, finished_at = $2 \
+             WHERE state = 'running' AND session_id = $3",
+        )
+        .bind(without_nul(reason))
+        .bind(timestamp_now())
+        .bind(without_nul(session_id))
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
+    }
+
     async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
         insert_cost(&self.pool, row).await
     }
@@ -427,6 +442,17 @@ impl Store for PostgresStore {
                             epoch: *epoch,
                         });
                     }
+                    0
+                }
+                Write::Notify { session_id, seq } => {
+                    // Sent at commit, so a listener never hears of an event it cannot read.
+                    let micros = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000) as i64;
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(EVENTS_CHANNEL)
+                        .bind(format!("{} {seq} {micros}", without_nul(session_id)))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_error)?;
                     0
                 }
             });
@@ -488,7 +514,7 @@ impl Store for PostgresStore {
 
     async fn release_lease(&self, lease: &Lease) -> StoreResult<bool> {
         let done = sqlx::query(
-            "UPDATE session_leases SET expires_at = now() \
+            "UPDATE session_leases SET expires_at = to_timestamp(0) \
              WHERE session_id = $1 AND node_id = $2 AND epoch = $3",
         )
         .bind(without_nul(&lease.session_id))

@@ -600,6 +600,20 @@ impl Store for SqliteStore {
         Ok(done.rows_affected())
     }
 
+    async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'failed', reason = ?, exit_code = NULL, finished_at = ? \
+             WHERE state = 'running' AND session_id = ?",
+        )
+        .bind(reason)
+        .bind(ts(timestamp_now())?)
+        .bind(session_id)
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
+    }
+
     async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
         insert_cost(&self.writer, row).await
     }
@@ -640,6 +654,8 @@ impl Store for SqliteStore {
                     }
                     0
                 }
+                // No other process reads a SQLite file's events.
+                Write::Notify { .. } => 0,
             });
         }
         tx.commit().await.map_err(db_error)?;
@@ -706,7 +722,7 @@ impl Store for SqliteStore {
         .bind(&lease.session_id)
         .bind(&lease.node_id)
         .bind(lease.epoch)
-        .bind(ts(timestamp_now())?)
+        .bind(ts(OffsetDateTime::UNIX_EPOCH)?)
         .execute(&self.writer)
         .await
         .map_err(db_error)?;

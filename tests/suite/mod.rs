@@ -4,6 +4,7 @@ mod agent;
 mod architecture;
 mod browser;
 mod cli;
+mod cluster;
 mod human;
 mod limits;
 mod llm;

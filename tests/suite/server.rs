@@ -1003,7 +1003,7 @@ async fn events_of_many_sessions_at_once_are_stored_and_streamed_in_order() {
 }
 
 #[tokio::test]
-async fn cluster_mode_is_refused_at_start_with_one_clear_line() {
+async fn cluster_mode_refuses_sqlite_at_start_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::support::config_in(dir.path());
     config.cluster.enabled = true;
@@ -1012,6 +1012,9 @@ async fn cluster_mode_is_refused_at_start_with_one_clear_line() {
         panic!("cluster mode started");
     };
     let line = err.to_string();
-    assert!(line.starts_with("cluster mode is not available"), "{line}");
+    assert!(
+        line.starts_with("cluster.enabled needs PostgreSQL: server.database_url is sqlite"),
+        "{line}"
+    );
     assert!(!line.contains('\n'));
 }

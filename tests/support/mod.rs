@@ -254,16 +254,21 @@ impl ServerProcess {
     /// Starts `agentd --config <dir>/agentd.toml` with a `[server]` section that binds port 0
     /// and keeps data and workspace in `dir`, followed by `extra` TOML; waits until it listens.
     pub fn start(dir: &Path, extra: &str) -> Self {
-        let config = dir.join("agentd.toml");
-        std::fs::write(
-            &config,
-            format!(
+        Self::start_config(
+            dir,
+            &format!(
                 "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n{extra}",
                 dir.join("data").display(),
                 dir.join("workspace").display(),
             ),
         )
-        .unwrap();
+    }
+
+    /// Starts `agentd --config <dir>/agentd.toml` with exactly `text` as its configuration;
+    /// waits until it listens.
+    pub fn start_config(dir: &Path, text: &str) -> Self {
+        let config = dir.join("agentd.toml");
+        std::fs::write(&config, text).unwrap();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
             .args(["--config", config.to_str().unwrap()])
             .env("AGENTD_LOG", "info")
@@ -285,8 +290,16 @@ impl ServerProcess {
                 address
             })
             .expect("the server listens");
-        // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        // Keep draining the log so the server never blocks on a full pipe (and show it with
+        // AGENTD_TEST_SHOW_LOGS, to see what a process did).
+        let show = std::env::var_os("AGENTD_TEST_SHOW_LOGS").is_some();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if show {
+                    eprintln!("[{}] {line}", std::process::id());
+                }
+            }
+        });
         Self {
             child,
             addr: address.parse().unwrap(),

@@ -46,9 +46,10 @@ impl RpcError {
 
 impl From<SessionError> for RpcError {
     fn from(err: SessionError) -> Self {
-        let code = match err {
-            SessionError::InvalidParams(_) => INVALID_PARAMS,
-            SessionError::Overloaded(_) => OVERLOADED,
+        // By kind, so a refusal told by the session's owner on another node keeps its code.
+        let code = match err.kind() {
+            "invalid_params" => INVALID_PARAMS,
+            "overloaded" => OVERLOADED,
             _ => SERVER_ERROR,
         };
         if let SessionError::Store(detail) = &err {

@@ -2,8 +2,6 @@
 //! live), attaching on first use by any other session method, and handing each session's live
 //! queue to the writer.
 
-use std::sync::Arc;
-
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -11,8 +9,7 @@ use super::dispatch::Dispatched;
 use super::request::OpenParams;
 use super::rpc::{RequestId, answer};
 use super::{Connection, REPLAY_PAGE};
-use crate::session::{OpenedSession, Outbound, SessionError, SessionHandle, ToolNames, Watcher};
-use crate::tools::ToolCatalog;
+use crate::session::{OpenedSession, Outbound, SessionError, SessionHandle, SessionView, Watcher};
 
 /// One session this connection watches.
 pub(super) struct Attachment {
@@ -56,7 +53,7 @@ impl Connection {
         session_id: &str,
         watcher: Watcher,
         after_seq: Option<i64>,
-    ) -> Result<(SessionHandle, (i64, Arc<ToolCatalog>)), SessionError> {
+    ) -> Result<(SessionHandle, (i64, SessionView)), SessionError> {
         let mut attempts = 0;
         loop {
             let handle = self.app.sessions().handle(&self.caller, session_id).await?;
@@ -97,7 +94,7 @@ impl Connection {
             tx: live.clone(),
             lagged: self.lagged.clone(),
         };
-        let (handle, (last_seq, catalog)) =
+        let (handle, (last_seq, view)) =
             match self.attach(&session_id, watcher, params.after_seq).await {
                 Ok(attached) => attached,
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
@@ -114,14 +111,14 @@ impl Connection {
             session_id: session_id.clone(),
             resumed,
             last_seq,
-            capabilities: sessions.capabilities(&catalog),
-            tools: ToolNames::of(&catalog),
+            capabilities: view.capabilities,
+            tools: view.tools,
         };
         let mut result = json!(opened);
         // Extension: a client can offer the tool console before a turn/start is refused.
         result["llm_configured"] = json!(self.app.config().llm.is_configured());
         result["sandbox"] = json!(sessions.sandbox_report());
-        result["mcp"] = sessions.mcp_states(&handle);
+        result["mcp"] = view.mcp;
         result["capabilities"]["mcp"] = result["mcp"].clone();
         if let Some(frame) = answer(&id, Ok(result)) {
             let _ = self.out.send(frame).await;

@@ -66,6 +66,10 @@ pub(crate) struct ActorSetup {
     pub shared_mcp: Vec<Arc<McpServer>>,
     /// The session's approval rules and grants.
     pub approvals: Arc<crate::agent::approval::Approvals>,
+    /// Tools that exist but answer `unsupported` with this configuration.
+    pub unsupported: Arc<[String]>,
+    /// A turn that was running on a node that was lost: it is ended `node_lost` first thing.
+    pub lost_turn: Option<String>,
 }
 
 /// The turn a session is running.
@@ -128,6 +132,10 @@ pub(crate) struct SessionActor {
     approvals: Arc<crate::agent::approval::Approvals>,
     /// Calls waiting for a person's decision, by approval id.
     pending_approvals: HashMap<String, approvals::PendingApproval>,
+    unsupported: Arc<[String]>,
+    lost_turn: Option<String>,
+    /// Set by a drain: no turn starts any more, and these hear when none runs.
+    draining: Option<Vec<oneshot::Sender<()>>>,
 }
 
 impl SessionActor {
@@ -177,6 +185,9 @@ impl SessionActor {
             shared_mcp: setup.shared_mcp,
             approvals: setup.approvals,
             pending_approvals: HashMap::new(),
+            unsupported: setup.unsupported,
+            lost_turn: setup.lost_turn,
+            draining: None,
         }
     }
 
@@ -185,6 +196,9 @@ impl SessionActor {
         let span = tracing::info_span!("session", session_id = %self.session_id);
         async move {
             tracing::debug!("actor started");
+            if let Some(turn_id) = self.lost_turn.take() {
+                Box::pin(self.end_lost_turn(turn_id)).await;
+            }
             self.start_mcp_servers();
             loop {
                 // Questions whose tool gave up (timeout, interruption) no longer wait.
@@ -247,7 +261,15 @@ impl SessionActor {
             } => {
                 self.send_pending_approvals(&watcher, after_seq);
                 self.watchers.push(watcher);
-                let _ = reply.send((self.last_seq, self.registry.catalog()));
+                let _ = reply.send((self.last_seq, self.view()));
+            }
+            Command::Describe { reply } => {
+                let _ = reply.send(self.view());
+            }
+            Command::Drain { reply } => {
+                let waiting = self.draining.get_or_insert_with(Vec::new);
+                waiting.push(reply);
+                self.answer_drain();
             }
             Command::Detach { connection_id } => {
                 self.watchers.retain(|w| w.connection_id != connection_id);
@@ -328,6 +350,55 @@ impl SessionActor {
             }
             Command::Close => {}
         }
+    }
+
+    /// What `session/open` reports of this session.
+    fn view(&self) -> super::SessionView {
+        let catalog = self.registry.catalog();
+        let mut mcp = serde_json::Map::new();
+        for server in &self.shared_mcp {
+            mcp.insert(
+                server.name().to_string(),
+                Value::String(server.state().to_string()),
+            );
+        }
+        for (name, state) in self.mcp_states.states() {
+            mcp.insert(name, Value::String(state));
+        }
+        super::SessionView {
+            capabilities: super::hub::capabilities(&catalog, &self.unsupported),
+            tools: super::ToolNames::of(&catalog),
+            mcp: Value::Object(mcp),
+        }
+    }
+
+    /// Tells a drain that no turn runs, once none does.
+    fn answer_drain(&mut self) {
+        if self.turn.is_none()
+            && let Some(waiting) = &mut self.draining
+        {
+            for reply in waiting.drain(..) {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Ends a turn its lost node left running: `turn/completed` with `reason: "node_lost"`.
+    async fn end_lost_turn(&mut self, turn_id: String) {
+        tracing::warn!(%turn_id, "the turn's node was lost; ending it");
+        self.metrics.record_turn("node_lost");
+        let session_cost_usd = self.ledger.session_cost().await;
+        self.emit(SessionEvent::TurnCompleted {
+            turn_id,
+            tokens_in: 0,
+            tokens_out: 0,
+            tokens_cached: 0,
+            cost_usd: 0.0,
+            session_cost_usd,
+            reason: "node_lost",
+            node_costs: Vec::new(),
+        })
+        .await;
     }
 
     /// What calls of this session made outside a turn (clients', background tasks') share.

@@ -75,6 +75,10 @@ impl SessionActor {
         if self.turn.is_some() {
             return Err(SessionError::TurnInProgress);
         }
+        if self.draining.is_some() {
+            // The node is handing its sessions over; the next owner takes the turn.
+            return Err(SessionError::ActorGone);
+        }
         let cancel = self.cancel.child_token();
         self.turn = Some(RunningTurn {
             turn_id: turn_id.to_string(),
@@ -221,6 +225,7 @@ impl SessionActor {
                         let _ = interrupter.send(true);
                     }
                 }
+                self.answer_drain();
                 let _ = reply.send(outcome);
             }
             TurnRequest::Invoked(invoked) => {
@@ -255,6 +260,7 @@ impl SessionActor {
                 let before = self.registry.catalog();
                 self.registry.apply_activation_requests();
                 self.announce_tool_changes(before).await;
+                self.answer_drain();
             }
         }
     }

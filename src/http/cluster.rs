@@ -1,0 +1,71 @@
+//! `POST /cluster/call`: a request another node forwarded for a session this node owns
+//! (cluster mode), authenticated by the cluster secret rather than a user's token.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::AppState;
+use super::auth::same_secret;
+use crate::cluster::forward::Forwarded;
+use crate::session::Caller;
+
+/// Runs the forwarded call: `{"ok": answer}`, or `{"error": {kind, message}}` as the actor
+/// refused it; 409 `not_owner` when this node does not own the session; 401 without the
+/// secret; 404 when cluster mode is off.
+pub async fn call(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let cluster = &app.config().cluster;
+    if !cluster.enabled {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": {"kind": "not_found", "message": "cluster mode is off"}})),
+        )
+            .into_response();
+    }
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    if !presented.is_some_and(|secret| same_secret(secret, cluster.secret.expose())) {
+        return (StatusCode::UNAUTHORIZED, Json(json!({"error": {"kind": "unauthorized", "message": "the cluster secret is missing or wrong"}}))).into_response();
+    }
+    let forwarded: Forwarded = match serde_json::from_slice(&body) {
+        Ok(forwarded) => forwarded,
+        Err(err) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"error": {"kind": "bad_request", "message": err.to_string()}})),
+            )
+                .into_response();
+        }
+    };
+    let caller = Caller {
+        user: forwarded.user,
+    };
+    let outcome = app
+        .sessions()
+        .serve_forwarded(&caller, &forwarded.session_id, forwarded.call)
+        .await;
+    // The asking node waits until its watchers have every event up to here before it answers
+    // its client, so the answer follows the events it caused, as on one node.
+    let seq = match app
+        .sessions()
+        .store()
+        .get_session(&forwarded.session_id)
+        .await
+    {
+        Ok(Some(row)) => row.last_seq,
+        _ => 0,
+    };
+    match outcome {
+        Ok(Some(answer)) => Json(json!({"ok": answer, "seq": seq})).into_response(),
+        Ok(None) => (StatusCode::CONFLICT, Json(json!({"error": {"kind": "not_owner", "message": "this node does not own the session"}}))).into_response(),
+        Err(err) => Json(json!({"error": {"kind": err.kind(), "message": err.to_string()}, "seq": seq})).into_response(),
+    }
+}
