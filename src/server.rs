@@ -248,8 +248,15 @@ impl Server {
         }
         let (store, cluster) = if config.cluster.enabled {
             // Each actor writes through its own fence; other nodes' tasks are theirs to end.
+            let settings = crate::cluster::ClusterSettings {
+                node_id: config.cluster.node_id(),
+                advertise_url: config.cluster.advertise_url.clone(),
+                lease_ttl: Duration::from_secs(config.cluster.lease_secs),
+                secret: config.cluster.secret.clone(),
+                database_url: config.server.database_url(),
+            };
             let cluster = crate::cluster::Cluster::join(
-                &config,
+                settings,
                 Arc::clone(&connected),
                 Arc::clone(&metrics),
                 cancel.clone(),

@@ -66,6 +66,17 @@ impl ServerProcess {
         model: Option<(&str, &str)>,
         config: &str,
     ) -> anyhow::Result<Self> {
+        Self::agentd_bound(settings, model, config, "127.0.0.1:0").await
+    }
+
+    /// [`ServerProcess::agentd_configured`] listening on `bind` (a cluster node, whose address
+    /// the others must know before it starts).
+    pub async fn agentd_bound(
+        settings: &Settings,
+        model: Option<(&str, &str)>,
+        config: &str,
+        bind: &str,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(&workspace)?;
@@ -78,7 +89,7 @@ impl ServerProcess {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", dir.path())
-            .env("AGENTD_BIND", "127.0.0.1:0")
+            .env("AGENTD_BIND", bind)
             .env("AGENTD_DATA_DIR", dir.path().join("data"))
             .env("AGENTD_WORKSPACE", &workspace)
             .env("AGENTD_LOG", "info");
@@ -190,6 +201,12 @@ impl ServerProcess {
             .map(|line| format!("  {line}"))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// SIGKILL, at once: a node that dies.
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().await.context("cannot kill")?;
+        Ok(())
     }
 
     /// SIGTERM, then waits; a server that does not exit in time is killed and reported.

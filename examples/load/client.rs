@@ -145,6 +145,14 @@ impl RpcClient {
         Ok(opened.session_id)
     }
 
+    /// `session/open` of the existing `session_id`, which later invokes use.
+    pub async fn join(&mut self, session_id: &str) -> anyhow::Result<()> {
+        let params = format!(r#"{{"session_id":{}}}"#, serde_json::to_string(session_id)?);
+        self.call("session/open", &params).await?;
+        self.session = session_id.to_string();
+        Ok(())
+    }
+
     /// `tool/invoke` of `read_file` on the 12-byte file, in the session `open` made; a result
     /// with `success: false` is an error, since the figures would not be of the path measured.
     pub async fn invoke(&mut self) -> anyhow::Result<()> {

@@ -1,16 +1,17 @@
 //! A load generator that measures agentd from outside, as a client sees it, beside a bare axum
 //! WebSocket echo server (the "floor") measured the same way in the same run.
 //!
-//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|all> [options]`
+//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|mcp|mcp-serve|cluster|all> [options]`
 //!
 //! Both servers run as child processes so that their CPU time and resident memory can be read
 //! from /proc without counting the client's own. Modules: `child` (the servers as processes),
 //! `floor` (the echo server), `client` (the JSON-RPC WebSocket client), `report` (percentiles
 //! and tables), `mock_model` (the zero-latency model), and one module per scenario family:
-//! `invoke` (rtt, conc), `opens`, `idle`, `turns`.
+//! `invoke` (rtt, conc), `opens`, `idle`, `turns`, `mcp`, `mcp_serve`, `cluster`.
 
 mod child;
 mod client;
+mod cluster;
 mod floor;
 mod idle;
 mod invoke;
@@ -48,6 +49,9 @@ enum Scenario {
     Mcp,
     /// agentd's own `/mcp`: `tools/call` beside `tool/invoke` over the WebSocket.
     McpServe,
+    /// Three nodes over one PostgreSQL (needs --database): forwarding, cross-node events,
+    /// throughput beside one node, a killed owner. Not part of `all`.
+    Cluster,
     /// Every scenario in turn.
     All,
 }
@@ -290,6 +294,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Turns => turns::run(settings).await,
             Scenario::Mcp => mcp::run(settings).await,
             Scenario::McpServe => mcp_serve::run(settings).await,
+            Scenario::Cluster => cluster::run(settings).await,
             Scenario::All => unreachable!("`all` is expanded above"),
         }
         .with_context(|| format!("scenario {scenario:?}"))?;

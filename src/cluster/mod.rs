@@ -28,7 +28,6 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 use crate::store::{EVENTS_CHANNEL, Lease, Store, StoreError, StoreResult, db_error};
@@ -57,6 +56,21 @@ pub enum Owner {
         /// Whether the last owner was lost rather than letting go.
         lost: bool,
     },
+}
+
+/// What a node needs to join: `[cluster]` and the database, as configured.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// This node's id.
+    pub node_id: String,
+    /// How the other nodes reach this one.
+    pub advertise_url: String,
+    /// How long a lease lasts unless renewed.
+    pub lease_ttl: Duration,
+    /// What the nodes show each other.
+    pub secret: Secret,
+    /// The PostgreSQL every node shares.
+    pub database_url: String,
 }
 
 /// A lease this node took, and whether the session's last owner was lost.
@@ -107,13 +121,13 @@ impl Cluster {
     /// Joins the cluster: registers this node, then renews its leases and listens for event
     /// notices in the background until `cancel`.
     pub async fn join(
-        config: &Config,
+        settings: ClusterSettings,
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         cancel: CancellationToken,
         tracker: &TaskTracker,
     ) -> StoreResult<Arc<Self>> {
-        let options = crate::store::postgres::parse_url(&config.server.database_url())?;
+        let options = crate::store::postgres::parse_url(&settings.database_url)?;
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(5))
@@ -125,14 +139,10 @@ impl Cluster {
             .build()
             .map_err(|err| StoreError::InvalidUrl(format!("cluster client: {err}")))?;
         let cluster = Arc::new(Self {
-            node_id: config.cluster.node_id(),
-            advertise_url: config
-                .cluster
-                .advertise_url
-                .trim_end_matches('/')
-                .to_string(),
-            ttl: Duration::from_secs(config.cluster.lease_secs),
-            secret: config.cluster.secret.clone(),
+            node_id: settings.node_id,
+            advertise_url: settings.advertise_url.trim_end_matches('/').to_string(),
+            ttl: settings.lease_ttl,
+            secret: settings.secret,
             store,
             pool,
             http,

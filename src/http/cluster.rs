@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::AppState;
 use super::auth::same_secret;
-use crate::cluster::forward::Forwarded;
 use crate::session::Caller;
+use crate::session::forwarding::Forwarded;
 
 /// Runs the forwarded call: `{"ok": answer}`, or `{"error": {kind, message}}` as the actor
 /// refused it; 409 `not_owner` when this node does not own the session; 401 without the

@@ -291,7 +291,10 @@ impl Sandbox {
     /// Runs `sh -c true` confined as a session's command would be, so that a layer the
     /// probe believed in but that fails for real is found now, not at the first command.
     async fn self_test(&self) -> Result<(), String> {
-        let dir = self.tmp_root.join("self-test");
+        // One per process: nodes of a cluster may share the data directory and start together.
+        let dir = self
+            .tmp_root
+            .join(format!("self-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let spec = self.spec(&[], Path::new("/"), Some(dir.clone()), &[], None);
         let output = self

@@ -12,10 +12,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::forwarding::Relay;
 use super::hub::Sessions;
 use super::{Command, Outbound, SessionView, Watcher, notification_frame};
 use crate::cluster::Cluster;
-use crate::cluster::forward::Relay;
 
 /// Events read from the table per query.
 const PAGE: i64 = 500;

@@ -13,9 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
+use super::forwarding::{ForwardedCall, Relay};
 use super::{Caller, Command, InflightCalls, SessionError, SessionHandle};
 use crate::cluster::fenced::FencedStore;
-use crate::cluster::forward::{ForwardedCall, Relay, Undelivered};
+use crate::cluster::forward::Undelivered;
 use crate::cluster::{Cluster, Owner};
 use crate::fs_safe::{self, RootPath};
 use crate::metrics::Metrics;
@@ -662,7 +663,7 @@ impl Sessions {
         for _ in 0..3 {
             let url = match self.route(session_id).await {
                 Ok(Route::Local(handle)) => {
-                    let outcome = crate::cluster::forward::run(&handle, relay.call.clone()).await;
+                    let outcome = super::forwarding::run(&handle, relay.call.clone()).await;
                     let seq = match self.inner.store.get_session(session_id).await {
                         Ok(Some(row)) => row.last_seq,
                         _ => 0,
@@ -676,6 +677,8 @@ impl Sessions {
             match cluster.forward(&url, session_id, user, &relay.call).await {
                 Ok((outcome, seq)) => {
                     settle(seq).await;
+                    let outcome = outcome
+                        .map_err(|refused| SessionError::remote(&refused.kind, refused.message));
                     return relay.answer(outcome);
                 }
                 Err(Undelivered::NotOwner) => {}
@@ -717,7 +720,7 @@ impl Sessions {
                 }
             }
         };
-        crate::cluster::forward::run(&handle, call).await.map(Some)
+        super::forwarding::run(&handle, call).await.map(Some)
     }
 
     /// Hands this node's sessions over: takes no more, lets running turns end (up to `grace`),

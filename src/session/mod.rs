@@ -3,6 +3,7 @@
 
 pub mod actor;
 mod follower;
+pub mod forwarding;
 pub mod hub;
 
 use std::future::Future;

@@ -1,6 +1,6 @@
-//! The module arrows point one way: http → session → agent → {tasks, tools, llm} → store. A
-//! source file may name `crate::<module>` only for a module below its own; an import that points
-//! up or sideways into a higher layer fails here with the file and the line.
+//! The module arrows point one way: http → session → agent → cluster → {tasks, tools, llm} →
+//! store. A source file may name `crate::<module>` only for a module below its own; an import
+//! that points up or sideways into a higher layer fails here with the file and the line.
 
 use std::path::{Path, PathBuf};
 
@@ -11,15 +11,16 @@ const LAYERS: &[(&str, u32)] = &[
     ("config", 2),
     ("session", 3),
     ("agent", 4),
-    ("metrics", 5),
-    ("tasks", 6),
-    ("tools", 7),
-    ("sandbox", 8),
-    ("llm", 9),
-    ("store", 10),
-    ("fs_safe", 10),
-    ("heap", 10),
-    ("secret", 10),
+    ("cluster", 5),
+    ("metrics", 6),
+    ("tasks", 7),
+    ("tools", 8),
+    ("sandbox", 9),
+    ("llm", 10),
+    ("store", 11),
+    ("fs_safe", 11),
+    ("heap", 11),
+    ("secret", 11),
 ];
 
 fn rank(module: &str) -> Option<u32> {
