@@ -20,6 +20,10 @@ pub async fn healthz() -> Json<serde_json::Value> {
 /// `GET /readyz`: the process is up and the database answers; also says how commands are
 /// confined.
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    // A stopping node (a cluster node draining included) should get no new clients.
+    if app.shutdown().is_cancelled() || app.sessions().is_draining() {
+        return Err(ApiError::Unavailable("the server is stopping".into()));
+    }
     match app.sessions().store().ping().await {
         Ok(()) => Ok(Json(json!({
             "status": "ready",

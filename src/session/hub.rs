@@ -484,6 +484,15 @@ impl Sessions {
             .ok_or(SessionError::NotYetAvailable("cluster mode is off"))
     }
 
+    /// Whether this node is a cluster node handing its sessions over (it is stopping).
+    pub fn is_draining(&self) -> bool {
+        self.inner
+            .config
+            .cluster
+            .as_ref()
+            .is_some_and(|cluster| cluster.is_draining())
+    }
+
     /// This node's follower of the session, started if need be.
     async fn follow(&self, row: &SessionRow) -> Result<SessionHandle, SessionError> {
         let cluster = Arc::clone(self.cluster()?);

@@ -378,6 +378,13 @@ async fn sigterm_drains_a_node_after_its_turn_ends() {
     llm.wait_for_requests(1, Duration::from_secs(10)).await;
 
     a.signal("-TERM");
+    // While it drains, A tells load balancers it is not ready.
+    let readyz = format!("http://{}/readyz", a.process.addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reqwest::get(&readyz).await.unwrap().status() != 503 {
+        assert!(Instant::now() < deadline, "/readyz stayed ready after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The drain waits for the turn; once it ends, A lets go and exits cleanly.
     release.notify_one();
     let ended = until(&mut on_b, "turn/completed").await;
