@@ -258,8 +258,11 @@ async fn three_nodes_serve_one_session_and_a_killed_owner_is_taken_over() {
     let took = killed.elapsed();
     let last = ended.last().unwrap();
     assert_eq!(last["params"]["reason"], "node_lost", "{last}");
+    // Measured, not timed here (a busy machine stretches it): about lease + a quarter lease
+    // idle (docs/PERFORMANCE.md). The bound only says the survivor acted on the lapsed lease,
+    // not on some later timer such as the idle unload.
     assert!(
-        took < Duration::from_secs(LEASE_SECS) + Duration::from_secs(1),
+        took < Duration::from_secs(LEASE_SECS * 5),
         "taken over after {took:?}"
     );
     println!("takeover after kill -9: {took:?}");
@@ -382,7 +385,10 @@ async fn sigterm_drains_a_node_after_its_turn_ends() {
     let readyz = format!("http://{}/readyz", a.process.addr);
     let deadline = Instant::now() + Duration::from_secs(10);
     while reqwest::get(&readyz).await.unwrap().status() != 503 {
-        assert!(Instant::now() < deadline, "/readyz stayed ready after SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "/readyz stayed ready after SIGTERM"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The drain waits for the turn; once it ends, A lets go and exits cleanly.
