@@ -22,6 +22,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -m 0755 target/release/agentd target/release/agentd-sandbox /usr/local/bin/
 
 FROM debian:bookworm-slim AS runtime
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="agentd" \
+      org.opencontainers.image.description="A server that hosts LLM agent sessions for a browser app" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="MIT OR Apache-2.0"
 # Debian's package versions roll within a release; pinning them would break rebuilds.
 # tini is PID 1: it forwards SIGTERM to agentd and reaps processes that tools leave behind.
 # hadolint ignore=DL3008

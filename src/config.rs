@@ -353,7 +353,16 @@ pub struct Config {
 #[command(
     name = "agentd",
     version,
-    about = "Hosts LLM agent sessions for a browser app"
+    about = "Hosts LLM agent sessions for a browser app",
+    // `agentd --bind X serve` would otherwise take the subcommand's own (unset) flags and
+    // silently drop X: flags go after `serve`, or without a subcommand at all.
+    args_conflicts_with_subcommands = true,
+    after_help = "Environment variables that are not flags:\n  \
+        AGENTD_LOG            log filter (e.g. info, agentd=debug) [default: info]\n  \
+        AGENTD_LOG_FORMAT     text or json [default: text]\n  \
+        AGENTD_LLM_API_KEY    the model provider's API key (else the variable llm.api_key_env \
+        names, OPENAI_API_KEY by default)\n  \
+        AGENTD_CLUSTER_SECRET cluster.secret, shared by the nodes of a cluster"
 )]
 pub struct Cli {
     /// What to do; `serve` when omitted.
@@ -369,6 +378,10 @@ pub struct Cli {
 pub enum Command {
     /// Start the server (the default).
     Serve(ServeArgs),
+    /// Read and check the configuration, then print it as it takes effect (secrets masked).
+    CheckConfig(ServeArgs),
+    /// Bring the database's schema up to date, then exit.
+    Migrate(ServeArgs),
 }
 
 /// Flags (and their environment variables) that override the config file.
@@ -882,11 +895,19 @@ usd_per_minute = 0.5
             Some(Command::Serve(args)) => {
                 assert_eq!(args.bind, Some("127.0.0.1:0".parse().unwrap()))
             }
-            None => panic!("serve expected"),
+            other => panic!("serve expected, got {other:?}"),
         }
         let cli = Cli::try_parse_from(["agentd", "--workspace", "/w"]).unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.serve.workspace, Some(PathBuf::from("/w")));
         assert!(Cli::try_parse_from(["agentd", "--bind", "nope"]).is_err());
+        // A flag before the subcommand would be dropped; it is refused instead.
+        assert!(Cli::try_parse_from(["agentd", "--bind", "127.0.0.1:0", "serve"]).is_err());
+        let cli = Cli::try_parse_from(["agentd", "check-config", "--workspace", "/w"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::CheckConfig(args)) if args.workspace.is_some())
+        );
+        let cli = Cli::try_parse_from(["agentd", "migrate"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Migrate(_))));
     }
 }

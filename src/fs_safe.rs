@@ -650,6 +650,37 @@ impl Beneath {
     }
 }
 
+/// The prefix of the temp file a write goes through before it is renamed over its target.
+const TEMP_PREFIX: &str = ".tmp-write.";
+
+/// Removes the temp files of writes that never finished (the process died between creating
+/// and renaming one) anywhere below `root`, if last changed at least `older_than` ago;
+/// answers how many went. Symlinks are not followed, so nothing outside `root` is touched.
+pub fn remove_stale_temp_files(root: &Path, older_than: std::time::Duration) -> usize {
+    let walk = ignore::WalkBuilder::new(root)
+        .standard_filters(false)
+        .follow_links(false)
+        .build();
+    let mut removed = 0;
+    for entry in walk.flatten() {
+        let stale = entry.file_type().is_some_and(|kind| kind.is_file())
+            && entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with(TEMP_PREFIX))
+            && entry
+                .metadata()
+                .ok()
+                .and_then(|meta| meta.modified().ok())
+                .and_then(|at| at.elapsed().ok())
+                .is_some_and(|age| age >= older_than);
+        if stale && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Creates a uniquely named, empty temp file next to the target.
 fn create_temp(dir: &OwnedFd, comps: &[&OsStr]) -> Result<(OwnedFd, OsString), FsError> {
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -658,7 +689,7 @@ fn create_temp(dir: &OwnedFd, comps: &[&OsStr]) -> Result<(OwnedFd, OsString), F
         .map_or(0, |d| d.subsec_nanos());
     for _ in 0..16 {
         let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let name = OsString::from(format!(".tmp-write.{}.{seq}.{nanos}", std::process::id()));
+        let name = OsString::from(format!("{TEMP_PREFIX}{}.{seq}.{nanos}", std::process::id()));
         // 0o666 lets the umask decide, as for any newly created file; fchmod overrides for replacements.
         match rustix::fs::openat(dir, &name, flags, Mode::from_bits_truncate(0o666)) {
             Ok(fd) => return Ok((fd, name)),
@@ -694,6 +725,46 @@ mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::{PermissionsExt, symlink};
+
+    #[test]
+    fn stale_temp_files_are_removed_below_the_root_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("root"), tmp.path().join("outside"));
+        fs::create_dir_all(root.join("a/b")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let old = |path: &Path| {
+            fs::write(path, b"half").unwrap();
+            fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        };
+        old(&root.join("a/b/.tmp-write.1.2.3"));
+        old(&root.join(".tmp-write.4.5.6"));
+        old(&root.join("a/kept.txt"));
+        old(&outside.join(".tmp-write.7.8.9"));
+        fs::write(root.join("a/.tmp-write.9.9.9"), b"in flight").unwrap();
+        symlink(&outside, root.join("link")).unwrap();
+
+        let ten_minutes = std::time::Duration::from_secs(600);
+        assert_eq!(remove_stale_temp_files(&root, ten_minutes), 2);
+        assert!(!root.join("a/b/.tmp-write.1.2.3").exists());
+        assert!(!root.join(".tmp-write.4.5.6").exists());
+        assert!(root.join("a/kept.txt").exists(), "other files stay");
+        assert!(
+            root.join("a/.tmp-write.9.9.9").exists(),
+            "a recent one may be in flight"
+        );
+        assert!(
+            outside.join(".tmp-write.7.8.9").exists(),
+            "the link is not followed"
+        );
+        // With no write in flight (a single node starting), every one is stale.
+        assert_eq!(remove_stale_temp_files(&root, std::time::Duration::ZERO), 1);
+    }
 
     /// A temp dir holding `root/` (the workspace) and `outside/secret.txt`.
     struct Fixture {

@@ -25,19 +25,40 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(args)) => args,
-        None => cli.serve,
+    let (args, serving) = match cli.command {
+        Some(Command::Serve(args)) => (args, Some(true)),
+        Some(Command::CheckConfig(args)) => (args, None),
+        Some(Command::Migrate(args)) => (args, Some(false)),
+        None => (cli.serve, Some(true)),
     };
     init_tracing();
     let config = match Config::load(&args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,
         Err(err) => return fail(&err),
     };
+    let Some(serving) = serving else {
+        // Debug of the configuration masks every secret (`Secret`).
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
     };
+    if !serving {
+        return runtime.block_on(async {
+            let url = config.server.database_url();
+            match agentd::store::connect(&url).await {
+                Ok(store) => {
+                    let backend = store.backend();
+                    store.close().await;
+                    println!("the {backend} database is up to date");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            }
+        });
+    }
     runtime.block_on(async move {
         let bind = config.server.bind;
         let server = match Server::start(config).await {

@@ -67,6 +67,22 @@ pub struct Metrics {
     pub cluster_notify_lag: Histogram,
     /// Cluster mode: writes of an actor refused because its session was taken over.
     pub cluster_fenced_writes: Counter,
+    /// Seconds tool calls ran, by tool (from the start of the run to its result).
+    pub tool_duration: Family<ToolLabels, Histogram>,
+}
+
+/// Labels of a per-tool figure.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    /// The tool's name.
+    pub tool: String,
+}
+
+/// Labels of `agentd_build_info`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version.
+    pub version: &'static str,
 }
 
 /// Labels of a task state count.
@@ -123,6 +139,22 @@ impl Metrics {
         let cluster_forwarded = Counter::default();
         let cluster_takeovers = Counter::default();
         let cluster_fenced_writes = Counter::default();
+        // 100 µs to about 55 min.
+        let tool_duration = Family::<ToolLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 3.0, 16))
+        });
+        registry.register(
+            "tool_call_duration_seconds",
+            "Seconds tool calls ran, by tool",
+            tool_duration.clone(),
+        );
+        registry.register(
+            "build",
+            "The running build: its version",
+            prometheus_client::metrics::info::Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
         registry.register(
             "cluster_fenced_writes",
             "Writes refused because their session was taken over by another node",
@@ -227,6 +259,7 @@ impl Metrics {
             cluster_takeovers,
             cluster_notify_lag,
             cluster_fenced_writes,
+            tool_duration,
         }
     }
 
@@ -275,6 +308,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Records how long a call of `tool` ran.
+    pub fn record_tool_duration(&self, tool: &str, took: std::time::Duration) {
+        self.tool_duration
+            .get_or_create(&ToolLabels {
+                tool: tool.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
     /// Counts a call refused before it ran.
     pub fn record_refusal(&self, tool: &str, err: &DispatchError) {
         let tool = match err {
@@ -304,6 +346,27 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::tools::HiddenReason;
+
+    #[test]
+    fn the_build_and_tool_call_durations_are_exported() {
+        let metrics = Metrics::new();
+        metrics.record_tool_duration("read_file", std::time::Duration::from_millis(2));
+        metrics.record_tool_duration("read_file", std::time::Duration::from_secs(1));
+        let text = metrics.render();
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.contains(&format!(r#"agentd_build_info{{version="{version}"}} 1"#)),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"agentd_tool_call_duration_seconds_count{tool="read_file"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"agentd_tool_call_duration_seconds_sum{tool="read_file"} 1.002"#),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_counts_with_labels_and_bounds_unknown_names() {

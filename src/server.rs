@@ -222,6 +222,23 @@ impl Server {
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
         create_dir("workspace", &config.server.workspace)?;
+        // Writes go through a temp file renamed over the target; a crash between the two leaves
+        // one behind. On one node none is in flight now; cluster nodes share the workspace, so
+        // there only old ones go.
+        let older_than = if config.cluster.enabled {
+            Duration::from_secs(600)
+        } else {
+            Duration::ZERO
+        };
+        let workspace = config.server.workspace.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            crate::fs_safe::remove_stale_temp_files(&workspace, older_than)
+        })
+        .await
+        .unwrap_or_default();
+        if removed > 0 {
+            tracing::info!(removed, "removed temp files of writes a stop interrupted");
+        }
         let sandbox = Sandbox::start(
             &config.sandbox,
             &config.server.data_dir,

@@ -243,6 +243,7 @@ pub(crate) async fn execute<S: EventSink>(sink: &S, scope: &CallScope, call: &Ca
         catalog: Some(scope.catalog.clone()),
         budget_left_usd,
     };
+    let started = std::time::Instant::now();
     // The call's events reach the sink in order, all before its result.
     let outcome = {
         let running = async {
@@ -285,6 +286,9 @@ pub(crate) async fn execute<S: EventSink>(sink: &S, scope: &CallScope, call: &Ca
         call.prepared.name(),
         if result.success { "success" } else { "failure" },
     );
+    scope
+        .metrics
+        .record_tool_duration(call.prepared.name(), started.elapsed());
     if budget_left_usd.is_some() || !result.costs.is_empty() {
         scope
             .ledger

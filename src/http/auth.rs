@@ -88,37 +88,11 @@ fn presented_token(parts: &Parts) -> Option<String> {
     url_query_value(query, "token")
 }
 
-/// One value of a URL query string, percent-decoded.
+/// One value of a URL query string, percent-decoded (`+` is a space).
 fn url_query_value(query: &str, key: &str) -> Option<String> {
-    query.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (k == key).then(|| percent_decode(v))
-    })
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value.into_owned())
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -217,7 +191,14 @@ mod tests {
         );
         assert_eq!(url_query_value("token=", "token").as_deref(), Some(""));
         assert_eq!(url_query_value("a=1", "token"), None);
-        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(
+            url_query_value("token=100%", "token").as_deref(),
+            Some("100%")
+        );
+        assert_eq!(
+            url_query_value("token=a+b%2B", "token").as_deref(),
+            Some("a b+")
+        );
     }
 
     #[test]

@@ -37,14 +37,14 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Valu
     }
 }
 
-/// `GET /metrics`: Prometheus text format.
+/// The content type of what the Prometheus client library writes: OpenMetrics text.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `GET /metrics`: OpenMetrics text, which Prometheus reads (and says it accepts).
 pub async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     (
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, OPENMETRICS)],
         app.metrics().render(),
     )
 }

@@ -147,7 +147,7 @@ pub async fn download_file(
     let size = file.metadata().map(|m| m.len()).ok();
     let name = std::path::Path::new(&query.path)
         .file_name()
-        .map(|n| n.to_string_lossy().replace('"', "_"))
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "download".into());
     let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
     let mut response = Response::new(Body::from_stream(stream));
@@ -156,13 +156,39 @@ pub async fn download_file(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/octet-stream"),
     );
-    if let Ok(value) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+    if let Ok(value) = header::HeaderValue::from_str(&content_disposition(&name)) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
     if let Some(size) = size {
         headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
     }
     Ok(response)
+}
+
+/// `attachment` naming `name` (RFC 6266): a plain ASCII `filename` every client reads, and,
+/// for a name that is not plain ASCII, `filename*` with its UTF-8 bytes percent-encoded.
+fn content_disposition(name: &str) -> String {
+    let plain = |c: char| (c.is_ascii_graphic() && c != '"' && c != '\\') || c == ' ';
+    let fallback: String = name
+        .chars()
+        .map(|c| if plain(c) { c } else { '_' })
+        .collect();
+    if fallback == name {
+        return format!("attachment; filename=\"{name}\"");
+    }
+    // RFC 5987 attr-char: what may stand for itself in `filename*`.
+    let attr_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b);
+    let encoded: String = name
+        .bytes()
+        .map(|b| {
+            if attr_char(b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
 
 /// `GET /api/sessions/{id}/tasks`.
@@ -288,4 +314,26 @@ pub async fn cancel_task(
 pub async fn tools_catalog(State(app): State<AppState>, _caller: Caller) -> impl IntoResponse {
     let catalog = app.sessions().base_registry().catalog();
     Json(json!({ "tools": catalog.entries }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_disposition;
+
+    #[test]
+    fn download_names_are_quoted_and_non_ascii_ones_encoded() {
+        assert_eq!(
+            content_disposition("report 1.txt"),
+            r#"attachment; filename="report 1.txt""#
+        );
+        assert_eq!(
+            content_disposition("naïve résumé.pdf"),
+            "attachment; filename=\"na_ve r_sum_.pdf\"; \
+             filename*=UTF-8''na%C3%AFve%20r%C3%A9sum%C3%A9.pdf"
+        );
+        assert_eq!(
+            content_disposition("a\"b\\c"),
+            "attachment; filename=\"a_b_c\"; filename*=UTF-8''a%22b%5Cc"
+        );
+    }
 }

@@ -227,13 +227,26 @@ impl Connection {
         // Only an object is a request (a derived struct would also take an array, by position).
         if !text.trim_start().starts_with('{') {
             let error = match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                // A batch is refused as a whole, one answer, documented (docs/protocol.md):
+                // each request's answer must stay in order with its session's events, which
+                // one frame of answers to several sessions could not keep.
+                Ok(_) if text.trim_start().starts_with('[') => RpcError::new(
+                    INVALID_REQUEST,
+                    "batch_unsupported",
+                    "batches are not supported: send each request as a frame of its own",
+                ),
                 Ok(_) => invalid(),
                 Err(err) => parse_error(err),
             };
             let _ = self.out.send(response(None, Err(error))).await;
             return;
         }
-        let Envelope { id, method, params } = match serde_json::from_str(text) {
+        let Envelope {
+            jsonrpc,
+            id,
+            method,
+            params,
+        } = match serde_json::from_str(text) {
             Ok(envelope) => envelope,
             Err(err) => {
                 // Valid JSON that still does not read as a request: a duplicated member.
@@ -246,6 +259,15 @@ impl Connection {
                 return;
             }
         };
+        if jsonrpc != "2.0" {
+            let error = RpcError::new(
+                INVALID_REQUEST,
+                "invalid_request",
+                "a request needs \"jsonrpc\": \"2.0\"",
+            );
+            let _ = self.out.send(response(id.as_deref(), Err(error))).await;
+            return;
+        }
         let Value::String(method) = method else {
             let _ = self.out.send(response(id.as_deref(), Err(invalid()))).await;
             return;

@@ -117,3 +117,95 @@ fn both_binaries_launch_confined_commands() {
         }
     }
 }
+
+#[test]
+fn flags_before_the_subcommand_are_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    // Before: `--bind` went to the top-level flags and `serve` ran with its own, unset ones.
+    let (code, stderr) = run(&["--bind", "127.0.0.1:1", "serve"], dir.path());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--bind"), "{stderr}");
+    // An environment variable is not a flag: it reaches `serve` as before (here, a config file
+    // that does not exist, so start-up fails on it, not on the command line).
+    let output = agentd()
+        .args(["serve"])
+        .env("AGENTD_BIND", "127.0.0.1:0")
+        .env("AGENTD_CONFIG", "missing.toml")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("missing.toml"), "{stderr}");
+    // `--help` names the environment variables that are not flags.
+    let help = agentd().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for name in [
+        "AGENTD_LOG",
+        "AGENTD_LOG_FORMAT",
+        "AGENTD_LLM_API_KEY",
+        "OPENAI_API_KEY",
+    ] {
+        assert!(help.contains(name), "{name} missing from --help:\n{help}");
+    }
+}
+
+#[test]
+fn check_config_prints_the_effective_configuration_with_secrets_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agentd.toml"),
+        "[server]\nauth_token = \"tok-secret-123\"\n[tools]\nmax_active = 12\n",
+    )
+    .unwrap();
+    let output = agentd()
+        .args([
+            "check-config",
+            "--config",
+            "agentd.toml",
+            "--bind",
+            "127.0.0.1:9911",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("max_active: 12"),
+        "the file's value:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("127.0.0.1:9911"),
+        "the flag's value:\n{stdout}"
+    );
+    assert!(
+        !stdout.contains("tok-secret-123"),
+        "a secret shown:\n{stdout}"
+    );
+    // A bad file is the same one line and exit code 2 as for `serve`.
+    std::fs::write(dir.path().join("bad.toml"), "[tools]\nmax_actve = 3\n").unwrap();
+    let (code, stderr) = run(&["check-config", "--config", "bad.toml"], dir.path());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("max_actve"), "{stderr}");
+}
+
+#[test]
+fn migrate_brings_the_database_up_to_date_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("agentd.db");
+    let url = format!("sqlite://{}", db.display());
+    let output = agentd()
+        .args(["migrate", "--database-url", &url])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("sqlite database is up to date"), "{stdout}");
+    assert!(db.exists(), "the database was created");
+}

@@ -432,4 +432,5 @@ async fn request_ids_are_echoed_exactly_as_sent() {
     let reply: Value = serde_json::from_str(&ws.next_text().await).unwrap();
     assert_eq!(reply["id"], Value::Null);
     assert_eq!(reply["error"]["code"], -32600);
+    assert_eq!(reply["error"]["data"]["kind"], "batch_unsupported");
 }

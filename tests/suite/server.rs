@@ -197,6 +197,19 @@ async fn protocol_errors_keep_the_connection_usable() {
     assert_eq!(invalid["error"]["code"], -32600);
     assert_eq!(invalid["id"], 99);
 
+    // The version is required, and must be 2.0; the id is still echoed.
+    for request in [
+        r#"{"id":100,"method":"tool/list","params":{}}"#,
+        r#"{"jsonrpc":"1.0","id":101,"method":"tool/list","params":{}}"#,
+        r#"{"jsonrpc":2,"id":102,"method":"tool/list","params":{}}"#,
+    ] {
+        ws.send_text(request).await;
+        let refused = ws.next_json().await;
+        assert_eq!(refused["error"]["code"], -32600, "{request}: {refused}");
+        assert_eq!(refused["error"]["data"]["kind"], "invalid_request");
+        assert!(refused["id"].as_i64().unwrap() >= 100);
+    }
+
     let session = ws.open().await;
     assert_eq!(session.len(), 36, "still usable after every error");
 }
@@ -721,8 +734,15 @@ async fn policies_show_in_tool_lists_and_metrics() {
     );
     invoke(&mut ws, &session, "list_dir", json!({})).await;
 
-    let (status, metrics) = app.get("/metrics", None).await;
-    assert_eq!(status, 200);
+    let response = reqwest::get(app.url("/metrics")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    // What the body is: OpenMetrics text, which must say so (Prometheus parses by the type).
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let metrics = response.text().await.unwrap();
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
     for line in [
         r#"agentd_policy_denials_total{reason="policy_deny"} 1"#,
         r#"agentd_tool_calls_total{tool="list_dir",outcome="success"} 1"#,
@@ -1017,4 +1037,18 @@ async fn cluster_mode_refuses_sqlite_at_start_with_one_clear_line() {
         "{line}"
     );
     assert!(!line.contains('\n'));
+}
+
+#[tokio::test]
+async fn a_write_interrupted_by_a_crash_leaves_no_temp_file_after_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::support::config_in(dir.path());
+    let workspace = config.server.workspace.clone();
+    std::fs::create_dir_all(workspace.join("src")).unwrap();
+    let stale = workspace.join("src/.tmp-write.4242.0.17");
+    std::fs::write(&stale, b"half a file").unwrap();
+    std::fs::write(workspace.join("src/main.rs"), b"fn main() {}").unwrap();
+    let app = TestApp::start_in(dir, config).await;
+    assert!(!stale.exists(), "the stale temp file is gone");
+    assert!(app.workspace().join("src/main.rs").exists());
 }

@@ -15,6 +15,8 @@ pub(super) const INVALID_REQUEST: i64 = -32600;
 pub(super) const METHOD_NOT_FOUND: i64 = -32601;
 /// The params are missing, mistyped or refused.
 pub(super) const INVALID_PARAMS: i64 = -32602;
+/// The server failed (storage); details are logged.
+pub(super) const INTERNAL_ERROR: i64 = -32603;
 /// The request failed in the server.
 pub(super) const SERVER_ERROR: i64 = -32000;
 /// The session refused the request for now (too much in flight).
@@ -50,6 +52,7 @@ impl From<SessionError> for RpcError {
         let code = match err.kind() {
             "invalid_params" => INVALID_PARAMS,
             "overloaded" => OVERLOADED,
+            "internal" => INTERNAL_ERROR,
             _ => SERVER_ERROR,
         };
         if let SessionError::Store(detail) = &err {
@@ -66,6 +69,9 @@ pub(super) type RequestId = Box<RawValue>;
 /// One incoming message, read without interpreting its `id`.
 #[derive(Deserialize)]
 pub(super) struct Envelope {
+    /// Must be `"2.0"`: a request without it, or with another version, is -32600.
+    #[serde(default)]
+    pub jsonrpc: Value,
     /// `None` when absent (a notification); a `null` that is present is an id like any other.
     #[serde(default, deserialize_with = "present_id")]
     pub id: Option<RequestId>,

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::Connection;
 use super::request::TaskParams;
-use super::rpc::{RpcError, SERVER_ERROR};
+use super::rpc::{INTERNAL_ERROR, RpcError};
 use crate::http::AppState;
 use crate::session::{Caller, SessionError};
 use crate::store::TaskRow;
@@ -76,6 +76,6 @@ fn task_error(err: TaskReadError) -> RpcError {
     match err {
         TaskReadError::UnknownTask(id) => SessionError::UnknownTask(id).into(),
         TaskReadError::Store(err) => SessionError::Store(err).into(),
-        TaskReadError::Unreadable(message) => RpcError::new(SERVER_ERROR, "internal", message),
+        TaskReadError::Unreadable(message) => RpcError::new(INTERNAL_ERROR, "internal", message),
     }
 }

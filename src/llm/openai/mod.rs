@@ -448,11 +448,20 @@ fn chat_completions_url(base_url: &str) -> Result<Url, LlmError> {
     Ok(url)
 }
 
-/// `Retry-After` in seconds (integer or decimal); HTTP dates are ignored in favour of backoff.
+/// `Retry-After` in seconds (integer or decimal) or as an HTTP date (a date passed means now);
+/// at most a day.
 fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    const DAY: Duration = Duration::from_secs(86_400);
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    let seconds: f64 = value.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(86_400.0)))
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| Duration::from_secs_f64(seconds.min(DAY.as_secs_f64())));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    let wait = at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or(Duration::ZERO);
+    Some(wait.min(DAY))
 }
 
 /// Up to `limit` bytes of a body as text; a broken body reads as what arrived.
@@ -507,7 +516,7 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_read_in_seconds_only() {
+    fn retry_after_is_read_in_seconds_or_as_a_date() {
         let mut headers = HeaderMap::new();
         assert_eq!(parse_retry_after(&headers), None);
         headers.insert(RETRY_AFTER, HeaderValue::from_static("0"));
@@ -517,10 +526,22 @@ mod tests {
             parse_retry_after(&headers),
             Some(Duration::from_millis(1500))
         );
+        // A date gone by: retry now.
         headers.insert(
             RETRY_AFTER,
             HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
         );
+        assert_eq!(parse_retry_after(&headers), Some(Duration::ZERO));
+        // Two minutes from now, to the second the date can say.
+        let later =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120));
+        headers.insert(RETRY_AFTER, HeaderValue::from_str(&later).unwrap());
+        let wait = parse_retry_after(&headers).expect("a date is read");
+        assert!(
+            (Duration::from_secs(118)..=Duration::from_secs(120)).contains(&wait),
+            "{wait:?}"
+        );
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
         assert_eq!(parse_retry_after(&headers), None);
         headers.insert(RETRY_AFTER, HeaderValue::from_static("-3"));
         assert_eq!(parse_retry_after(&headers), None);

@@ -72,7 +72,8 @@ fn apply_hunks(file: &TextFile, hunks: &[Hunk]) -> Result<Vec<u8>, String> {
         cursor = at + replacement.old_len();
         replacements.push(replacement);
     }
-    file.render(replacements, None)
+    // Codex's rule, which models trained on its tool expect: an updated file ends with a newline.
+    file.render(replacements, Some(true))
 }
 
 /// One filesystem change of a planned patch, with what undoes it.
@@ -403,7 +404,10 @@ pub(super) fn success_result(summary: Summary) -> ToolResult {
     for (from, to) in &summary.moved {
         text.push_str(&format!("R {from} -> {to}\n"));
     }
-    for path in &summary.modified {
+    // A moved file's line is its move, edited or not (as Codex prints it); `modified` in the
+    // metadata still says its content changed.
+    let moved_to = |path: &String| summary.moved.iter().any(|(_, to)| to == path);
+    for path in summary.modified.iter().filter(|path| !moved_to(path)) {
         text.push_str(&format!("M {path}\n"));
     }
     for path in &summary.deleted {

@@ -54,8 +54,7 @@ Update may omit its '@@' line. A hunk's context and removed lines are matched ex
 then ignoring trailing whitespace, then ignoring surrounding whitespace; context lines keep the \
 file's own text. A hunk with only '+' lines is inserted right after its anchor, or at the end of \
 the file when it has none. Add refuses an existing file; Move to refuses an existing target. \
-CRLF files stay CRLF, and a file without a final newline keeps none unless lines are added \
-after its last line.";
+CRLF files stay CRLF, and an updated file always ends with a newline.";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -208,16 +208,16 @@ const CASES: &[Case] = &[
         expect: &[("w.txt", Some("one\r\nTWO\r\n2b\r\nthree\r\n"))],
     },
     Case {
-        name: "no trailing newline: a middle edit keeps none",
+        name: "no trailing newline: an updated file ends with one, as Codex's",
         files: &[("n.txt", "a\nb\nc")],
         body: "*** Update File: n.txt\n@@\n-b\n+B",
-        expect: &[("n.txt", Some("a\nB\nc"))],
+        expect: &[("n.txt", Some("a\nB\nc\n"))],
     },
     Case {
-        name: "no trailing newline: replacing the last line keeps none",
+        name: "no trailing newline: replacing the last line ends with one (Codex scenario 014)",
         files: &[("n.txt", "a\nb")],
         body: "*** Update File: n.txt\n@@\n a\n-b\n+B",
-        expect: &[("n.txt", Some("a\nB"))],
+        expect: &[("n.txt", Some("a\nB\n"))],
     },
     Case {
         name: "no trailing newline: adding after the last line ends with one",
@@ -259,7 +259,7 @@ async fn the_result_lists_every_change() {
     assert_eq!(
         result.output,
         "Success. Updated the following files:\nA new.txt\nR from.txt -> sub/to.txt\nM \
-         edit.txt\nM sub/to.txt\nD gone.txt\n"
+         edit.txt\nD gone.txt\n"
     );
     assert_eq!(
         result.structured_metadata.unwrap(),

@@ -123,6 +123,36 @@ fn is_textual(media: &str) -> bool {
         )
 }
 
+/// The body as text in the charset it says it has: a byte-order mark first, then the
+/// `Content-Type` header's `charset`, then (for HTML) a `<meta>` charset in its first 1 KiB;
+/// UTF-8 when none names a known one. Bytes the charset cannot read become U+FFFD.
+pub(super) fn decode_text(bytes: &[u8], content_type: &str, html: bool) -> String {
+    let declared = |label: &str| encoding_rs::Encoding::for_label(label.trim().as_bytes());
+    let from_header = content_type.split(';').skip(1).find_map(|param| {
+        let (name, value) = param.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| declared(value.trim().trim_matches('"')))?
+    });
+    let from_meta = || {
+        let head = &bytes[..bytes.len().min(1024)];
+        let lower = String::from_utf8_lossy(head).to_ascii_lowercase();
+        let at = lower.find("charset=")? + "charset=".len();
+        let label: String = lower[at..]
+            .trim_start_matches(['"', '\''])
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'))
+            .collect();
+        declared(&label)
+    };
+    let encoding = from_header
+        .or_else(|| if html { from_meta() } else { None })
+        .unwrap_or(encoding_rs::UTF_8);
+    // `decode` lets a byte-order mark override the declared charset, as browsers do.
+    let (text, _, _) = encoding.decode(bytes);
+    text.into_owned()
+}
+
 /// Renders HTML as plain text: links become `[text][n]` with a numbered list of their
 /// (absolute) targets at the end.
 pub(super) fn html_to_text(html: &[u8], base: &Url) -> String {
@@ -167,5 +197,41 @@ pub(super) fn excerpt(text: &str, max: usize) -> String {
     match trimmed.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &trimmed[..cut]),
         None => trimmed.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod charset_tests {
+    use super::decode_text;
+
+    #[test]
+    fn bodies_are_read_in_their_declared_charset() {
+        // "café" in Latin-1 is not UTF-8.
+        let latin1 = b"caf\xe9";
+        assert_eq!(
+            decode_text(latin1, "text/plain; charset=ISO-8859-1", false),
+            "café"
+        );
+        assert_eq!(
+            decode_text(latin1, "text/plain; charset=\"latin1\"", false),
+            "café"
+        );
+        assert_eq!(decode_text(latin1, "text/plain", false), "caf\u{fffd}");
+        // HTML may say it in a meta tag instead.
+        let page = b"<html><head><meta charset=\"windows-1252\"></head><body>\x93hi\x94</body>";
+        assert!(decode_text(page, "text/html", true).contains("\u{201c}hi\u{201d}"));
+        let old_style =
+            b"<meta http-equiv=\"Content-Type\" content=\"text/html; charset=Shift_JIS\">\x93\xfa";
+        assert!(decode_text(old_style, "text/html", true).ends_with('日'));
+        // A byte-order mark wins; an unknown label falls back to UTF-8.
+        let utf16 = b"\xff\xfeh\0i\0";
+        assert_eq!(
+            decode_text(utf16, "text/plain; charset=iso-8859-1", false),
+            "hi"
+        );
+        assert_eq!(
+            decode_text("ok ✓".as_bytes(), "text/plain; charset=no-such", false),
+            "ok ✓"
+        );
     }
 }

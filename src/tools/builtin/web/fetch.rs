@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::body::{Body, BodyKind, classify, excerpt, html_to_text, media_type, read_capped};
+use super::body::{
+    Body, BodyKind, classify, decode_text, excerpt, html_to_text, media_type, read_capped,
+};
 use super::guard::AddressGuard;
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, request_error};
 use crate::tools::builtin::{ToolPermissions, parse_args};
@@ -127,8 +129,11 @@ impl WebFetch {
             let body =
                 read_capped(TOOL, &mut response, limit.min(ERROR_BODY_BYTES), cancel).await?;
             let text = match classify(&media, &body.bytes) {
-                BodyKind::Html => html_to_text(&body.bytes, &final_url),
-                BodyKind::Text => String::from_utf8_lossy(&body.bytes).into_owned(),
+                BodyKind::Html => html_to_text(
+                    decode_text(&body.bytes, &content_type, true).as_bytes(),
+                    &final_url,
+                ),
+                BodyKind::Text => decode_text(&body.bytes, &content_type, false),
                 BodyKind::Binary => String::new(),
             };
             let shown = excerpt(&text, ERROR_EXCERPT_CHARS);
@@ -168,16 +173,18 @@ impl WebFetch {
         output.push('\n');
         match kind {
             BodyKind::Html => {
-                let html = body.bytes;
+                let (html, declared) = (body.bytes, content_type.clone());
                 let base = final_url.clone();
-                let text = tokio::task::spawn_blocking(move || html_to_text(&html, &base))
-                    .await
-                    .map_err(|err| {
-                        ToolError::Fatal(format!("web_fetch: HTML rendering failed: {err}"))
-                    })?;
+                let text = tokio::task::spawn_blocking(move || {
+                    html_to_text(decode_text(&html, &declared, true).as_bytes(), &base)
+                })
+                .await
+                .map_err(|err| {
+                    ToolError::Fatal(format!("web_fetch: HTML rendering failed: {err}"))
+                })?;
                 output.push_str(text.trim_end());
             }
-            BodyKind::Text => output.push_str(&String::from_utf8_lossy(&body.bytes)),
+            BodyKind::Text => output.push_str(&decode_text(&body.bytes, &content_type, false)),
             BodyKind::Binary => {
                 let size_text = if body.truncated {
                     format!("more than {size} bytes")
