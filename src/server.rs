@@ -263,6 +263,20 @@ impl Server {
         if config.cluster.enabled && connected.backend() != "postgres" {
             return Err(StartupError::ClusterNeedsPostgres(connected.backend()));
         }
+        let connected = if config.cluster.enabled {
+            // A node paused in the middle of a transaction holds its lease row's lock, and a
+            // takeover would wait on it for as long as the pause lasts: PostgreSQL ends such a
+            // transaction after a lease, so the takeover waits at most that long once more.
+            connected.close().await;
+            let options = store::postgres::parse_url(&config.server.database_url())?.options([(
+                "idle_in_transaction_session_timeout",
+                format!("{}s", config.cluster.lease_secs),
+            )]);
+            Arc::new(store::postgres::PostgresStore::connect_with(options).await?)
+                as Arc<dyn store::Store>
+        } else {
+            connected
+        };
         let (store, cluster) = if config.cluster.enabled {
             // Each actor writes through its own fence; other nodes' tasks are theirs to end.
             let settings = crate::cluster::ClusterSettings {

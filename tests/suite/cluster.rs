@@ -302,26 +302,68 @@ async fn three_nodes_serve_one_session_and_a_killed_owner_is_taken_over() {
     db.drop_now().await;
 }
 
+/// Two nodes, a session opened (so owned) on A and watched on B, whose turn, started through
+/// B, waits in its model call until `release`.
+struct HeldTurn {
+    db: Database,
+    _root: tempfile::TempDir,
+    release: Arc<Notify>,
+    _llm: MockLlm,
+    a: Node,
+    b: Node,
+    _on_a: WsClient,
+    on_b: WsClient,
+    session: String,
+}
+
+impl HeldTurn {
+    async fn start() -> Option<Self> {
+        let db = Database::create().await?;
+        let root = tempfile::tempdir().unwrap();
+        let release = Arc::new(Notify::new());
+        let llm = MockLlm::start(holding_model(Arc::clone(&release))).await;
+        let a = Node::start(root.path(), "node-a", &db, &llm);
+        let b = Node::start(root.path(), "node-b", &db, &llm);
+        let mut on_a = a.ws().await;
+        let session = on_a.open().await;
+        let mut on_b = b.ws().await;
+        open(&mut on_b, &session, None).await;
+        on_b.result(
+            "turn/start",
+            json!({"session_id": session, "input": [{"kind": "text", "text": "wait"}]}),
+        )
+        .await;
+        llm.wait_for_requests(1, Duration::from_secs(10)).await;
+        Some(Self {
+            db,
+            _root: root,
+            release,
+            _llm: llm,
+            a,
+            b,
+            _on_a: on_a,
+            on_b,
+            session,
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_that_comes_back_cannot_write() {
-    let Some(db) = Database::create().await else {
+    let Some(HeldTurn {
+        db,
+        _root,
+        release,
+        _llm,
+        a,
+        b,
+        _on_a,
+        mut on_b,
+        session,
+    }) = HeldTurn::start().await
+    else {
         return;
     };
-    let root = tempfile::tempdir().unwrap();
-    let release = Arc::new(Notify::new());
-    let llm = MockLlm::start(holding_model(Arc::clone(&release))).await;
-    let a = Node::start(root.path(), "node-a", &db, &llm);
-    let b = Node::start(root.path(), "node-b", &db, &llm);
-    let mut on_a = a.ws().await;
-    let session = on_a.open().await;
-    let mut on_b = b.ws().await;
-    open(&mut on_b, &session, None).await;
-    on_b.result(
-        "turn/start",
-        json!({"session_id": session, "input": [{"kind": "text", "text": "wait"}]}),
-    )
-    .await;
-    llm.wait_for_requests(1, Duration::from_secs(10)).await;
 
     // Paused past its lease: B's watcher makes B take the session over.
     a.signal("-STOP");
@@ -361,24 +403,20 @@ async fn a_paused_owner_that_comes_back_cannot_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_a_node_after_its_turn_ends() {
-    let Some(db) = Database::create().await else {
+    let Some(HeldTurn {
+        db,
+        _root,
+        release,
+        _llm,
+        mut a,
+        b,
+        _on_a,
+        mut on_b,
+        session,
+    }) = HeldTurn::start().await
+    else {
         return;
     };
-    let root = tempfile::tempdir().unwrap();
-    let release = Arc::new(Notify::new());
-    let llm = MockLlm::start(holding_model(Arc::clone(&release))).await;
-    let mut a = Node::start(root.path(), "node-a", &db, &llm);
-    let b = Node::start(root.path(), "node-b", &db, &llm);
-    let mut on_a = a.ws().await;
-    let session = on_a.open().await;
-    let mut on_b = b.ws().await;
-    open(&mut on_b, &session, None).await;
-    on_b.result(
-        "turn/start",
-        json!({"session_id": session, "input": [{"kind": "text", "text": "wait"}]}),
-    )
-    .await;
-    llm.wait_for_requests(1, Duration::from_secs(10)).await;
 
     a.signal("-TERM");
     // While it drains, A tells load balancers it is not ready.
