@@ -49,6 +49,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.yaml"),
     ("GET", "/api/ws"),
     ("GET", "/api/sessions"),
+    ("POST", "/api/sessions"),
     ("GET", "/api/sessions/{id}"),
     ("DELETE", "/api/sessions/{id}"),
     ("GET", "/api/sessions/{id}/events"),
@@ -145,7 +146,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/openapi.yaml", get(health::openapi))
         .route("/api/ws", get(ws::upgrade))
-        .route("/api/sessions", get(rest::list_sessions))
+        .route(
+            "/api/sessions",
+            get(rest::list_sessions).post(rest::create_session),
+        )
         .route(
             "/api/sessions/{id}",
             get(rest::get_session).delete(rest::delete_session),

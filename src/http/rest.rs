@@ -36,6 +36,37 @@ pub async fn list_sessions(
     Ok(Json(json!({ "sessions": rows })))
 }
 
+/// The body of `POST /api/sessions` (all optional; an empty body is `{}`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSessionBody {
+    /// The session's directory, relative to the caller's workspace root.
+    cwd: Option<String>,
+}
+
+/// `POST /api/sessions`: creates a session of the caller's, as `session/open` without an id
+/// does; 201 with the session.
+pub async fn create_session(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    // The one REST route that changes something a page could ask for: the WebSocket's Origin
+    // rule applies, so another site's page cannot create sessions through the browser.
+    let (origin, host) = super::auth::origin_and_host(&headers);
+    if !super::auth::origin_allowed(origin, host, &app.config().server.allowed_origins) {
+        return Err(ApiError::ForbiddenOrigin);
+    }
+    let body: NewSessionBody = if body.iter().all(u8::is_ascii_whitespace) {
+        NewSessionBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|err| ApiError::BadRequest(format!("body: {err}")))?
+    };
+    let (_, row) = app.sessions().create(&caller, body.cwd.as_deref()).await?;
+    Ok((StatusCode::CREATED, Json(json!(row))))
+}
+
 /// `GET /api/sessions/{id}`.
 pub async fn get_session(
     State(app): State<AppState>,

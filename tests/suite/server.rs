@@ -876,7 +876,7 @@ async fn notifications_get_no_answer_and_bad_queries_get_the_error_shape() {
         assert_eq!(error["error"]["code"], "bad_request", "{path}");
     }
     let (status, body) = app
-        .request(reqwest::Method::POST, "/api/sessions", None)
+        .request(reqwest::Method::PUT, "/api/sessions", None)
         .await;
     assert_eq!(status, 405);
     assert_eq!(
@@ -1051,4 +1051,53 @@ async fn a_write_interrupted_by_a_crash_leaves_no_temp_file_after_the_next_start
     let app = TestApp::start_in(dir, config).await;
     assert!(!stale.exists(), "the stale temp file is gone");
     assert!(app.workspace().join("src/main.rs").exists());
+}
+
+#[tokio::test]
+async fn sessions_can_be_created_over_rest() {
+    let app = TestApp::spawn().await;
+    let client = reqwest::Client::new();
+    let post = |body: &'static str| {
+        client
+            .post(app.url("/api/sessions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let created = post(r#"{"cwd": "proj"}"#).await.unwrap();
+    assert_eq!(created.status(), 201);
+    let row: Value = created.json().await.unwrap();
+    let id = row["session_id"].as_str().unwrap().to_string();
+    assert_eq!(row["cwd"], "proj");
+    assert!(
+        app.workspace().join("proj").is_dir(),
+        "its directory exists"
+    );
+    let fetched = app.get_json(&format!("/api/sessions/{id}"), None).await;
+    assert_eq!(fetched["session_id"], id.as_str());
+    // An empty body is an empty request; the session works in the workspace root.
+    let bare = post("").await.unwrap();
+    assert_eq!(bare.status(), 201);
+    // What cannot be a session's request is 400 in the one error shape.
+    for body in [
+        r#"{"cwd": 5}"#,
+        r#"{"cwd": "../out"}"#,
+        r#"{"title": "x"}"#,
+        "not json",
+    ] {
+        let refused = post(body).await.unwrap();
+        assert_eq!(refused.status(), 400, "{body}");
+        let error: Value = refused.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "bad_request", "{body}: {error}");
+    }
+    // Another site's page cannot create one through the browser.
+    let cross = client
+        .post(app.url("/api/sessions"))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), 403);
+    let listed = app.get_json("/api/sessions", None).await;
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 2);
 }
