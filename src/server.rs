@@ -59,8 +59,8 @@ pub enum StartupError {
     Plugin(String, String),
     /// `[cluster] enabled = true` over a database the other nodes cannot share.
     #[error(
-        "cluster.enabled needs PostgreSQL: server.database_url is {0}, one node's file; set a \
-         postgres:// URL shared by every node, or cluster.enabled = false"
+        "cluster.enabled needs PostgreSQL: server.database_url is {0}; set a postgres:// URL \
+         shared by every node, or cluster.enabled = false"
     )]
     ClusterNeedsPostgres(&'static str),
 }
@@ -259,23 +259,27 @@ impl Server {
         let metrics = Arc::new(Metrics::new());
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let connected = store::connect(&config.server.database_url()).await?;
-        if config.cluster.enabled && connected.backend() != "postgres" {
-            return Err(StartupError::ClusterNeedsPostgres(connected.backend()));
-        }
+        let url = config.server.database_url();
         let connected = if config.cluster.enabled {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                let scheme = if url.starts_with("sqlite") {
+                    "sqlite"
+                } else {
+                    "not a postgres:// URL"
+                };
+                return Err(StartupError::ClusterNeedsPostgres(scheme));
+            }
             // A node paused in the middle of a transaction holds its lease row's lock, and a
             // takeover would wait on it for as long as the pause lasts: PostgreSQL ends such a
             // transaction after a lease, so the takeover waits at most that long once more.
-            connected.close().await;
-            let options = store::postgres::parse_url(&config.server.database_url())?.options([(
+            let options = store::postgres::parse_url(&url)?.options([(
                 "idle_in_transaction_session_timeout",
                 format!("{}s", config.cluster.lease_secs),
             )]);
             Arc::new(store::postgres::PostgresStore::connect_with(options).await?)
                 as Arc<dyn store::Store>
         } else {
-            connected
+            store::connect(&url).await?
         };
         let (store, cluster) = if config.cluster.enabled {
             // Each actor writes through its own fence; other nodes' tasks are theirs to end.
@@ -284,7 +288,7 @@ impl Server {
                 advertise_url: config.cluster.advertise_url.clone(),
                 lease_ttl: Duration::from_secs(config.cluster.lease_secs),
                 secret: config.cluster.secret.clone(),
-                database_url: config.server.database_url(),
+                database_url: url.clone(),
             };
             let cluster = crate::cluster::Cluster::join(
                 settings,

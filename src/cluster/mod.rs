@@ -73,15 +73,6 @@ pub struct ClusterSettings {
     pub database_url: String,
 }
 
-/// A lease this node took, and whether the session's last owner was lost.
-#[derive(Debug, Clone)]
-pub struct Acquired {
-    /// The lease.
-    pub lease: Lease,
-    /// The previous lease lapsed without a release.
-    pub lost: bool,
-}
-
 struct Held {
     lease: Lease,
     /// Stops the session's actor when the lease is found taken over.
@@ -165,11 +156,6 @@ impl Cluster {
         tracker.spawn(Arc::clone(&cluster).listen(listener, cancel.clone()));
         tracker.spawn(Arc::clone(&cluster).renew(cancel));
         Ok(cluster)
-    }
-
-    /// This node's id.
-    pub fn node_id(&self) -> &str {
-        &self.node_id
     }
 
     /// How long a lease lasts unless renewed.
@@ -327,20 +313,13 @@ impl Cluster {
     }
 
     /// Takes `session_id`'s lease if nobody holds it (and this node is not draining).
-    pub async fn acquire(&self, session_id: &str) -> StoreResult<Option<Acquired>> {
+    pub async fn acquire(&self, session_id: &str) -> StoreResult<Option<Lease>> {
         if self.is_draining() {
             return Ok(None);
         }
-        let previous = self.store.lease(session_id).await?;
-        let Some(lease) = self
-            .store
+        self.store
             .acquire_lease(session_id, &self.node_id, self.ttl)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let lost = previous.is_some_and(|previous| !previous.released());
-        Ok(Some(Acquired { lease, lost }))
+            .await
     }
 
     /// Keeps `lease` renewed until [`Self::release`]; `stop` ends its actor if it is lost.
@@ -376,11 +355,6 @@ impl Cluster {
         self.metrics
             .cluster_owned_sessions
             .set(i64::try_from(held).unwrap_or(i64::MAX));
-    }
-
-    /// Sessions whose lease this node holds.
-    pub fn held_sessions(&self) -> Vec<String> {
-        lock(&self.held).keys().cloned().collect()
     }
 
     /// Who holds `session_id` now.

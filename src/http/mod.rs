@@ -165,7 +165,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tasks/{task_id}/cancel", post(rest::cancel_task))
         .route("/api/tasks/{task_id}/output", get(rest::task_output))
         .route("/api/tools", get(rest::tools_catalog))
-        .route("/cluster/call", post(cluster::call))
+        .route(crate::cluster::forward::CALL_PATH, post(cluster::call))
         .route_service(
             "/mcp",
             tower::ServiceBuilder::new()

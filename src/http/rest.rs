@@ -208,17 +208,20 @@ fn content_disposition(name: &str) -> String {
         return format!("attachment; filename=\"{name}\"");
     }
     // RFC 5987 attr-char: what may stand for itself in `filename*`.
-    let attr_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b);
-    let encoded: String = name
-        .bytes()
-        .map(|b| {
-            if attr_char(b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
+    const ATTR_CHAR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'!')
+        .remove(b'#')
+        .remove(b'$')
+        .remove(b'&')
+        .remove(b'+')
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'^')
+        .remove(b'_')
+        .remove(b'`')
+        .remove(b'|')
+        .remove(b'~');
+    let encoded = percent_encoding::utf8_percent_encode(name, ATTR_CHAR);
     format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
 

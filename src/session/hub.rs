@@ -561,19 +561,24 @@ impl Sessions {
     }
 
     /// Takes the session's lease if nobody holds it and starts its actor here, first ending
-    /// what a lost owner left running. `None` when someone else holds it (or this node drains).
-    async fn take(&self, session_id: &str) -> Result<Option<SessionHandle>, SessionError> {
+    /// what a lost owner left running (`lost`, as [`Owner::Nobody`] said). `None` when someone
+    /// else holds it (or this node drains).
+    async fn take(
+        &self,
+        session_id: &str,
+        lost: bool,
+    ) -> Result<Option<SessionHandle>, SessionError> {
         let cluster = self.cluster()?;
-        let Some(acquired) = cluster.acquire(session_id).await? else {
+        let Some(lease) = cluster.acquire(session_id).await? else {
             return Ok(None);
         };
         // Read after the lease is ours: the lost owner's last commit is in it.
         let Some(row) = self.inner.store.get_session(session_id).await? else {
-            let _ = self.inner.store.release_lease(&acquired.lease).await;
+            let _ = self.inner.store.release_lease(&lease).await;
             return Err(SessionError::UnknownSession(session_id.to_string()));
         };
         let mut lost_turn = None;
-        if acquired.lost {
+        if lost {
             cluster.metrics().cluster_takeovers.inc();
             let failed = self
                 .inner
@@ -581,11 +586,9 @@ impl Sessions {
                 .fail_running_tasks_of(session_id, "the node running the task was lost")
                 .await?;
             lost_turn = cluster.lost_turn(session_id).await?;
-            tracing::warn!(%session_id, epoch = acquired.lease.epoch, failed, lost_turn = ?lost_turn, "took over a session from a lost node");
+            tracing::warn!(%session_id, epoch = lease.epoch, failed, lost_turn = ?lost_turn, "took over a session from a lost node");
         }
-        self.load(&row, Some((acquired.lease, lost_turn)))
-            .await
-            .map(Some)
+        self.load(&row, Some((lease, lost_turn))).await.map(Some)
     }
 
     /// Takes the session over from a lost node, if it still needs it.
@@ -622,8 +625,8 @@ impl Sessions {
                         None => Err(SessionError::ActorGone),
                     };
                 }
-                Owner::Nobody { .. } => {
-                    if let Some(handle) = self.take(session_id).await? {
+                Owner::Nobody { lost } => {
+                    if let Some(handle) = self.take(session_id, lost).await? {
                         return Ok(Route::Local(handle));
                     }
                 }
@@ -721,7 +724,7 @@ impl Sessions {
             None => {
                 let cluster = self.cluster()?;
                 match cluster.owner(session_id).await? {
-                    Owner::Nobody { .. } => match self.take(session_id).await? {
+                    Owner::Nobody { lost } => match self.take(session_id, lost).await? {
                         Some(handle) => handle,
                         None => return Ok(None),
                     },
