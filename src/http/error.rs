@@ -37,6 +37,9 @@ pub enum ApiError {
     /// Over a limit (connections, calls in flight); retry later.
     #[error("{0}")]
     Overloaded(String),
+    /// The route took longer than its time limit to answer.
+    #[error("the request took longer than {0:?}; retry later")]
+    Timeout(std::time::Duration),
     /// Something broke on our side; the message is logged, not sent.
     #[error("internal error")]
     Internal(String),
@@ -53,6 +56,7 @@ impl ApiError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -9,6 +9,8 @@
 //! - [`cluster`]: `/cluster/call`, requests forwarded by the other nodes of a cluster.
 //! - [`auth`]: bearer tokens and the `Origin` rule.
 //! - [`error`]: the one JSON error shape.
+//! - [`layers`]: what wraps every route: request ids, tracing, timing, security headers,
+//!   panics, compression, the REST time limit.
 
 pub mod accept;
 pub mod app;
@@ -16,21 +18,18 @@ pub mod auth;
 pub mod cluster;
 pub mod error;
 pub mod health;
+pub mod layers;
 pub mod mcp;
 pub mod rest;
 pub mod ws;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::middleware;
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -120,6 +119,11 @@ impl AppState {
         &self.inner.metrics
     }
 
+    /// The metrics, to share with a layer.
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.inner.metrics)
+    }
+
     /// The authentication rule.
     pub fn auth(&self) -> &Auth {
         &self.inner.auth
@@ -138,14 +142,7 @@ impl AppState {
 
 /// The whole application as a router, drivable without a socket.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(app::index))
-        .route("/app/{file}", get(app::asset))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/openapi.yaml", get(health::openapi))
-        .route("/api/ws", get(ws::upgrade))
+    let rest = Router::new()
         .route(
             "/api/sessions",
             get(rest::list_sessions).post(rest::create_session),
@@ -164,7 +161,16 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tasks/{task_id}", get(rest::task))
         .route("/api/tasks/{task_id}/cancel", post(rest::cancel_task))
         .route("/api/tasks/{task_id}/output", get(rest::task_output))
-        .route("/api/tools", get(rest::tools_catalog))
+        .route("/api/tools", get(rest::tools_catalog));
+    let routes = Router::new()
+        .route("/", get(app::index))
+        .route("/app/{file}", get(app::asset))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/openapi.yaml", get(health::openapi))
+        .route("/api/ws", get(ws::upgrade))
+        .merge(layers::with_timeout(rest, layers::REST_TIMEOUT))
         .route(crate::cluster::forward::CALL_PATH, post(cluster::call))
         .route_service(
             "/mcp",
@@ -176,20 +182,18 @@ pub fn router(state: AppState) -> Router {
                 .service(mcp::service(state.clone())),
         )
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn(trace_request))
-        .with_state(state)
+        .method_not_allowed_fallback(method_not_allowed);
+    layers::around_every_route(routes, state.shared_metrics()).with_state(state)
 }
 
 /// What connections past `server.max_connections` are served: `/healthz` and `/readyz`, and
 /// 503 `overloaded` for everything else (the WebSocket included).
 pub fn overflow_router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .fallback(overloaded)
-        .layer(middleware::from_fn(trace_request))
-        .with_state(state)
+        .fallback(overloaded);
+    layers::around_every_route(routes, state.shared_metrics()).with_state(state)
 }
 
 async fn overloaded() -> ApiError {
@@ -202,27 +206,6 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
-}
-
-/// One span per request with method, matched route, status and latency.
-async fn trace_request(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let span = tracing::info_span!("request", %method, route = %route);
-    let response = next.run(request).instrument(span.clone()).await;
-    let status = response.status().as_u16();
-    span.in_scope(|| {
-        tracing::info!(
-            status,
-            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-            "request"
-        )
-    });
-    response
 }
 
 /// An instant as RFC 3339 UTC, the form of every `*_at` field.

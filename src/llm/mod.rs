@@ -106,6 +106,9 @@ pub struct ChatResponse {
     pub usage: Option<Usage>,
     /// Why the model stopped (`stop`, `tool_calls`, `length`, …), when it said.
     pub finish_reason: Option<String>,
+    /// How long after the answering attempt was sent its first text or tool-call fragment
+    /// came; `None` when nothing streamed.
+    pub first_token: Option<std::time::Duration>,
 }
 
 /// Why a model call failed; `kind()` is the `turn/error` code.

@@ -114,6 +114,10 @@ async fn interleaved_tool_call_fragments_are_joined_by_index() {
     let response = result.unwrap();
     assert!(deltas.is_empty(), "{deltas:?}");
     assert_eq!(response.text, "");
+    assert!(
+        response.first_token.is_some(),
+        "a tool call's fragment is a first token"
+    );
     assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
     assert_eq!(
         response.tool_calls,
@@ -493,22 +497,32 @@ async fn a_held_stream_goes_on_when_released() {
     .await;
     let provider = provider(&mock, fast());
     let (deltas, mut receiver) = mpsc::channel(8);
+    let started = std::time::Instant::now();
     let run = provider.stream_chat(ask("hi"), deltas, CancellationToken::new());
     let drive = async {
         let first = receiver.recv().await;
+        let released_after = started.elapsed();
         gate.notify_one();
         let mut rest = Vec::new();
         while let Some(delta) = receiver.recv().await {
             rest.push(delta);
         }
-        (first, rest)
+        (first, rest, released_after)
     };
-    let (result, (first, rest)) = tokio::time::timeout(WAIT, async { tokio::join!(run, drive) })
-        .await
-        .unwrap();
+    let (result, (first, rest, released_after)) =
+        tokio::time::timeout(WAIT, async { tokio::join!(run, drive) })
+            .await
+            .unwrap();
     assert_eq!(first.as_deref(), Some("first "));
     assert_eq!(rest, ["second"]);
-    assert_eq!(result.unwrap().text, "first second");
+    let answer = result.unwrap();
+    assert_eq!(answer.text, "first second");
+    // The first fragment is timed when it came, not when the answer ended.
+    let first_token = answer.first_token.expect("a fragment streamed");
+    assert!(
+        first_token <= released_after,
+        "{first_token:?} after the gate opened at {released_after:?}"
+    );
 }
 
 #[tokio::test]

@@ -1101,3 +1101,82 @@ async fn sessions_can_be_created_over_rest() {
     let listed = app.get_json("/api/sessions", None).await;
     assert_eq!(listed["sessions"].as_array().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn every_response_carries_its_request_id_security_headers_and_timing() {
+    use crate::support::mock_llm::{MockLlm, Reply, Script};
+    let mock = MockLlm::start(Script::always(Reply::text(&["hello"]))).await;
+    let app = TestApp::spawn_with(super::agent::with_model(&mock)).await;
+    let client = reqwest::Client::new();
+    for path in ["/api/sessions", "/healthz", "/no/such/route", "/"] {
+        let response = client.get(app.url(path)).send().await.unwrap();
+        let headers = response.headers();
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["x-frame-options"], "DENY", "{path}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{path}");
+        let id = headers["x-request-id"].to_str().unwrap();
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{path}: {id}");
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        if path == "/" {
+            assert!(
+                policy.contains("script-src 'self'"),
+                "the app keeps its own: {policy}"
+            );
+        } else {
+            assert!(policy.starts_with("default-src 'none'"), "{path}: {policy}");
+        }
+    }
+    // A caller's id is kept, so one request can be followed through its logs.
+    let traced = client
+        .get(app.url("/healthz"))
+        .header("x-request-id", "from-the-proxy-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(traced.headers()["x-request-id"], "from-the-proxy-1");
+
+    // Lists are compressed for a client that asks; the app revalidates with its tag.
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let listed = client
+        .get(app.url(&format!("/api/sessions/{session}/tools")))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.headers()["content-encoding"], "gzip");
+    let bytes = listed.bytes().await.unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .unwrap();
+    let tools: Value = serde_json::from_str(&text).unwrap();
+    let plain = app
+        .get_json(&format!("/api/sessions/{session}/tools"), None)
+        .await;
+    assert_eq!(tools, plain, "the same list, compressed");
+    assert!(text.len() > 1000, "a list worth compressing: {text}");
+    let page = client.get(app.url("/app/main.js")).send().await.unwrap();
+    let tag = page.headers()["etag"].to_str().unwrap().to_string();
+    let again = client
+        .get(app.url("/app/main.js"))
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    assert!(again.bytes().await.unwrap().is_empty());
+
+    // A turn's model call is timed, and so is every request, by route.
+    let (_, end) = super::agent::run_turn(&mut ws, &session, "hi").await;
+    assert!(end.get("code").is_none(), "{end}");
+    let metrics = app.get("/metrics", None).await.1;
+    for line in [
+        r#"agentd_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"} 2"#,
+        r#"agentd_http_request_duration_seconds_count{method="GET",route="unmatched",status="404"} 1"#,
+        r#"agentd_http_request_duration_seconds_count{method="GET",route="/app/{file}",status="304"} 1"#,
+        r#"agentd_model_call_duration_seconds_count{outcome="ok"} 1"#,
+        "agentd_model_time_to_first_token_seconds_count 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line}");
+    }
+}

@@ -217,6 +217,7 @@ impl OpenAiProvider {
         body: &[u8],
         deltas: &mpsc::Sender<String>,
     ) -> Result<ChatResponse, Failure> {
+        let sent = std::time::Instant::now();
         let mut builder = self
             .client
             .post(self.endpoint.clone())
@@ -253,7 +254,7 @@ impl OpenAiProvider {
                 ),
             ))));
         }
-        self.read_stream(response, deltas).await
+        self.read_stream(response, deltas, sent).await
     }
 
     /// Turns a non-2xx answer into a retryable or final failure.
@@ -289,10 +290,20 @@ impl OpenAiProvider {
         &self,
         mut response: reqwest::Response,
         deltas: &mpsc::Sender<String>,
+        sent: std::time::Instant,
     ) -> Result<ChatResponse, Failure> {
         let mut parser = SseParser::default();
         let mut answer = Accumulator::default();
         let mut received_any = false;
+        let mut first_token = None;
+        fn finish(
+            answer: &mut Accumulator,
+            first_token: Option<std::time::Duration>,
+        ) -> Result<ChatResponse, Failure> {
+            let mut done = answer.finish().map_err(Failure::Final)?;
+            done.first_token = first_token;
+            Ok(done)
+        }
         loop {
             let chunk = match response.chunk().await {
                 Ok(Some(chunk)) => chunk,
@@ -325,7 +336,7 @@ impl OpenAiProvider {
                 )))
             })?;
             for event in events {
-                match answer.apply(&event).map_err(|err| {
+                let step = answer.apply(&event).map_err(|err| {
                     Failure::Final(match err {
                         LlmError::BadResponse(text) => LlmError::BadResponse(self.redact(&text)),
                         LlmError::ContextOverflow(text) => {
@@ -333,18 +344,22 @@ impl OpenAiProvider {
                         }
                         other => other,
                     })
-                })? {
+                })?;
+                if first_token.is_none() && answer.has_output() {
+                    first_token = Some(sent.elapsed());
+                }
+                match step {
                     Step::Text(text) => {
                         // A dropped receiver only means nobody watches; the answer still counts.
                         let _ = deltas.send(text).await;
                     }
                     Step::Continue => {}
-                    Step::Done => return answer.finish().map_err(Failure::Final),
+                    Step::Done => return finish(&mut answer, first_token),
                 }
             }
         }
         if answer.saw_finish_reason() {
-            return answer.finish().map_err(Failure::Final);
+            return finish(&mut answer, first_token);
         }
         Err(Failure::Final(LlmError::BadResponse(
             "the stream ended before the model finished (no [DONE] and no finish_reason)".into(),

@@ -122,6 +122,11 @@ impl Accumulator {
         Ok(Step::Text(text))
     }
 
+    /// Whether any text or tool-call fragment has arrived.
+    pub(super) fn has_output(&self) -> bool {
+        !self.text.is_empty() || !self.calls.is_empty()
+    }
+
     /// Whether a choice carried a `finish_reason`: the model is done even if `[DONE]` never
     /// comes.
     pub(super) fn saw_finish_reason(&self) -> bool {
@@ -154,6 +159,7 @@ impl Accumulator {
             tool_calls,
             usage: self.usage,
             finish_reason: self.finish_reason.clone(),
+            first_token: None,
         })
     }
 }

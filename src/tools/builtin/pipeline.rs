@@ -830,6 +830,7 @@ mod tests {
             tool_calls: Vec::new(),
             usage: Some(usage),
             finish_reason: Some("stop".into()),
+            first_token: None,
         }
     }
 
