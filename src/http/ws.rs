@@ -14,12 +14,12 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod dispatch;
+pub mod frame;
 mod request;
 mod rpc;
 mod tasks;
@@ -27,7 +27,7 @@ mod watch;
 mod writer;
 
 use self::dispatch::Dispatched;
-use self::rpc::{Envelope, INVALID_REQUEST, PARSE_ERROR, RpcError, answer, response};
+use self::rpc::{PARSE_ERROR, RpcError, answer, response};
 use self::watch::Attachment;
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
@@ -212,67 +212,19 @@ impl Connection {
         tracing::debug!("connection closed");
     }
 
-    /// Answers one text frame: a parse or envelope error here, anything else by its method.
+    /// Answers one text frame: a refusal at once, a request by its method.
     async fn on_text(&mut self, text: &str) {
-        let parse_error = |err: serde_json::Error| {
-            RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"))
-        };
-        let invalid = || {
-            RpcError::new(
-                INVALID_REQUEST,
-                "invalid_request",
-                "a request needs a string \"method\"",
-            )
-        };
-        // Only an object is a request (a derived struct would also take an array, by position).
-        if !text.trim_start().starts_with('{') {
-            let error = match serde_json::from_str::<serde::de::IgnoredAny>(text) {
-                // A batch is refused as a whole, one answer, documented (docs/protocol.md):
-                // each request's answer must stay in order with its session's events, which
-                // one frame of answers to several sessions could not keep.
-                Ok(_) if text.trim_start().starts_with('[') => RpcError::new(
-                    INVALID_REQUEST,
-                    "batch_unsupported",
-                    "batches are not supported: send each request as a frame of its own",
-                ),
-                Ok(_) => invalid(),
-                Err(err) => parse_error(err),
-            };
-            let _ = self.out.send(response(None, Err(error))).await;
-            return;
-        }
-        let Envelope {
-            jsonrpc,
-            id,
-            method,
-            params,
-        } = match serde_json::from_str(text) {
-            Ok(envelope) => envelope,
-            Err(err) => {
-                // Valid JSON that still does not read as a request: a duplicated member.
-                let error = if err.is_data() {
-                    invalid()
-                } else {
-                    parse_error(err)
-                };
-                let _ = self.out.send(response(None, Err(error))).await;
+        let frame::Frame { id, read } = frame::Frame::decode(text);
+        let request = match read {
+            Ok(request) => request,
+            Err(refusal) => {
+                if let Some(answer) = refusal.answer(id.as_ref()) {
+                    let _ = self.out.send(answer).await;
+                }
                 return;
             }
         };
-        if jsonrpc != "2.0" {
-            let error = RpcError::new(
-                INVALID_REQUEST,
-                "invalid_request",
-                "a request needs \"jsonrpc\": \"2.0\"",
-            );
-            let _ = self.out.send(response(id.as_deref(), Err(error))).await;
-            return;
-        }
-        let Value::String(method) = method else {
-            let _ = self.out.send(response(id.as_deref(), Err(invalid()))).await;
-            return;
-        };
-        match self.dispatch(&method, params, id.clone()).await {
+        match self.dispatch(request, id.clone()).await {
             Dispatched::Answered => {}
             Dispatched::Now(outcome, route) => {
                 let Some(frame) = answer(&id, outcome) else {

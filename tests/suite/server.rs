@@ -789,6 +789,33 @@ async fn openapi_describes_exactly_the_served_routes() {
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();
     assert_eq!(described, served);
+    // OpenAPI 3.1 schemas give `examples` (a list); `example` is deprecated there.
+    fn schema_examples_are_lists(at: &str, node: &Value) {
+        match node {
+            Value::Object(map) => {
+                let is_schema = ["type", "$ref", "properties", "const", "enum"]
+                    .iter()
+                    .any(|key| map.contains_key(*key));
+                assert!(
+                    !(is_schema && map.contains_key("example")),
+                    "{at}: a schema with `example`"
+                );
+                if is_schema && let Some(examples) = map.get("examples") {
+                    assert!(examples.is_array(), "{at}: `examples` is not a list");
+                }
+                for (key, child) in map {
+                    schema_examples_are_lists(&format!("{at}/{key}"), child);
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    schema_examples_are_lists(&format!("{at}/{i}"), child);
+                }
+            }
+            _ => {}
+        }
+    }
+    schema_examples_are_lists("", &doc);
     // Every listed route is really routed: nothing answers the router's "no such route".
     for (method, path) in &served {
         let concrete = path.replace("{id}", "x").replace("{task_id}", "x");

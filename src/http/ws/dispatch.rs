@@ -19,17 +19,8 @@ pub(super) enum Dispatched {
 }
 
 impl Connection {
-    /// Reads and carries out the request `method` names; `id` is `None` for a notification.
-    pub(super) async fn dispatch(
-        &mut self,
-        method: &str,
-        params: Value,
-        id: Option<RequestId>,
-    ) -> Dispatched {
-        let request = match Request::read(method, params) {
-            Ok(request) => request,
-            Err(err) => return Dispatched::Now(Err(err), None),
-        };
+    /// Carries out `request`; `id` is `None` for a notification.
+    pub(super) async fn dispatch(&mut self, request: Request, id: Option<RequestId>) -> Dispatched {
         match request {
             Request::SessionOpen(params) => self.open(params, id).await,
             Request::SessionFork(params) => {
@@ -128,11 +119,12 @@ impl Connection {
                 Dispatched::Now(self.read_output(&params).await, None)
             }
             Request::TaskCancel(params) => self.cancel(params, id),
+            // Refused when the frame was read; kept for the match to be whole.
             Request::Unknown => Dispatched::Now(
                 Err(RpcError::new(
                     METHOD_NOT_FOUND,
                     "method_not_found",
-                    format!("unknown method {method:?}"),
+                    "unknown method",
                 )),
                 None,
             ),

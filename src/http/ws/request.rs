@@ -68,6 +68,26 @@ impl Request {
         serde_json::from_value(json!({"method": method, "params": params}))
             .map_err(RpcError::params)
     }
+
+    /// The method's name; `None` for one the server does not have.
+    pub(super) fn method(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::SessionOpen(_) => "session/open",
+            Self::SessionFork(_) => "session/fork",
+            Self::SessionCompact(_) => "session/compact",
+            Self::ToolInvoke(_) => "tool/invoke",
+            Self::ToolList(_) => "tool/list",
+            Self::TurnStart(_) => "turn/start",
+            Self::TurnInterrupt(_) => "turn/interrupt",
+            Self::TurnSteer(_) => "turn/steer",
+            Self::UserInputRespond(_) => "user_input/respond",
+            Self::ApprovalRespond(_) => "approval/respond",
+            Self::TaskList(_) => "task/list",
+            Self::TaskOutputRead(_) => "task/output/read",
+            Self::TaskCancel(_) => "task/cancel",
+            Self::Unknown => return None,
+        })
+    }
 }
 
 fn skip_params<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {

@@ -40,6 +40,21 @@ impl RpcError {
         }
     }
 
+    /// The JSON-RPC error code.
+    pub(super) fn code(&self) -> i64 {
+        self.code
+    }
+
+    /// The `data.kind`.
+    pub(super) fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The message.
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
+
     /// `invalid_params`, saying what was wrong with them.
     pub(super) fn params(err: impl std::fmt::Display) -> Self {
         Self::new(INVALID_PARAMS, "invalid_params", err.to_string())

@@ -21,7 +21,7 @@
 //! [`CreateChatCompletionStreamResponse`]: async_openai::types::chat::CreateChatCompletionStreamResponse
 //! [`WrappedError`]: async_openai::error::WrappedError
 
-mod sse;
+pub mod sse;
 mod stream;
 mod wire;
 

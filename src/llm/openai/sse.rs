@@ -5,17 +5,17 @@ const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SseEvent {
+pub struct SseEvent {
     /// The `event:` field; empty for the default `message`.
-    pub(super) event: String,
+    pub event: String,
     /// The `data:` lines joined by `\n`.
-    pub(super) data: String,
+    pub data: String,
 }
 
 /// An incremental parser for `text/event-stream`. Lines end in `\n` or `\r\n` (a lone `\r`, which
 /// no chat completions server sends, is not treated as a line end).
 #[derive(Debug, Default)]
-pub(super) struct SseParser {
+pub struct SseParser {
     /// Bytes of a line not yet ended.
     pending: Vec<u8>,
     /// How much of `pending` is known to hold no `\n`, so a long line arriving in many small
@@ -28,7 +28,7 @@ pub(super) struct SseParser {
 
 impl SseParser {
     /// Feeds bytes; returns the events they complete.
-    pub(super) fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
         // Taken out so `line` can borrow `self` mutably; moving a Vec copies no bytes.
         let mut pending = std::mem::take(&mut self.pending);
         pending.extend_from_slice(bytes);

@@ -329,6 +329,13 @@ impl Placement {
     }
 }
 
+/// Applies a parsed diff to a file's bytes in memory, as `diff_edit` computes the new content
+/// before it writes: the new bytes, or why they cannot be made.
+pub fn apply_to_bytes(bytes: &[u8], diff: &UnifiedDiff) -> Result<Vec<u8>, String> {
+    let file = TextFile::parse(bytes).ok_or_else(|| "the file is not UTF-8 text".to_string())?;
+    apply_diff(&file, diff).map(|(after, _)| after)
+}
+
 /// Applies every hunk to the file's text, or explains which hunk failed and why.
 fn apply_diff(file: &TextFile, diff: &UnifiedDiff) -> Result<(Vec<u8>, Vec<Placement>), String> {
     let texts = file.texts();

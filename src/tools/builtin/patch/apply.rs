@@ -15,6 +15,14 @@ use crate::tools::builtin::text_edit::{
 };
 use crate::tools::{ToolError, ToolResult, Workspace};
 
+/// Applies an Update's hunks to a file's bytes in memory, exactly as `apply_patch` computes a
+/// file's new content before it writes anything: the new bytes, or why they cannot be made
+/// (not UTF-8, or which hunk failed and why).
+pub fn apply_update(bytes: &[u8], hunks: &[Hunk]) -> Result<Vec<u8>, String> {
+    let file = TextFile::parse(bytes).ok_or_else(|| "the file is not UTF-8 text".to_string())?;
+    apply_hunks(&file, hunks)
+}
+
 /// Applies an Update's hunks to a file's text; the error says which hunk failed and why.
 fn apply_hunks(file: &TextFile, hunks: &[Hunk]) -> Result<Vec<u8>, String> {
     let texts = file.texts();

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::parse_args;
 pub use super::text_edit::HunkLine;
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+pub use apply::apply_update;
 use apply::{failure_result, plan, run_steps, success_result};
 pub use parse::{FileOp, Hunk, Patch, PatchError, parse_patch};
 
