@@ -1,6 +1,8 @@
 //! The AppUI: the browser app's page and ES modules, embedded in the binary and served at `/`
 //! and `/app/{file}`. Both are public; the page asks for the token itself when auth is on.
 
+use std::sync::LazyLock;
+
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -136,9 +138,23 @@ fn none_match(headers: &HeaderMap, tag: &str) -> bool {
         .any(|item| item == "*" || item == tag)
 }
 
-fn respond(headers: &HeaderMap, content_type: &'static str, body: &'static str) -> Response {
-    let tag = etag(body);
-    let mut response = if none_match(headers, &tag) {
+/// The page's tag and each of [`ASSETS`]' (in its order), worked out once: the files are part
+/// of the binary.
+static TAGS: LazyLock<(HeaderValue, Vec<HeaderValue>)> = LazyLock::new(|| {
+    let tag = |body| HeaderValue::from_str(&etag(body)).expect("a tag is hex in quotes");
+    (
+        tag(INDEX),
+        ASSETS.iter().map(|asset| tag(asset.body)).collect(),
+    )
+});
+
+fn respond(
+    headers: &HeaderMap,
+    tag: &HeaderValue,
+    content_type: &'static str,
+    body: &'static str,
+) -> Response {
+    let mut response = if none_match(headers, tag.to_str().unwrap_or_default()) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         let mut response = body.into_response();
@@ -148,9 +164,7 @@ fn respond(headers: &HeaderMap, content_type: &'static str, body: &'static str) 
         response
     };
     let headers = response.headers_mut();
-    if let Ok(tag) = HeaderValue::from_str(&tag) {
-        headers.insert(header::ETAG, tag);
-    }
+    headers.insert(header::ETAG, tag.clone());
     // The files change with the binary; revalidating costs a 304 and never serves a stale app.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(
@@ -162,15 +176,16 @@ fn respond(headers: &HeaderMap, content_type: &'static str, body: &'static str) 
 
 /// `GET /`: the AppUI's page.
 pub async fn index(headers: HeaderMap) -> Response {
-    respond(&headers, "text/html; charset=utf-8", INDEX)
+    respond(&headers, &TAGS.0, "text/html; charset=utf-8", INDEX)
 }
 
 /// `GET /app/{file}`: one of the app's modules or its stylesheet.
 pub async fn asset(headers: HeaderMap, Path(file): Path<String>) -> Result<Response, ApiError> {
     ASSETS
         .iter()
-        .find(|asset| asset.name == file)
-        .map(|asset| respond(&headers, asset.content_type, asset.body))
+        .zip(&TAGS.1)
+        .find(|(asset, _)| asset.name == file)
+        .map(|(asset, tag)| respond(&headers, tag, asset.content_type, asset.body))
         .ok_or_else(|| ApiError::NotFound(format!("no app file {file:?}")))
 }
 
@@ -224,11 +239,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_unchanged_file_answers_304_with_its_tag() {
+    #[tokio::test]
+    async fn an_unchanged_file_answers_304_with_its_tag() {
         let tag = etag(INDEX);
         assert_ne!(tag, etag(ASSETS[0].body), "two files share a tag");
-        let fresh = respond(&HeaderMap::new(), "text/html; charset=utf-8", INDEX);
+        for file in ASSETS {
+            let served = asset(HeaderMap::new(), Path(file.name.to_string()))
+                .await
+                .unwrap();
+            assert_eq!(served.headers()[header::ETAG], etag(file.body).as_str());
+        }
+        let fresh = index(HeaderMap::new()).await;
         assert_eq!(fresh.status(), StatusCode::OK);
         assert_eq!(fresh.headers()[header::ETAG], tag.as_str());
         for asked in [
@@ -239,16 +260,13 @@ mod tests {
         ] {
             let mut headers = HeaderMap::new();
             headers.insert(header::IF_NONE_MATCH, asked.parse().unwrap());
-            let cached = respond(&headers, "text/html; charset=utf-8", INDEX);
+            let cached = index(headers).await;
             assert_eq!(cached.status(), StatusCode::NOT_MODIFIED, "{asked}");
             assert_eq!(cached.headers()[header::ETAG], tag.as_str());
         }
         let mut headers = HeaderMap::new();
         headers.insert(header::IF_NONE_MATCH, "\"stale\"".parse().unwrap());
-        assert_eq!(
-            respond(&headers, "text/html; charset=utf-8", INDEX).status(),
-            StatusCode::OK
-        );
+        assert_eq!(index(headers).await.status(), StatusCode::OK);
     }
 
     #[test]
