@@ -10,9 +10,17 @@ use axum::http::Uri;
 use libfuzzer_sys::fuzz_target;
 
 fn check(params: &OutputParams) {
+    let given = [
+        params.lines,
+        params.max_matches,
+        params.start,
+        params.end,
+        params.limit_bytes,
+    ];
     let Ok(query) = params.to_query() else {
         return;
     };
+    assert!(!given.contains(&Some(0)), "a zero is refused in every mode");
     assert_eq!(query.normalized().as_ref(), Ok(&query), "normalising is idempotent");
     match &query {
         OutputQuery::Head { lines } | OutputQuery::Tail { lines } => {

@@ -14,13 +14,21 @@ use crate::session::forwarding::Forwarded;
 
 /// Runs the forwarded call: `{"ok": answer}`, or `{"error": {kind, message}}` as the actor
 /// refused it; 409 `not_owner` when this node does not own the session; 401 without the
-/// secret; 404 when cluster mode is off.
+/// secret; 404 when cluster mode is off (to a caller that presents one).
 pub async fn call(
     State(app): State<AppState>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     let cluster = &app.config().cluster;
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    // A caller that presents no secret learns nothing, not even whether cluster mode is on.
+    let Some(presented) = presented else {
+        return unauthorized();
+    };
     if !cluster.enabled {
         return (
             StatusCode::NOT_FOUND,
@@ -28,12 +36,8 @@ pub async fn call(
         )
             .into_response();
     }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    if !presented.is_some_and(|secret| same_secret(secret, cluster.secret.expose())) {
-        return (StatusCode::UNAUTHORIZED, Json(json!({"error": {"kind": "unauthorized", "message": "the cluster secret is missing or wrong"}}))).into_response();
+    if !same_secret(presented, cluster.secret.expose()) {
+        return unauthorized();
     }
     let forwarded: Forwarded = match serde_json::from_slice(&body) {
         Ok(forwarded) => forwarded,
@@ -68,4 +72,12 @@ pub async fn call(
         Ok(None) => (StatusCode::CONFLICT, Json(json!({"error": {"kind": "not_owner", "message": "this node does not own the session"}}))).into_response(),
         Err(err) => Json(json!({"error": {"kind": err.kind(), "message": err.to_string()}, "seq": seq})).into_response(),
     }
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({"error": {"kind": "unauthorized", "message": "the cluster secret is missing or wrong"}})),
+    )
+        .into_response()
 }

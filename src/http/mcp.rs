@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
@@ -50,9 +51,12 @@ pub fn service(app: AppState) -> McpService {
 }
 
 /// The `/api/` rules in front of `/mcp`: the bearer token (401), the loopback `Host` rule and
-/// the `Origin` rule (403). The caller rides in the request's extensions to the handler.
+/// the `Origin` rule (403). The caller rides in the request's extensions to the handler. A
+/// JSON body that is not an MCP message is a 400: the transport calls it 415, which is for
+/// bodies of the wrong media type.
 pub async fn authenticate(State(app): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
+    accept_any_as_mcp(&mut parts.headers);
     let caller =
         match <Caller as FromRequestParts<AppState>>::from_request_parts(&mut parts, &app).await {
             Ok(caller) => caller,
@@ -63,7 +67,40 @@ pub async fn authenticate(State(app): State<AppState>, request: Request, next: N
         return ApiError::ForbiddenOrigin.into_response();
     }
     parts.extensions.insert::<Caller>(caller);
-    next.run(Request::from_parts(parts, body)).await
+    let sent_json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    if sent_json && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+    }
+    response
+}
+
+/// What the MCP transport answers with, for a request that accepts anything.
+const MCP_ACCEPT: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
+
+/// A request without `Accept`, or with a `*/*` range, accepts every media type (RFC 9110,
+/// 12.5.1), so it accepts the transport's JSON and event streams; the transport itself wants
+/// both named, and would answer such a request 406.
+fn accept_any_as_mcp(headers: &mut HeaderMap) {
+    let accepts_anything = match headers.get(header::ACCEPT) {
+        None => true,
+        Some(value) => value.to_str().is_ok_and(|value| {
+            value.split(',').any(|range| {
+                range
+                    .split(';')
+                    .next()
+                    .is_some_and(|media| media.trim() == "*/*")
+            })
+        }),
+    };
+    if accepts_anything {
+        headers.insert(header::ACCEPT, MCP_ACCEPT);
+    }
 }
 
 /// One MCP session's handler: unbound until `initialize`, then bound to one agentd session.

@@ -177,8 +177,19 @@ impl OutputParams {
     /// bytes defaults to `offset` 0 and `limit_bytes` 65536. Values above a maximum (`lines` 500,
     /// `max_matches` 100, `limit_bytes` 1 MiB) are clamped, not refused; a line range longer than
     /// 500 lines is kept as asked and cut when read, with `truncated` set. Missing required
-    /// values, zeros and `end < start` are errors. Parameters of other modes are ignored.
+    /// values, zeros and `end < start` are errors. Parameters of other modes are ignored, but a
+    /// zero is refused wherever it is given: it is wrong on its own, whatever the mode.
     pub fn to_query(&self) -> Result<OutputQuery, QueryError> {
+        let counts = [
+            (self.lines, "lines"),
+            (self.max_matches, "max_matches"),
+            (self.start, "start"),
+            (self.end, "end"),
+            (self.limit_bytes, "limit_bytes"),
+        ];
+        if let Some((_, name)) = counts.iter().find(|(value, _)| *value == Some(0)) {
+            return Err(QueryError::Zero(name));
+        }
         let query = match self.mode.as_deref().unwrap_or("head") {
             "head" => OutputQuery::Head {
                 lines: self.lines.unwrap_or(DEFAULT_LINES),
@@ -417,6 +428,32 @@ mod tests {
             ..mode("line_range")
         };
         assert_eq!(q.to_query().unwrap(), range(1, 10_000));
+    }
+
+    #[test]
+    fn a_zero_is_refused_even_where_the_mode_ignores_the_parameter() {
+        let err = |params: OutputParams| params.to_query().unwrap_err();
+        assert_eq!(
+            err(OutputParams {
+                start: Some(0),
+                ..mode("head")
+            }),
+            QueryError::Zero("start")
+        );
+        assert_eq!(
+            err(OutputParams {
+                limit_bytes: Some(0),
+                ..OutputParams::default()
+            }),
+            QueryError::Zero("limit_bytes")
+        );
+        // Other values of other modes stay ignored.
+        let q = OutputParams {
+            start: Some(9),
+            end: Some(2),
+            ..mode("tail")
+        };
+        assert_eq!(q.to_query().unwrap(), tail_q(50));
     }
 
     #[test]

@@ -362,3 +362,34 @@ async fn the_inspector_cli_lists_and_calls_agentds_tools() {
     let done = events_until_completed(&mut ws, "read_file").await;
     assert_eq!(done.last().unwrap()["params"]["success"], true);
 }
+
+/// A client that accepts anything (no `Accept`, or `*/*` as most HTTP libraries send) gets the
+/// transport's event stream; one that names only other types is refused with 406.
+#[tokio::test]
+async fn mcp_serves_a_client_that_accepts_anything() {
+    let app = TestApp::spawn().await;
+    for accept in [None, Some("*/*"), Some("text/html;q=0.9, */*;q=0.1")] {
+        let mut request = reqwest::Client::new()
+            .post(app.url("/mcp"))
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&initialize());
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let response = request.send().await.expect("request sent");
+        assert_eq!(response.status(), 200, "Accept {accept:?}");
+        assert!(
+            response.headers().contains_key("mcp-session-id"),
+            "Accept {accept:?}: {:?}",
+            response.headers()
+        );
+    }
+    let refused = reqwest::Client::new()
+        .post(app.url("/mcp"))
+        .header("accept", "text/html")
+        .json(&initialize())
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(refused.status(), 406);
+}

@@ -1207,3 +1207,31 @@ async fn every_response_carries_its_request_id_security_headers_and_timing() {
         assert!(metrics.contains(line), "missing {line}");
     }
 }
+
+/// `POST /cluster/call` on a single node: without a secret it is 401 like any unauthenticated
+/// call, so nothing is learnt; with one it says cluster mode is off.
+#[tokio::test]
+async fn the_cluster_route_asks_for_its_secret_before_saying_cluster_mode_is_off() {
+    let app = TestApp::spawn().await;
+    let forwarded = json!({"session_id": "s", "user": null, "call": {"call": "describe"}});
+    let client = reqwest::Client::new();
+    let anonymous = client
+        .post(app.url("/cluster/call"))
+        .json(&forwarded)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let body: Value = anonymous.json().await.unwrap();
+    assert_eq!(body["error"]["kind"], "unauthorized", "{body}");
+    let presented = client
+        .post(app.url("/cluster/call"))
+        .bearer_auth("some-secret")
+        .json(&forwarded)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(presented.status(), 404);
+    let body: Value = presented.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "cluster mode is off", "{body}");
+}
