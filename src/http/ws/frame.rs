@@ -82,10 +82,9 @@ impl Frame {
             Err(err) => return refused(None, parse_error(err)),
         };
         // The id is echoed as written, so it must decode: the grammar lets a string hold a lone
-        // surrogate (`"\uD800"`), which no Unicode string can, and an answer echoing it would
-        // not parse for a strict reader such as serde_json. Only an escape can spell one, hence the cheap test.
+        // surrogate (`"\uD800"`) and a number exceed every float (`1e400`), and an answer
+        // echoing either would not parse for a strict reader such as serde_json.
         if let Some(raw) = &id
-            && raw.get().contains("\\u")
             && let Err(err) = serde_json::from_str::<Value>(raw.get())
         {
             return refused(None, parse_error(err));
