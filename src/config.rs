@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::sandbox::{SandboxConfig, SandboxMode};
 use crate::tools::ToolPolicy;
@@ -41,7 +41,7 @@ pub enum ConfigError {
 }
 
 /// `[server]`: where agentd listens and keeps its data.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Listen address.
@@ -112,7 +112,7 @@ impl ServerConfig {
 }
 
 /// `[[server.users]]`: one user and the token that identifies them.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserConfig {
     /// The user's name; also their workspace sub-directory.
@@ -124,7 +124,7 @@ pub struct UserConfig {
 pub use crate::llm::pricing::ModelPrice;
 
 /// `[llm]`: the OpenAI-compatible model sessions talk to.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     /// Chat completions base URL, such as `https://api.openai.com/v1`.
@@ -182,7 +182,7 @@ impl LlmConfig {
 }
 
 /// `[tools]`: the registry's limits and defaults.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolsConfig {
     /// Visible tools before LRU eviction starts.
@@ -237,7 +237,7 @@ impl ToolsConfig {
 pub use crate::tools::plugin::PluginConfig;
 
 /// `[agent]`: how the turn loop guards itself.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
     /// The same call this many times in a row and the model is told; twice as many and the
@@ -254,7 +254,7 @@ impl Default for AgentConfig {
 }
 
 /// `[cluster]`: several nodes over one PostgreSQL (see `crate::cluster`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Whether this node is one of several.
@@ -297,7 +297,7 @@ impl ClusterConfig {
 }
 
 /// `[budget]`: spending limits.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetConfig {
     /// Hard cap in USD per session; calls that would pass it are refused.
@@ -318,7 +318,7 @@ impl From<&LlmConfig> for crate::llm::openai::Endpoint {
 }
 
 /// The whole configuration.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// `[server]`.
@@ -390,16 +390,16 @@ pub struct ServeArgs {
     /// TOML config file.
     #[arg(long, env = "AGENTD_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Listen address.
+    /// Listen address [default: 127.0.0.1:8080].
     #[arg(long, env = "AGENTD_BIND")]
     pub bind: Option<SocketAddr>,
-    /// Data directory.
+    /// Data directory [default: data].
     #[arg(long, env = "AGENTD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Workspace root.
+    /// Workspace root [default: workspace].
     #[arg(long, env = "AGENTD_WORKSPACE")]
     pub workspace: Option<PathBuf>,
-    /// Database URL (`sqlite://…` or `postgres://…`).
+    /// Database URL, `sqlite://…` or `postgres://…` [default: sqlite://<data dir>/agentd.db].
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Chat completions base URL.
@@ -435,6 +435,52 @@ fn given(value: &Option<String>) -> Option<&String> {
 }
 
 impl Config {
+    /// The configuration as it takes effect, as TOML that reads back into the same configuration
+    /// (`agentd check-config`): secrets show as `[redacted]`, and a few comment lines say where
+    /// it came from and what it leaves implicit.
+    pub fn to_effective_toml(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let source = match &self.file {
+            Some(path) => format!("the file {}", path.display()),
+            None => "no file".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "# agentd's configuration as it takes effect: defaults, {source}, the environment \
+             and flags.\n# Secrets show as \"{}\".",
+            crate::secret::REDACTED
+        );
+        if self.server.database_url.is_none() {
+            let _ = writeln!(
+                out,
+                "# server.database_url is unset: the database is {}.",
+                self.server.database_url()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# The model API key comes only from the environment: {}.\n",
+            if self.llm.api_key.is_some() {
+                "set"
+            } else {
+                "not set"
+            }
+        );
+        match toml::to_string_pretty(self) {
+            Ok(body) => out.push_str(&body),
+            // Whatever was read from TOML writes back as TOML; were that ever not so, the
+            // command still shows the configuration rather than failing.
+            Err(err) => {
+                let _ = writeln!(
+                    out,
+                    "# Not expressible as TOML ({err}); as read:\n{self:#?}"
+                );
+            }
+        }
+        out
+    }
+
     /// Builds the configuration: defaults, then the file, then environment and flags (which
     /// clap has already merged, flags winning), then the API key from the environment.
     pub fn load(

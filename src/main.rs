@@ -37,8 +37,7 @@ fn main() -> ExitCode {
         Err(err) => return fail(&err),
     };
     let Some(serving) = serving else {
-        // Debug of the configuration masks every secret (`Secret`).
-        println!("{config:#?}");
+        print!("{}", config.to_effective_toml());
         return ExitCode::SUCCESS;
     };
     let runtime = match tokio::runtime::Runtime::new() {

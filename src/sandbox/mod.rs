@@ -52,7 +52,7 @@ impl SandboxMode {
 }
 
 /// `[sandbox]`: the confinement of every process a session starts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     /// What a command may see and change.

@@ -148,41 +148,95 @@ fn flags_before_the_subcommand_are_refused_not_dropped() {
     ] {
         assert!(help.contains(name), "{name} missing from --help:\n{help}");
     }
+    // ...and the defaults the flags fall back to (not clap defaults, which would override the
+    // file, so they are part of the help text).
+    for default in [
+        "[default: 127.0.0.1:8080]",
+        "[default: data]",
+        "[default: workspace]",
+        "[default: sqlite://<data dir>/agentd.db]",
+    ] {
+        assert!(
+            help.contains(default),
+            "{default} missing from --help:\n{help}"
+        );
+    }
 }
 
 #[test]
-fn check_config_prints_the_effective_configuration_with_secrets_masked() {
+fn check_config_prints_the_effective_configuration_as_toml_with_secrets_masked() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("agentd.toml"),
-        "[server]\nauth_token = \"tok-secret-123\"\n[tools]\nmax_active = 12\n",
+        "[server]\nauth_token = \"tok-secret-123\"\n\
+         [[server.users]]\nname = \"alice\"\ntoken = \"tok-alice-456\"\n\
+         [tools]\nmax_active = 12\n\
+         [[plugins]]\nname = \"lint\"\ndescription = \"d\"\ncommand = \"/bin/true\"\n",
     )
     .unwrap();
-    let output = agentd()
-        .args([
-            "check-config",
-            "--config",
-            "agentd.toml",
-            "--bind",
-            "127.0.0.1:9911",
-        ])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("max_active: 12"),
-        "the file's value:\n{stdout}"
+    let check = |config: &str| {
+        let output = agentd()
+            .args([
+                "check-config",
+                "--config",
+                config,
+                "--bind",
+                "127.0.0.1:9911",
+            ])
+            .env("AGENTD_LLM_API_KEY", "sk-secret-789")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{stdout}");
+        stdout
+    };
+    let stdout = check("agentd.toml");
+    for secret in ["tok-secret-123", "tok-alice-456", "sk-secret-789"] {
+        assert!(!stdout.contains(secret), "{secret} shown:\n{stdout}");
+    }
+    let table: toml::Table = toml::from_str(&stdout).expect("check-config prints TOML");
+    assert_eq!(
+        table["tools"]["max_active"].as_integer(),
+        Some(12),
+        "the file's value"
+    );
+    assert_eq!(
+        table["server"]["bind"].as_str(),
+        Some("127.0.0.1:9911"),
+        "the flag's value"
+    );
+    assert_eq!(table["server"]["auth_token"].as_str(), Some("[redacted]"));
+    assert_eq!(
+        table["server"]["users"][0]["token"].as_str(),
+        Some("[redacted]")
+    );
+    assert_eq!(
+        table["tools"]["idle_threshold"].as_integer(),
+        Some(5),
+        "a default"
+    );
+    assert_eq!(
+        table["plugins"][0]["timeout_ms"].as_integer(),
+        Some(600_000)
     );
     assert!(
-        stdout.contains("127.0.0.1:9911"),
-        "the flag's value:\n{stdout}"
+        stdout.contains("the database is sqlite://data/agentd.db"),
+        "{stdout}"
     );
     assert!(
-        !stdout.contains("tok-secret-123"),
-        "a secret shown:\n{stdout}"
+        stdout.contains("API key comes only from the environment: set"),
+        "{stdout}"
     );
+    // What it prints reads back as the same configuration.
+    std::fs::write(dir.path().join("effective.toml"), &stdout).unwrap();
+    let body = |text: &str| {
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(body(&check("effective.toml")), body(&stdout));
     // A bad file is the same one line and exit code 2 as for `serve`.
     std::fs::write(dir.path().join("bad.toml"), "[tools]\nmax_actve = 3\n").unwrap();
     let (code, stderr) = run(&["check-config", "--config", "bad.toml"], dir.path());

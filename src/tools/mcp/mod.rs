@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use client::{McpServer, McpState};
 
@@ -27,7 +27,7 @@ use crate::tools::Workspace;
 pub const TOOL_PREFIX: &str = "mcp__";
 
 /// Where one server's process lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// One process per session, working in the session's directory.
@@ -37,7 +37,7 @@ pub enum Scope {
 }
 
 /// `[[mcp_servers]]`: one MCP server whose tools become registry tools.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// `[a-z0-9_-]+`, unique; the middle of its tools' names.

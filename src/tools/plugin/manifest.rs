@@ -5,14 +5,14 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::tools::ToolMeta;
 use crate::tools::args::ArgsValidator;
 
 /// `[[plugins]]`: an external program offered as a tool, as the configuration gives it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// The tool name.
