@@ -435,9 +435,9 @@ fn given(value: &Option<String>) -> Option<&String> {
 }
 
 impl Config {
-    /// The configuration as it takes effect, as TOML that reads back into the same configuration
-    /// (`agentd check-config`): secrets show as `[redacted]`, and a few comment lines say where
-    /// it came from and what it leaves implicit.
+    /// The configuration as it takes effect (`agentd check-config`), as TOML that reads back into
+    /// the same configuration but for its secrets, which show as `[redacted]`; a few comment
+    /// lines say where it came from and what it leaves implicit.
     pub fn to_effective_toml(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
@@ -448,7 +448,7 @@ impl Config {
         let _ = writeln!(
             out,
             "# agentd's configuration as it takes effect: defaults, {source}, the environment \
-             and flags.\n# Secrets show as \"{}\".",
+             and flags.\n# Secrets show as \"{}\": put the real ones back before using this as a file.",
             crate::secret::REDACTED
         );
         if self.server.database_url.is_none() {
