@@ -415,7 +415,13 @@ pub struct ServeArgs {
 
 impl std::fmt::Debug for ServeArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |set: bool| if set { Some("[redacted]") } else { None };
+        let redacted = |set: bool| {
+            if set {
+                Some(crate::secret::REDACTED)
+            } else {
+                None
+            }
+        };
         f.debug_struct("ServeArgs")
             .field("config", &self.config)
             .field("bind", &self.bind)

@@ -108,7 +108,7 @@ impl std::fmt::Debug for OpenAiProvider {
                 &self
                     .api_key
                     .as_ref()
-                    .map(|_| "[redacted]")
+                    .map(|_| crate::secret::REDACTED)
                     .unwrap_or("none"),
             )
             .field("default_model", &self.default_model)
@@ -369,7 +369,9 @@ impl OpenAiProvider {
     /// `text` with the API key blanked out, should a server ever echo it.
     fn redact(&self, text: &str) -> String {
         match &self.api_key {
-            Some(key) if text.contains(key.expose()) => text.replace(key.expose(), "[redacted]"),
+            Some(key) if text.contains(key.expose()) => {
+                text.replace(key.expose(), crate::secret::REDACTED)
+            }
             _ => text.to_string(),
         }
     }
