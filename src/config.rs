@@ -537,8 +537,32 @@ impl Config {
         if let Some(secret) = env("AGENTD_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
             config.cluster.secret = Secret::new(secret);
         }
+        config.resolve_paths()?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Makes a relative `data_dir` and `workspace` absolute against the current directory,
+    /// once: the sandbox launcher, plugins, MCP servers and tasks all start in other
+    /// directories, where a relative path would name something else or nothing.
+    fn resolve_paths(&mut self) -> Result<(), ConfigError> {
+        for (key, path) in [
+            ("server.data_dir", &mut self.server.data_dir),
+            ("server.workspace", &mut self.server.workspace),
+        ] {
+            if path.as_os_str().is_empty() {
+                return Err(ConfigError::Invalid(format!("{key} must not be empty")));
+            }
+            if path.is_relative() {
+                *path = std::path::absolute(&*path).map_err(|err| {
+                    ConfigError::Invalid(format!(
+                        "{key} {} cannot be made absolute: {err}",
+                        path.display()
+                    ))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Parses a TOML file.
@@ -559,7 +583,10 @@ impl Config {
             let message = err.message().to_string();
             match err.span() {
                 Some(span) => {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    // Counting newlines, not `lines()`: a span that starts a line would
+                    // otherwise be reported on the line before it.
+                    let before = &text.as_bytes()[..span.start.min(text.len())];
+                    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
                     format!("line {line}: {message}")
                 }
                 None => message,
@@ -744,8 +771,13 @@ mod tests {
     fn defaults_match_the_contract() {
         let config = Config::load(&ServeArgs::default(), &no_env).unwrap();
         assert_eq!(config.server.bind, "127.0.0.1:8080".parse().unwrap());
-        assert_eq!(config.server.database_url(), "sqlite://data/agentd.db");
-        assert_eq!(config.server.workspace, PathBuf::from("workspace"));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            config.server.database_url(),
+            format!("sqlite://{}", cwd.join("data/agentd.db").display())
+        );
+        assert_eq!(config.server.workspace, cwd.join("workspace"));
+        assert_eq!(config.server.data_dir, cwd.join("data"));
         assert_eq!(config.server.idle_unload_secs, 1800);
         assert_eq!(config.tools.max_active, 15);
         assert_eq!(config.tools.idle_threshold, 5);
@@ -918,6 +950,10 @@ usd_per_minute = 0.5
         assert!(!err.contains('\n'), "{err}");
         let err = Config::from_toml("[tools]\nmax_actve = 3\n").unwrap_err();
         assert!(err.contains("max_actve"), "{err}");
+        // An unknown key's span starts its line: it is named on that line, not the one before.
+        let err = Config::from_toml("[server]\nbind = \"127.0.0.1:1\"\nbindd = 1\n").unwrap_err();
+        assert!(err.starts_with("line 3:"), "{err}");
+        assert!(err.contains("bindd"), "{err}");
         let mut config = Config::default();
         config.tools.max_active = 0;
         assert!(config.validate().is_err());

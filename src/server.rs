@@ -184,6 +184,34 @@ fn create_dir(what: &'static str, path: &Path) -> Result<(), StartupError> {
     })
 }
 
+/// Ends, in the log, every turn, call, approval and task the last process left open, so no
+/// client replays a turn that never ends. Only one node runs here: nothing else is live.
+async fn end_open_work(store: &dyn store::Store, metrics: &Metrics) -> Result<(), StartupError> {
+    use crate::session::open_work::{self, Ending};
+    let (mut sessions, mut events) = (0usize, 0usize);
+    for (session_id, after_seq) in store.sessions_with_open_work().await? {
+        let ended =
+            open_work::end_open_work(store, &session_id, after_seq, Ending::ServerRestarted)
+                .await?;
+        if ended.events > 0 {
+            tracing::warn!(%session_id, events = ended.events, "ended work the last stop left open");
+            sessions += 1;
+            events += ended.events;
+        }
+        if ended.turn {
+            metrics.record_turn(Ending::ServerRestarted.as_str());
+        }
+    }
+    if sessions > 0 {
+        tracing::warn!(
+            sessions,
+            events,
+            "turns, calls and approvals left open by the last stop ended as server_restarted"
+        );
+    }
+    Ok(())
+}
+
 impl Server {
     /// Creates the data and workspace directories, opens and migrates the database, marks
     /// tasks that were running at the last stop as failed, and builds the router.
@@ -225,6 +253,24 @@ impl Server {
                 max_connections = limits.max_connections,
                 "server.max_connections exceeds the open-file limit; accepts will fail before it is reached"
             );
+        }
+        tracing::info!(
+            workspace = %config.server.workspace.display(),
+            data_dir = %config.server.data_dir.display(),
+            "directories"
+        );
+        match (&config.llm.base_url, &config.llm.model) {
+            (Some(base_url), Some(model)) => tracing::info!(
+                %model,
+                %base_url,
+                api_key = if config.llm.api_key.is_some() { "set" } else { "not set" },
+                "model configured"
+            ),
+            _ => tracing::info!(
+                "no model is configured: turns answer llm_not_configured, tools still work \
+                 through tool/invoke (set llm.base_url and llm.model, or AGENTD_LLM_BASE_URL \
+                 and AGENTD_LLM_MODEL)"
+            ),
         }
         create_dir("data directory", &config.server.data_dir)?;
         create_dir("data directory", &config.server.data_dir.join("tasks"))?;
@@ -314,6 +360,7 @@ impl Server {
             if failed > 0 {
                 tracing::warn!(failed, "tasks left running by the last stop marked failed");
             }
+            end_open_work(store.as_ref(), &metrics).await?;
             (store, None)
         };
         let agent = agent_settings(&config, &metrics)?;

@@ -399,21 +399,6 @@ impl Cluster {
         .map_err(db_error)
     }
 
-    /// The turn a lost owner left running in `session_id`: the last turn event is
-    /// `turn/started`.
-    pub async fn lost_turn(&self, session_id: &str) -> StoreResult<Option<String>> {
-        let last: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT method, params->>'turn_id' FROM events WHERE session_id = $1 \
-             AND method IN ('turn/started', 'turn/completed', 'turn/error') \
-             ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(last.and_then(|(method, turn_id)| (method == "turn/started").then_some(turn_id)?))
-    }
-
     /// Stops taking sessions, and says so to the other nodes.
     pub async fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);

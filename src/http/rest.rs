@@ -256,8 +256,10 @@ pub async fn cost(
     let tokens_in: i64 = rows.iter().map(|r| r.tokens_in).sum();
     let tokens_out: i64 = rows.iter().map(|r| r.tokens_out).sum();
     let tokens_cached: i64 = rows.iter().map(|r| r.tokens_cached).sum();
+    let inherited_usd = app.sessions().store().inherited_usd(&id).await?;
     Ok(Json(json!({
         "session_cost_usd": total,
+        "inherited_usd": inherited_usd,
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
         "tokens_cached": tokens_cached,

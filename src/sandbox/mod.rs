@@ -18,6 +18,7 @@ pub mod cgroup;
 pub mod launcher;
 pub mod seccomp;
 pub mod spec;
+pub mod toolchains;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -99,6 +100,30 @@ const DEVICES: &[&str] = &[
     "/dev/ptmx",
     "/dev/pts",
 ];
+
+/// The read-only grants the server's `PATH` needs under its user's home (see [`toolchains`]),
+/// each logged with the entry it serves; refused entries are logged with the way to grant them.
+fn toolchain_grants_logged() -> Vec<PathBuf> {
+    let (Some(path), Some(home)) = (std::env::var_os("PATH"), std::env::var_os("HOME")) else {
+        return Vec::new();
+    };
+    let (grants, refused) = toolchains::toolchain_grants(&path, Path::new(&home));
+    for grant in &grants {
+        tracing::info!(
+            grant = %grant.path.display(),
+            path_entry = %grant.for_entry.display(),
+            "sandbox: toolchain under the home readable by commands"
+        );
+    }
+    for entry in &refused {
+        tracing::warn!(
+            path_entry = %entry.entry.display(),
+            reason = entry.reason,
+            "sandbox: PATH entry not readable by commands; name what it needs in [sandbox] extra_read"
+        );
+    }
+    grants.into_iter().map(|grant| grant.path).collect()
+}
 
 /// Why the sandbox cannot run as configured; start-up prints it on one line.
 #[derive(Debug, thiserror::Error)]
@@ -184,10 +209,12 @@ impl Sandbox {
         if let Some(file) = config_file {
             hidden.push(absolute(file));
         }
+        let toolchains = toolchain_grants_logged();
         let read_wanted: Vec<PathBuf> = SYSTEM_READ
             .iter()
             .map(PathBuf::from)
             .chain(settings.extra_read.iter().cloned())
+            .chain(toolchains)
             .collect();
         let read = carve(&read_wanted, &hidden);
         let extra_write = carve(&settings.extra_write, &hidden);

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::forwarding::{ForwardedCall, Relay};
-use super::{Caller, Command, InflightCalls, SessionError, SessionHandle};
+use super::{Caller, Command, InflightCalls, SessionError, SessionHandle, open_work};
 use crate::cluster::fenced::FencedStore;
 use crate::cluster::forward::Undelivered;
 use crate::cluster::{Cluster, Owner};
@@ -124,6 +124,9 @@ impl std::fmt::Debug for Sessions {
         f.debug_struct("Sessions").finish_non_exhaustive()
     }
 }
+
+/// The longest title `session/update` takes, in characters.
+const TITLE_MAX_CHARS: usize = 200;
 
 impl Sessions {
     /// A directory over `store`, giving each session a snapshot of `base`.
@@ -265,6 +268,29 @@ impl Sessions {
         Ok(row)
     }
 
+    /// Gives the caller's session a title (trimmed; 1 to 200 characters, one line); answers
+    /// the title stored.
+    pub async fn set_title(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        title: &str,
+    ) -> Result<String, SessionError> {
+        self.row(caller, session_id).await?;
+        let title = title.trim();
+        let chars = title.chars().count();
+        if chars == 0 || chars > TITLE_MAX_CHARS || title.contains(['\n', '\r']) {
+            return Err(SessionError::InvalidParams(format!(
+                "title must be one line of 1 to {TITLE_MAX_CHARS} characters"
+            )));
+        }
+        self.inner
+            .store
+            .set_session_title(session_id, title)
+            .await?;
+        Ok(title.to_string())
+    }
+
     /// The last seq at or before `wanted` at which no turn of the session was running.
     async fn turn_boundary(&self, session_id: &str, wanted: i64) -> Result<i64, SessionError> {
         const PAGE: i64 = 500;
@@ -347,11 +373,11 @@ impl Sessions {
     }
 
     /// The session's actor on this node, started if need be; in cluster mode only with the
-    /// session's lease in hand (`owned`: the lease, and the turn a lost node left running).
+    /// session's lease in hand (`owned`).
     async fn load(
         &self,
         row: &SessionRow,
-        owned: Option<(Lease, Option<String>)>,
+        owned: Option<Lease>,
     ) -> Result<SessionHandle, SessionError> {
         let mut live = self.inner.live.lock().await;
         if let Some(existing) = live.get(&row.session_id)
@@ -380,8 +406,8 @@ impl Sessions {
         let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight, Arc::clone(&mcp));
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
         let cancel = self.inner.cancel.child_token();
-        let (store, lost_turn, epoch) = match (owned, &self.inner.config.cluster) {
-            (Some((lease, lost_turn)), Some(cluster)) => {
+        let (store, epoch) = match (owned, &self.inner.config.cluster) {
+            (Some(lease), Some(cluster)) => {
                 let store = FencedStore::wrap(
                     Arc::clone(&self.inner.store),
                     &lease,
@@ -390,9 +416,9 @@ impl Sessions {
                 );
                 let epoch = lease.epoch;
                 cluster.hold(lease, cancel.clone());
-                (store, lost_turn, Some(epoch))
+                (store, Some(epoch))
             }
-            _ => (Arc::clone(&self.inner.store), None, None),
+            _ => (Arc::clone(&self.inner.store), None),
         };
         let actor = SessionActor::new(ActorSetup {
             session_id,
@@ -414,7 +440,6 @@ impl Sessions {
                 self.inner.config.approval_timeout,
             ),
             unsupported: Arc::clone(&self.inner.unsupported),
-            lost_turn,
         });
         live.insert(
             row.session_id.clone(),
@@ -577,7 +602,7 @@ impl Sessions {
             let _ = self.inner.store.release_lease(&lease).await;
             return Err(SessionError::UnknownSession(session_id.to_string()));
         };
-        let mut lost_turn = None;
+        let mut row = row;
         if lost {
             cluster.metrics().cluster_takeovers.inc();
             let failed = self
@@ -585,10 +610,37 @@ impl Sessions {
                 .store
                 .fail_running_tasks_of(session_id, "the node running the task was lost")
                 .await?;
-            lost_turn = cluster.lost_turn(session_id).await?;
-            tracing::warn!(%session_id, epoch = lease.epoch, failed, lost_turn = ?lost_turn, "took over a session from a lost node");
+            // The lease is ours and no actor runs: what the lost owner left open ends now.
+            let after_seq = self
+                .inner
+                .store
+                .sessions_with_open_work()
+                .await?
+                .into_iter()
+                .find_map(|(id, after)| (id == session_id).then_some(after));
+            let mut ended = open_work::Ended::default();
+            if let Some(after_seq) = after_seq {
+                ended = open_work::end_open_work(
+                    self.inner.store.as_ref(),
+                    session_id,
+                    after_seq,
+                    open_work::Ending::NodeLost,
+                )
+                .await?;
+                if ended.turn {
+                    cluster
+                        .metrics()
+                        .record_turn(open_work::Ending::NodeLost.as_str());
+                }
+                if ended.events > 0
+                    && let Some(fresh) = self.inner.store.get_session(session_id).await?
+                {
+                    row = fresh;
+                }
+            }
+            tracing::warn!(%session_id, epoch = lease.epoch, failed, ended = ended.events, "took over a session from a lost node");
         }
-        self.load(&row, Some((lease, lost_turn))).await.map(Some)
+        self.load(&row, Some(lease)).await.map(Some)
     }
 
     /// Takes the session over from a lost node, if it still needs it.

@@ -5,6 +5,7 @@ pub mod actor;
 mod follower;
 pub mod forwarding;
 pub mod hub;
+pub mod open_work;
 
 use std::future::Future;
 use std::sync::Arc;

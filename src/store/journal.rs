@@ -230,6 +230,22 @@ impl Store for GroupCommit {
         self.inner.set_session_title(session_id, title).await
     }
 
+    async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
+        self.inner.set_title_if_unset(session_id, title).await
+    }
+
+    async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
+        self.inner.inherited_usd(session_id).await
+    }
+
+    async fn sessions_with_open_work(&self) -> StoreResult<Vec<(String, i64)>> {
+        self.inner.sessions_with_open_work().await
+    }
+
+    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()> {
+        self.inner.mark_no_open_work(session_id, last_seq).await
+    }
+
     async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
         if events.is_empty() {
             return Ok(());

@@ -416,6 +416,21 @@ pub trait Store: Send + Sync + 'static {
     /// Sets a session's title (`updated_at` is left alone); `NotFound` if there is no session.
     async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()>;
 
+    /// Sets a session's title only if it has none (a title a person gave is never replaced);
+    /// whether it was set.
+    async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool>;
+
+    /// For a fork, what its source had spent up to the fork point; 0 for any other session.
+    async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64>;
+
+    /// Sessions that may hold work a stopped server left open, each with the seq after which
+    /// to look: every event appended since it was last marked clear is after that seq.
+    async fn sessions_with_open_work(&self) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Marks a session as holding no open work, if its last event is still `last_seq` (an
+    /// event appended since keeps the mark).
+    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()>;
+
     /// Appends events in one statement, all or none, in the order given (several of one
     /// session in ascending `seq`). Each sets its session's `last_seq` to its `seq` and
     /// `updated_at` to its `created_at`. The caller owns the counter and passes `last_seq + 1`;

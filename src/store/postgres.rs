@@ -219,6 +219,21 @@ impl Store for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
+        // The copied events are closed work (the cut is at a turn boundary), and what the source
+        // had spent up to the cut is the fork's inheritance.
+        sqlx::query(
+            "UPDATE sessions SET live_from_seq = NULL, inherited_usd = \
+             (SELECT inherited_usd FROM sessions WHERE session_id = $2) + COALESCE( \
+             (SELECT SUM(actual_usd) FROM cost_rows WHERE session_id = $2 AND created_at <= \
+             (SELECT created_at FROM events WHERE session_id = $2 AND seq = $3)), 0) \
+             WHERE session_id = $1",
+        )
+        .bind(without_nul(&new.session_id))
+        .bind(without_nul(source))
+        .bind(up_to_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
         let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1");
         let row = sqlx::query(&sql)
             .bind(without_nul(&new.session_id))
@@ -270,6 +285,49 @@ impl Store for PostgresStore {
             .await
             .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
+        let done =
+            sqlx::query("UPDATE sessions SET title = $1 WHERE session_id = $2 AND title IS NULL")
+                .bind(without_nul(title))
+                .bind(without_nul(session_id))
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
+        let usd: Option<f64> =
+            sqlx::query_scalar("SELECT inherited_usd FROM sessions WHERE session_id = $1")
+                .bind(without_nul(session_id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(usd.unwrap_or(0.0))
+    }
+
+    async fn sessions_with_open_work(&self) -> StoreResult<Vec<(String, i64)>> {
+        sqlx::query_as(
+            "SELECT session_id, live_from_seq FROM sessions WHERE live_from_seq IS NOT NULL \
+             ORDER BY session_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE sessions SET live_from_seq = NULL WHERE session_id = $1 AND last_seq = $2",
+        )
+        .bind(without_nul(session_id))
+        .bind(last_seq)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
     }
 
     async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {

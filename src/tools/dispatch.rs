@@ -231,7 +231,7 @@ impl ToolRegistry {
         let call = PreparedCall {
             name: name.to_string(),
             tool: Arc::clone(&entry.tool),
-            spawn_only: self.spawn_only.contains(name),
+            spawn_only: self.spawn_only.contains(name) || entry.tool.runs_in_background(args),
         };
         self.lifecycle.touch(name);
         Ok(call)

@@ -364,6 +364,17 @@ pub trait Tool: Send + Sync + 'static {
     fn rebind_cwd(&self, _workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         None
     }
+
+    /// Whether this one call asks to run as a background task (`shell`'s
+    /// `run_in_background`), answered with a task_handle envelope like a spawn_only tool.
+    fn runs_in_background(&self, _args: &Value) -> bool {
+        false
+    }
+}
+
+/// Whether `args` holds `"run_in_background": true`.
+pub(crate) fn asks_background(args: &Value) -> bool {
+    args.get("run_in_background").and_then(Value::as_bool) == Some(true)
 }
 
 /// Shorthands for the fields of [`Tool::meta`], so callers holding a `dyn Tool` read as before.

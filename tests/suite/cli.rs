@@ -220,9 +220,18 @@ fn check_config_prints_the_effective_configuration_as_toml_with_secrets_masked()
         table["plugins"][0]["timeout_ms"].as_integer(),
         Some(600_000)
     );
+    // Relative directories are shown as the absolute paths they were resolved to.
+    let cwd = dir.path().canonicalize().unwrap();
     assert!(
-        stdout.contains("the database is sqlite://data/agentd.db"),
+        stdout.contains(&format!(
+            "the database is sqlite://{}",
+            cwd.join("data/agentd.db").display()
+        )),
         "{stdout}"
+    );
+    assert_eq!(
+        table["server"]["workspace"].as_str(),
+        Some(cwd.join("workspace").to_str().unwrap())
     );
     assert!(
         stdout.contains("API key comes only from the environment: set"),

@@ -363,6 +363,9 @@ async fn an_unreachable_endpoint_is_unavailable() {
     let error = result.unwrap_err();
     assert!(matches!(error, LlmError::Unavailable(_)), "{error:?}");
     assert_eq!(error.kind(), "llm_unavailable");
+    // An operator must see where the server tried to go.
+    let text = error.to_string();
+    assert!(text.contains(&format!("http://{addr}/v1")), "{text}");
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@ mod architecture;
 mod browser;
 mod cli;
 mod cluster;
+mod first_hour;
 mod human;
 mod limits;
 mod llm;

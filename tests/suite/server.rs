@@ -661,7 +661,7 @@ async fn rest_routes_answer_with_one_error_shape() {
         .await;
     assert_eq!(
         cost,
-        json!({"session_cost_usd": 0.0, "tokens_in": 0, "tokens_out": 0, "tokens_cached": 0, "rows": []})
+        json!({"session_cost_usd": 0.0, "inherited_usd": 0.0, "tokens_in": 0, "tokens_out": 0, "tokens_cached": 0, "rows": []})
     );
     let messages = app
         .get_json(&format!("/api/sessions/{session}/messages"), None)

@@ -269,10 +269,36 @@ impl ServerProcess {
     pub fn start_config(dir: &Path, text: &str) -> Self {
         let config = dir.join("agentd.toml");
         std::fs::write(&config, text).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
+        command
             .args(["--config", config.to_str().unwrap()])
+            .env_remove("AGENTD_BIND");
+        Self::spawn(command)
+    }
+
+    /// Starts `agentd` as the README does, with no config, flag or directory setting, in `cwd`
+    /// (only the port is the system's choice, through `AGENTD_BIND`); waits until it listens.
+    pub fn start_bare(cwd: &Path) -> Self {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
+        command.current_dir(cwd).env("AGENTD_BIND", "127.0.0.1:0");
+        for name in [
+            "AGENTD_CONFIG",
+            "AGENTD_DATA_DIR",
+            "AGENTD_WORKSPACE",
+            "DATABASE_URL",
+            "AGENTD_LLM_BASE_URL",
+            "AGENTD_LLM_MODEL",
+            "AGENTD_AUTH_TOKEN",
+            "AGENTD_LOG_FORMAT",
+        ] {
+            command.env_remove(name);
+        }
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: std::process::Command) -> Self {
+        let mut child = command
             .env("AGENTD_LOG", "info")
-            .env_remove("AGENTD_BIND")
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();

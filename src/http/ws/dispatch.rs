@@ -44,6 +44,16 @@ impl Connection {
                     .map_err(RpcError::from);
                 Dispatched::Now(forked, None)
             }
+            Request::SessionUpdate(params) => {
+                let updated = self
+                    .app
+                    .sessions()
+                    .set_title(&self.caller, &params.session_id, &params.title)
+                    .await
+                    .map(|title| json!({"session_id": params.session_id, "title": title}))
+                    .map_err(RpcError::from);
+                Dispatched::Now(updated, None)
+            }
             Request::ToolInvoke(params) => self.invoke(params, id).await,
             Request::SessionCompact(params) => self.compact(params, id).await,
             Request::ToolList(params) => {

@@ -24,6 +24,9 @@ pub(super) enum Request {
     /// `session/compact`.
     #[serde(rename = "session/compact")]
     SessionCompact(SessionParams),
+    /// `session/update`.
+    #[serde(rename = "session/update")]
+    SessionUpdate(UpdateParams),
     /// `tool/invoke`.
     #[serde(rename = "tool/invoke")]
     ToolInvoke(InvokeParams),
@@ -75,6 +78,7 @@ impl Request {
             Self::SessionOpen(_) => "session/open",
             Self::SessionFork(_) => "session/fork",
             Self::SessionCompact(_) => "session/compact",
+            Self::SessionUpdate(_) => "session/update",
             Self::ToolInvoke(_) => "tool/invoke",
             Self::ToolList(_) => "tool/list",
             Self::TurnStart(_) => "turn/start",
@@ -108,6 +112,14 @@ pub(super) struct ForkParams {
     pub session_id: String,
     pub up_to_seq: Option<i64>,
     pub cwd: Option<String>,
+}
+
+/// `session/update`: what to change of a session (its title).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UpdateParams {
+    pub session_id: String,
+    pub title: String,
 }
 
 /// Methods that name only a session.

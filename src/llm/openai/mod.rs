@@ -228,7 +228,12 @@ impl OpenAiProvider {
             builder = builder.bearer_auth(key.expose());
         }
         let response = builder.send().await.map_err(|err| Failure::Retry {
-            error: LlmError::Unavailable(self.redact(&transport_error(err, &self.options))),
+            // A refused or unresolvable connection is an operator's to fix: name where to.
+            error: LlmError::Unavailable(self.redact(&format!(
+                "{}: {}",
+                self.shown_endpoint(),
+                transport_error(err, &self.options)
+            ))),
             retry_after: None,
         })?;
         let status = response.status();
@@ -366,6 +371,13 @@ impl OpenAiProvider {
         )))
     }
 
+    /// The endpoint as logs may show it: without a password the base URL may carry.
+    fn shown_endpoint(&self) -> String {
+        let mut endpoint = self.endpoint.clone();
+        let _ = endpoint.set_password(None);
+        endpoint.to_string()
+    }
+
     /// `text` with the API key blanked out, should a server ever echo it.
     fn redact(&self, text: &str) -> String {
         match &self.api_key {
@@ -403,11 +415,27 @@ impl Provider for OpenAiProvider {
             };
             let (error, retry_after) = match outcome {
                 Ok(answer) => return Ok(answer),
-                Err(Failure::Final(error)) => return Err(error),
+                Err(Failure::Final(error)) => {
+                    tracing::warn!(
+                        url = %self.shown_endpoint(),
+                        model = %wire.model,
+                        kind = error.kind(),
+                        error = %error,
+                        "model call failed"
+                    );
+                    return Err(error);
+                }
                 Err(Failure::Retry { error, retry_after }) => (error, retry_after),
             };
             if retry >= self.options.max_retries {
-                tracing::warn!(attempts = retry + 1, error = %error, "model call failed");
+                tracing::warn!(
+                    url = %self.shown_endpoint(),
+                    model = %wire.model,
+                    kind = error.kind(),
+                    attempts = retry + 1,
+                    error = %error,
+                    "model call failed"
+                );
                 return Err(error);
             }
             let delay = match retry_after {
@@ -415,6 +443,7 @@ impl Provider for OpenAiProvider {
                 None => self.backoff(retry),
             };
             tracing::warn!(
+                url = %self.shown_endpoint(),
                 retry = retry + 1,
                 delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                 error = %error,

@@ -68,8 +68,6 @@ pub(crate) struct ActorSetup {
     pub approvals: Arc<crate::agent::approval::Approvals>,
     /// Tools that exist but answer `unsupported` with this configuration.
     pub unsupported: Arc<[String]>,
-    /// A turn that was running on a node that was lost: it is ended `node_lost` first thing.
-    pub lost_turn: Option<String>,
 }
 
 /// The turn a session is running.
@@ -133,9 +131,10 @@ pub(crate) struct SessionActor {
     /// Calls waiting for a person's decision, by approval id.
     pending_approvals: HashMap<String, approvals::PendingApproval>,
     unsupported: Arc<[String]>,
-    lost_turn: Option<String>,
     /// Set by a drain: no turn starts any more, and these hear when none runs.
     draining: Option<Vec<oneshot::Sender<()>>>,
+    /// Whether this actor has given its session a title from a first message (or found one).
+    title_checked: bool,
 }
 
 impl SessionActor {
@@ -186,8 +185,8 @@ impl SessionActor {
             approvals: setup.approvals,
             pending_approvals: HashMap::new(),
             unsupported: setup.unsupported,
-            lost_turn: setup.lost_turn,
             draining: None,
+            title_checked: false,
         }
     }
 
@@ -196,9 +195,6 @@ impl SessionActor {
         let span = tracing::info_span!("session", session_id = %self.session_id);
         async move {
             tracing::debug!("actor started");
-            if let Some(turn_id) = self.lost_turn.take() {
-                Box::pin(self.end_lost_turn(turn_id)).await;
-            }
             self.start_mcp_servers();
             loop {
                 // Questions whose tool gave up (timeout, interruption) no longer wait.
@@ -233,6 +229,15 @@ impl SessionActor {
                     Some(server) = self.mcp_relisted.recv() => Box::pin(self.on_mcp_relisted(server)).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
+                        Box::pin(self.commit_lingering()).await;
+                        // Nothing runs: a start-up need not read this session's events.
+                        if let Err(err) = self
+                            .store
+                            .mark_no_open_work(&self.session_id, self.last_seq)
+                            .await
+                        {
+                            tracing::warn!(%err, "could not mark the session clear");
+                        }
                         break;
                     }
                 }
@@ -381,24 +386,6 @@ impl SessionActor {
                 let _ = reply.send(());
             }
         }
-    }
-
-    /// Ends a turn its lost node left running: `turn/completed` with `reason: "node_lost"`.
-    async fn end_lost_turn(&mut self, turn_id: String) {
-        tracing::warn!(%turn_id, "the turn's node was lost; ending it");
-        self.metrics.record_turn("node_lost");
-        let session_cost_usd = self.ledger.session_cost().await;
-        self.emit(SessionEvent::TurnCompleted {
-            turn_id,
-            tokens_in: 0,
-            tokens_out: 0,
-            tokens_cached: 0,
-            cost_usd: 0.0,
-            session_cost_usd,
-            reason: "node_lost",
-            node_costs: Vec::new(),
-        })
-        .await;
     }
 
     /// What calls of this session made outside a turn (clients', background tasks') share.

@@ -30,6 +30,10 @@ impl SessionActor {
             turn_id: turn_id.clone(),
         })
         .await;
+        if !self.title_checked {
+            self.title_checked = true;
+            self.title_from(&input).await;
+        }
         let mut scope = self.call_scope(CostLabels {
             node_id: "agent".into(),
             turn_id: Some(turn_id.clone()),
@@ -50,6 +54,21 @@ impl SessionActor {
         let span = tracing::info_span!("turn", turn_id = %turn_id);
         self.tracker.spawn(turn.run().instrument(span));
         Ok(turn_id)
+    }
+
+    /// Names an untitled session after the first line of its first message (a title a person
+    /// set is kept: the store only fills an empty one).
+    async fn title_from(&self, input: &str) {
+        let Some(title) = title_of(input) else {
+            return;
+        };
+        if let Err(err) = self
+            .store
+            .set_title_if_unset(&self.session_id, &title)
+            .await
+        {
+            tracing::warn!(%err, "could not title the session");
+        }
     }
 
     /// Takes the session's one turn slot for `turn_id` (a turn, or a compaction): refused
@@ -318,5 +337,41 @@ impl SessionActor {
     /// the model one line of context.
     pub(super) async fn remember_note(&self, message: &ChatMessage) {
         let _ = self.remember(message).await;
+    }
+}
+
+/// Longest automatic title, in characters.
+const TITLE_CHARS: usize = 80;
+
+/// A title from a message: its first non-blank line, white space folded, cut at a word.
+fn title_of(input: &str) -> Option<String> {
+    let line = input.lines().map(str::trim).find(|line| !line.is_empty())?;
+    let folded = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    if folded.chars().count() <= TITLE_CHARS {
+        return Some(folded);
+    }
+    let cut: String = folded.chars().take(TITLE_CHARS - 1).collect();
+    let cut = match cut.rfind(' ') {
+        Some(at) if at > TITLE_CHARS / 2 => &cut[..at],
+        _ => cut.as_str(),
+    };
+    Some(format!("{cut}…"))
+}
+
+#[cfg(test)]
+mod title_tests {
+    use super::title_of;
+
+    #[test]
+    fn a_title_is_the_first_line_folded_and_cut_at_a_word() {
+        assert_eq!(
+            title_of("\n  Fix   the build \nand more").as_deref(),
+            Some("Fix the build")
+        );
+        assert_eq!(title_of(" \n\t"), None);
+        let long = "word ".repeat(40);
+        let title = title_of(&long).unwrap();
+        assert!(title.ends_with("word…"), "{title}");
+        assert!(title.chars().count() <= 80, "{title}");
     }
 }

@@ -503,6 +503,8 @@ struct ExecArgs {
     tty: bool,
     yield_time_ms: Option<u64>,
     max_output_tokens: Option<u64>,
+    #[serde(default)]
+    run_in_background: bool,
 }
 
 impl ExecCommand {
@@ -517,6 +519,15 @@ impl ExecCommand {
             return Err(ToolError::model(
                 "invalid_input",
                 format!("{EXEC_NAME}: `cmd` is empty; give the command line to run"),
+            ));
+        }
+        if args.run_in_background {
+            return Err(ToolError::model(
+                "invalid_input",
+                format!(
+                    "{EXEC_NAME}: tty and run_in_background do not go together; nobody can type \
+                     into a background task"
+                ),
             ));
         }
         let dir = resolve_workdir(&self.workspace, EXEC_NAME, args.workdir.as_deref())?;
@@ -577,6 +588,10 @@ impl Tool for ExecCommand {
                             "type": "integer",
                             "minimum": 1,
                             "description": "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its beginning and end and says how much was left out."
+                        },
+                        "run_in_background": {
+                            "type": "boolean",
+                            "description": "true to run the command to completion as a background task (no tty, no write_stdin): the answer is a task_handle at once, the output is read with read_task_output. Default false."
                         }
                     },
                     "required": ["cmd"],
@@ -590,11 +605,40 @@ impl Tool for ExecCommand {
     }
 
     async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
+        if self.runs_in_background(args) {
+            return self.run_to_completion(ctx, args).await;
+        }
         self.run(&ctx.cancel, args).await
     }
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
+    }
+
+    fn runs_in_background(&self, args: &Value) -> bool {
+        // With a tty the call is refused in the foreground, where the model hears why.
+        crate::tools::asks_background(args)
+            && args.get("tty").and_then(Value::as_bool) != Some(true)
+    }
+}
+
+impl ExecCommand {
+    /// The background form: nobody can type into a task, so the command runs to completion
+    /// as `shell` runs it, its output streamed into the task's log.
+    async fn run_to_completion(
+        &self,
+        ctx: &ToolContext,
+        args: &Value,
+    ) -> Result<ToolResult, ToolError> {
+        let args: ExecArgs = parse_args(EXEC_NAME, args)?;
+        let mut shell_args =
+            serde_json::json!({"command": args.cmd, "run_in_background": args.run_in_background});
+        if let Some(workdir) = args.workdir {
+            shell_args["workdir"] = Value::String(workdir);
+        }
+        super::shell::Shell::new(Arc::clone(&self.workspace))
+            .call(ctx, &shell_args)
+            .await
     }
 }
 

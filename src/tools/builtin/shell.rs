@@ -51,6 +51,10 @@ struct ShellArgs {
     command: String,
     workdir: Option<String>,
     timeout_ms: Option<u64>,
+    /// Read by the registry, which then hands the call to the task supervisor; here it only
+    /// lengthens the default timeout.
+    #[serde(default)]
+    run_in_background: bool,
 }
 
 /// Why the command stopped.
@@ -125,9 +129,14 @@ impl Shell {
             ));
         }
         let dir = resolve_workdir(&self.workspace, NAME, args.workdir.as_deref())?;
+        let default_timeout = if args.run_in_background {
+            MAX_TIMEOUT_MS
+        } else {
+            DEFAULT_TIMEOUT_MS
+        };
         let timeout_ms = args
             .timeout_ms
-            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .unwrap_or(default_timeout)
             .clamp(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS);
         if ctx.cancel.is_cancelled() {
             return Ok(ToolResult::failure(format!(
@@ -199,7 +208,17 @@ impl Shell {
             None => Ending::Exited(status.unwrap_or_else(|| Err(io::Error::other("no status")))),
         };
         let wall = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
-        Ok(report(&ending, timeout_ms, wall, &capture))
+        let mut result = report(&ending, timeout_ms, wall, &capture);
+        if args.run_in_background {
+            // The output streamed into the task's log already; the result ends that log, so it
+            // says how the command ended instead of repeating what it wrote.
+            let status = result.output.lines().take(2).collect::<Vec<_>>().join("\n");
+            result.output = format!(
+                "{status}\noutput: {} bytes, in this task's log above (read_task_output)",
+                capture.total()
+            );
+        }
+        Ok(result)
     }
 }
 
@@ -258,8 +277,10 @@ impl Tool for Shell {
                  the order they were written; output over 64 KiB keeps its beginning and end. \
                  Input is empty (nothing can be typed), colours and pagers are off. The command is \
                  killed with everything it started after timeout_ms (default 120000), and anything \
-                 it leaves in the background is killed when it exits. For servers, watchers or \
-                 interactive programs use exec_command instead.",
+                 it leaves in the background is killed when it exits. For long builds or test runs \
+                 set run_in_background: the call answers at once with a task_handle, and \
+                 read_task_output reads the output while it runs and after. For servers, \
+                 watchers or interactive programs use exec_command instead.",
                 json!({
                     "type": "object",
                     "description": "Run one shell command to completion.",
@@ -275,7 +296,11 @@ impl Tool for Shell {
                         "timeout_ms": {
                             "type": "integer",
                             "minimum": 0,
-                            "description": "Kill the command after this many milliseconds; 1000 to 600000, default 120000."
+                            "description": "Kill the command after this many milliseconds; 1000 to 600000, default 120000 (600000 in the background)."
+                        },
+                        "run_in_background": {
+                            "type": "boolean",
+                            "description": "true to run it as a background task: the answer is a task_handle at once, the output is read with read_task_output. Default false."
                         }
                     },
                     "required": ["command"],
@@ -294,6 +319,10 @@ impl Tool for Shell {
 
     fn rebind_cwd(&self, workspace: &Arc<Workspace>) -> Option<Arc<dyn Tool>> {
         Some(Arc::new(Self::new(Arc::clone(workspace))))
+    }
+
+    fn runs_in_background(&self, args: &Value) -> bool {
+        crate::tools::asks_background(args)
     }
 }
 

@@ -40,6 +40,7 @@ fn method_of(request: &Request) -> &'static str {
         Request::SessionOpen(_) => "session/open",
         Request::SessionFork(_) => "session/fork",
         Request::SessionCompact(_) => "session/compact",
+        Request::SessionUpdate(_) => "session/update",
         Request::ToolInvoke(_) => "tool/invoke",
         Request::ToolList(_) => "tool/list",
         Request::TurnStart(_) => "turn/start",
@@ -64,6 +65,7 @@ fn every_method_reads_as_its_variant() {
         ("tool/invoke", json!({"session_id": "s1", "name": "read"})),
         ("tool/list", session.clone()),
         ("session/compact", session.clone()),
+        ("session/update", json!({"session_id": "s1", "title": "T"})),
         (
             "turn/start",
             json!({"session_id": "s1", "input": [{"kind": "text", "text": "hi"}]}),
@@ -97,6 +99,7 @@ fn every_method_reads_as_its_variant() {
             Request::SessionOpen(p) => {
                 p.session_id.is_none() && p.cwd.is_none() && p.after_seq.is_none()
             }
+            Request::SessionUpdate(p) => p.session_id == "s1" && p.title == "T",
             Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null() && !p.skip_approval,
             Request::TurnStart(p) => p.text().unwrap() == "hi" && p.turn_id.is_none(),
             Request::TurnSteer(p) => p.text().unwrap() == "more" && p.turn_id == "t1",
