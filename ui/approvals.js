@@ -1,22 +1,27 @@
 // Approval cards: `approval/requested` shows what a waiting call would do (the command, where,
-// why it asks) with Accept / Accept for session / Decline, answered with `approval/respond`;
-// `approval/resolved` marks the card with the decision. A request arrives again when a client
+// why it asks) with Accept / Accept for session / Decline, answered with `approval/respond`.
+// Once `approval/resolved` arrives the card gives way to a one-line record in the call's card:
+// who decided (you, a person, or the server) and what. A request arrives again when a client
 // re-attaches while it waits, so cards are keyed by approval_id; one that a replayed history
-// also resolves is never shown as waiting.
+// also resolves is drawn as its record at once, never as waiting.
 
 import { h, coalesce } from './dom.js';
 
-/** The words for a decision on a resolved card. */
+/** What a decision did, as a verb. */
 const DECIDED = {
-  accept: 'Accepted',
-  accept_for_session: 'Accepted for this session',
-  decline: 'Declined',
+  accept: 'accepted this call',
+  accept_for_session: 'accepted this call for the rest of the session',
+  decline: 'declined this call',
 };
 
-/** Why the server declined a call itself. */
+/** Who decided, by the record's `data-by`. */
+const WHO = { you: 'You', person: 'A person', server: 'The server' };
+
+/** Why the server declined a call itself, by `approval/resolved.reason`. */
 const DECLINED_BECAUSE = {
   timeout: 'no decision came in time',
   interrupted: 'the turn was stopped',
+  server_restarted: 'the server restarted while the call waited',
 };
 
 /** The command a call would run: the shell line for shell tools, else compact JSON. */
@@ -65,10 +70,12 @@ export class Approvals {
   reset() {
     /** Requests not drawn yet, by approval_id. */
     this.waiting = new Map();
-    /** Drawn cards, by approval_id. */
+    /** Drawn cards still waiting, by approval_id. */
     this.cards = new Map();
     /** Decisions heard, by approval_id: a request arriving after its decision stays closed. */
     this.decided = new Map();
+    /** Requests this page is deciding: their record says "you". */
+    this.mine = new Set();
   }
 
   requested(p) {
@@ -80,10 +87,17 @@ export class Approvals {
 
   resolved(p) {
     const id = p.approval_id;
+    if (this.decided.has(id)) return;
     this.decided.set(id, p);
-    if (this.waiting.delete(id)) return;
+    const request = this.waiting.get(id);
+    if (request) {
+      // Replayed with its request: the record alone tells the story.
+      this.waiting.delete(id);
+      this.place(request.tool_call_id, this.record(request, p));
+      return;
+    }
     const card = this.cards.get(id);
-    if (card) this.mark(card, p);
+    if (card) this.settle(card, p);
   }
 
   render() {
@@ -153,52 +167,70 @@ export class Approvals {
   }
 
   async decide(card, decision) {
-    if (card.el.dataset.state !== 'pending') return;
-    const hadFocus = card.el.contains(document.activeElement);
+    const id = card.p.approval_id;
+    if (!this.cards.has(id)) return;
+    // Disabled buttons lose focus: remember now whether the keyboard was here.
+    card.hadFocus = card.el.contains(document.activeElement);
     const text = card.message.value.trim();
-    const params = { session_id: this.state.sessionId, approval_id: card.p.approval_id, decision };
+    const params = { session_id: this.state.sessionId, approval_id: id, decision };
     if (decision === 'decline' && text) params.message = text;
     for (const b of card.buttons) b.disabled = true;
     card.status.textContent = 'Sending…';
+    this.mine.add(id);
     try {
       await this.connection.request('approval/respond', params);
-      card.status.textContent = '';
-      // The resolution may already be here; if not, it follows.
-      this.mark(card, this.decided.get(card.p.approval_id) ?? { decision });
+      // The resolution came before the answer and settled the card; an older server's may
+      // still be on its way.
+      if (this.cards.has(id)) this.settle(card, this.decided.get(id) ?? { approval_id: id, decision });
     } catch (err) {
+      this.mine.delete(id);
       if (err.kind === 'unknown_approval') {
         card.status.textContent = 'The call no longer waits for a decision.';
       } else {
         card.status.textContent = `The decision was not taken: ${err.message}`;
         for (const b of card.buttons) b.disabled = false;
-        return;
       }
     }
+  }
+
+  /** Replaces a waiting card with the record of its decision. */
+  settle(card, p) {
+    this.cards.delete(card.p.approval_id);
+    const hadFocus = card.hadFocus || card.el.contains(document.activeElement);
+    card.el.replaceWith(this.record(card.p, p));
     if (hadFocus) this.focusNext();
   }
 
-  /** Shows a card's decision; the buttons go. */
-  mark(card, p) {
-    const { el } = card;
-    el.dataset.state = p.decision;
-    if (p.reason) el.dataset.reason = p.reason;
-    const why = p.reason ? ` (${DECLINED_BECAUSE[p.reason] ?? p.reason})` : '';
-    const hadFocus = el.contains(document.activeElement);
-    el.querySelector('.approval-title').textContent = `${DECIDED[p.decision] ?? p.decision}${why}`;
-    el.querySelector('.approval-actions')?.remove();
-    card.status.textContent = '';
-    el.setAttribute('aria-label', `${card.p.tool_name}: ${DECIDED[p.decision] ?? p.decision}`);
-    if (hadFocus) this.focusNext();
+  /**
+   * The compact record of a decided request: who decided what, and why when the server
+   * decided. A decline with a reason was the server's own (a timeout, a stopped turn, a
+   * restart); any other decision was a person's: this page's, or someone else watching.
+   */
+  record(request, p) {
+    const id = request.approval_id;
+    const by = p.reason ? 'server' : this.mine.has(id) ? 'you' : 'person';
+    const what = DECIDED[p.decision] ?? `decided ${p.decision}`;
+    const why = p.reason ? `: ${DECLINED_BECAUSE[p.reason] ?? p.reason}` : '';
+    const accepted = p.decision === 'accept' || p.decision === 'accept_for_session';
+    return h(
+      'div',
+      {
+        class: 'approval-record',
+        testid: 'approval-record',
+        role: 'note',
+        dataset: { approvalId: id, toolCallId: request.tool_call_id, decision: p.decision, by, ...(p.reason ? { reason: p.reason } : {}) },
+        title: request.reason ? `It asked because: ${request.reason}` : null,
+      },
+      h('span', { class: 'approval-record-mark', 'aria-hidden': 'true', text: accepted ? '✓' : '✕' }),
+      h('span', { class: 'approval-record-text', testid: 'approval-record-text', text: `${WHO[by]} ${what}${why}` }),
+      request.agent_id ? h('span', { class: 'badge', text: `sub-agent ${request.agent_id}` }) : null,
+    );
   }
 
   /** Moves focus to the next waiting card's Accept, or back to the composer. */
   focusNext() {
-    for (const card of this.cards.values()) {
-      if (card.el.dataset.state === 'pending') {
-        card.buttons[0].focus();
-        return;
-      }
-    }
-    this.onDone();
+    const next = this.cards.values().next().value;
+    if (next) next.buttons[0].focus();
+    else this.onDone();
   }
 }

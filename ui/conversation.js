@@ -20,6 +20,7 @@ const STOPPED = {
   stuck_in_loop: 'Stopped: the model kept repeating the same call with the same result',
   budget_rate_exceeded: 'Stopped: the session is spending faster than the per-minute budget allows',
   node_lost: 'Stopped: the server node running this turn went away',
+  server_restarted: 'Stopped: the server restarted while this turn ran',
 };
 
 /** The divider's words for a `session/compacted`: what was summarised, and how much smaller. */
@@ -42,6 +43,37 @@ function argumentHint(args) {
     }
   }
   return '';
+}
+
+/**
+ * The task a call started in the background, when its output is the task_handle envelope
+ * (`{"ok":true,"task_handle":…}`: a spawn_only tool, `shell` with `run_in_background`). When
+ * the model cannot see read_task_output the envelope is a sentence instead, and the metadata
+ * names the task alone.
+ */
+function startedTask(p) {
+  if (!p.success) return null;
+  try {
+    const envelope = JSON.parse(p.output_preview ?? '');
+    if (envelope?.ok === true && typeof envelope.task_handle === 'string') return envelope.task_handle;
+  } catch {
+    // Not JSON: most outputs are not.
+  }
+  const meta = p.structured_metadata;
+  const onlyTask = meta && typeof meta.task_id === 'string' && Object.keys(meta).length === 1;
+  return onlyTask && p.tool_name !== 'read_task_output' ? meta.task_id : null;
+}
+
+/** What a result is, for the summary line of its card. */
+function resultLabel(p, taskId) {
+  if (taskId) return 'Started in the background (task handle)';
+  if (!p.success) return 'Error';
+  // read_task_output reads a task's stored output: it starts nothing.
+  const meta = p.structured_metadata;
+  if (p.tool_name === 'read_task_output' && typeof meta?.task_id === 'string') {
+    return `Output of task ${meta.task_id.slice(0, 8)}${meta.state ? ` (${meta.state})` : ''}`;
+  }
+  return 'Result';
 }
 
 function basename(path) {
@@ -160,10 +192,13 @@ export class Conversation {
     };
   }
 
-  /** Shows `node` on the card of the tool call `toolCallId`, or on its own when there is none. */
+  /**
+   * Shows `node` (an approval) on the card of the tool call `toolCallId`, above the result
+   * it came before, or on its own when there is no card.
+   */
   placeForCall(toolCallId, node) {
     const entry = this.cards.get(toolCallId);
-    if (entry) entry.card.append(node);
+    if (entry) entry.card.insertBefore(node, entry.result);
     else this.place(null, node);
     this.scrollSoon();
   }
@@ -264,11 +299,12 @@ export class Conversation {
     const preview = p.output_preview ?? '';
     const lines = preview.split('\n').length;
     // A background call's result is the task envelope; the task chip says it better.
-    const background = ok && typeof p.structured_metadata?.task_id === 'string';
+    const taskId = startedTask(p);
+    if (taskId) entry.card.dataset.taskId = taskId;
     const details = h(
       'details',
-      { open: !background && (!ok || lines <= 12) },
-      h('summary', {}, background ? 'Started in the background (task handle)' : ok ? 'Result' : 'Error'),
+      { open: !taskId && (!ok || lines <= 12) },
+      h('summary', { testid: 'tool-result-label' }, resultLabel(p, taskId)),
       h('pre', { class: 'tool-preview', testid: 'tool-preview', text: preview }),
     );
     const files = [];
@@ -355,6 +391,29 @@ export class Conversation {
     }
     if (typeof p.seq === 'number') entry.footer.append(this.forkButton(p.seq));
     if (!entry.hasText) this.refreshUserTexts();
+  }
+
+  /**
+   * Ends a turn the server says it no longer runs (Stop found nothing to stop), when the log
+   * holds no end for it: a server that died mid-turn before it recorded ends on restart.
+   * Calls still shown as running in it ended too.
+   */
+  endedHere(turnId) {
+    const entry = this.turns.get(turnId);
+    if (!entry || entry.el.dataset.state !== 'running') return;
+    entry.textBlock = null;
+    this.renderDirty();
+    for (const block of entry.el.querySelectorAll('[data-streaming="true"]')) block.dataset.streaming = 'false';
+    for (const { card, status } of this.cards.values()) {
+      if (card.dataset.state === 'running' && entry.el.contains(card)) {
+        card.dataset.state = 'ended';
+        status.textContent = 'ended';
+      }
+    }
+    entry.el.dataset.state = 'ended';
+    entry.footer.replaceChildren(
+      h('span', { class: 'turn-ended', testid: 'turn-ended', text: 'Ended: no turn was running on the server' }),
+    );
   }
 
   /** Says, above the footer, why the server ended the turn; nothing for a model's own end. */

@@ -2,7 +2,9 @@
 // direct call that paid for model calls) and a row per cost-ledger entry (node). The ledger
 // over REST is the source; turn/completed moves the total at once, before the ledger is read.
 // Prompt tokens show their cached share ("1200 (800 cached)"): those are priced lower, so
-// they explain a turn that cost less than its token count suggests.
+// they explain a turn that cost less than its token count suggests. A fork shows apart what
+// its parent had spent up to the fork (`inherited_usd`): the copied turns' footers carry
+// those costs, but the fork's own spend starts at zero.
 
 import { h, byTestId, coalesce, promptTokens, tokenSummary, usd } from './dom.js';
 import { getJson } from './rest.js';
@@ -16,6 +18,9 @@ export class Cost {
   constructor(panel, state) {
     this.state = state;
     this.total = byTestId('cost-total', panel);
+    this.totalLabel = byTestId('cost-total-label', panel);
+    this.inheritedRow = byTestId('cost-inherited-row', panel);
+    this.inherited = byTestId('cost-inherited', panel);
     this.tokens = byTestId('cost-tokens', panel);
     this.turnRows = byTestId('cost-turns', panel).tBodies[0];
     this.nodeRows = byTestId('cost-nodes', panel).tBodies[0];
@@ -40,6 +45,7 @@ export class Cost {
   reset() {
     this.turnNumbers = new Map();
     this.setTotal(0);
+    this.setInherited(0);
     this.setTokens({});
     this.turnRows.replaceChildren();
     this.nodeRows.replaceChildren();
@@ -48,6 +54,15 @@ export class Cost {
   setTotal(amount) {
     this.total.dataset.usd = String(amount ?? 0);
     this.total.textContent = usd(amount);
+  }
+
+  /** Shows what a fork inherited; a session that inherited nothing shows no such line. */
+  setInherited(amount) {
+    const value = Number(amount) || 0;
+    this.inherited.dataset.usd = String(value);
+    this.inherited.textContent = usd(value);
+    this.inheritedRow.hidden = value === 0;
+    this.totalLabel.textContent = value === 0 ? 'Session total' : 'Spent here';
   }
 
   /** Shows the session's token totals; the cached count also as `data-cached` for tests. */
@@ -68,6 +83,7 @@ export class Cost {
     }
     if (sessionId !== this.state.sessionId) return;
     this.setTotal(ledger.session_cost_usd);
+    this.setInherited(ledger.inherited_usd);
     this.setTokens(ledger);
     const groups = new Map();
     for (const row of ledger.rows) {

@@ -39,17 +39,48 @@ function newTurnId() {
   return `turn_${Array.from(random, (b) => b.toString(16).padStart(2, '0')).join('')}`;
 }
 
-/** Asks for the access token when the server wants one, then starts again. */
-function askForToken() {
+/**
+ * Asks for the access token when the server wants one. A token is tried before the page
+ * starts again, so a wrong one is said to be wrong right here instead of the same form
+ * coming back blank; `rejected` says the token the page had (from the URL or this tab) was
+ * refused.
+ */
+function askForToken(rejected) {
   const form = byTestId('token-form');
+  const input = byTestId('token-input');
+  const submit = byTestId('token-submit');
+  const error = byTestId('token-error');
+  const showError = (text) => {
+    error.textContent = text;
+    error.hidden = !text;
+    input.setAttribute('aria-invalid', text ? 'true' : 'false');
+  };
   form.hidden = false;
   setStatus('offline', 'an access token is needed');
-  form.addEventListener('submit', (event) => {
+  if (rejected) showError('The server did not accept the access token this page had. Enter the right one.');
+  form.addEventListener('submit', async (event) => {
     event.preventDefault();
-    storeToken(new FormData(form).get('token'));
+    const candidate = String(new FormData(form).get('token') ?? '').trim();
+    if (!candidate) return;
+    submit.disabled = true;
+    showError('');
+    storeToken(candidate);
+    try {
+      await getJson('api/sessions');
+    } catch (err) {
+      submit.disabled = false;
+      if (err.status === 401) {
+        storeToken(null);
+        showError('The server did not accept this token. Check it and try again.');
+      } else {
+        showError(`The token could not be checked: ${err.message}`);
+      }
+      input.select();
+      return;
+    }
     window.location.reload();
   });
-  byTestId('token-input').focus();
+  input.focus();
 }
 
 function setStatus(status, detail) {
@@ -60,12 +91,14 @@ function setStatus(status, detail) {
 }
 
 async function boot() {
-  takeToken();
+  const given = takeToken();
   try {
     await getJson('api/sessions');
   } catch (err) {
     if (err.status === 401) {
-      askForToken();
+      // A refused token is forgotten, so the next reload asks afresh rather than fails again.
+      if (given) storeToken(null);
+      askForToken(Boolean(given));
       return;
     }
     // Anything else (a server still starting) is retried by the connection below.
@@ -77,7 +110,6 @@ async function boot() {
   const interrupt = byTestId('interrupt');
   const compact = byTestId('compact');
   const banner = byTestId('no-model-banner');
-  const label = byTestId('session-label');
 
   const connection = new Connection({
     url: socketUrl(token()),
@@ -107,14 +139,19 @@ async function boot() {
   const questions = new Questions(byTestId('questions-dialog'), state, connection);
   const toolConsole = new ToolConsole(byTestId('console'), state, connection);
   const tools = new Tools(byTestId('tools-panel'), state, connection, (list) => toolConsole.setTools(list));
-  const sessions = new Sessions(byTestId('sessions'), state, {
+  const sessions = new Sessions(byTestId('sessions'), byTestId('session-heading'), state, connection, {
     select: (sessionId) => switchTo(sessionId, { push: true }),
     create: () => switchTo(null, { push: true }),
+    notice: (text, kind, code) => conversation.notice(text, kind, code),
   });
 
-  const showBanner = () => {
-    state.llmConfigured = false;
-    banner.hidden = false;
+  /**
+   * Shows whether the server has a model. Every open says so anew, so a server restarted
+   * with a model configured takes the banner away on the reconnect, without a reload.
+   */
+  const showModel = (configured) => {
+    state.llmConfigured = configured;
+    banner.hidden = configured !== false;
     showCompactable();
   };
   byTestId('banner-console').addEventListener('click', () => toolConsole.focus());
@@ -145,10 +182,7 @@ async function boot() {
   };
   state.on('turn/completed', turnEnded);
   state.on('turn/error', turnEnded);
-  state.on('state/reset', () => {
-    showRunning(null);
-    label.textContent = '';
-  });
+  state.on('state/reset', () => showRunning(null));
 
   /** Opens (or resumes, after a reconnect) the session the page shows; creates one if none. */
   async function openSession() {
@@ -175,12 +209,13 @@ async function boot() {
       putSessionInUrl(opened.session_id, { push: false });
     }
     if (opened.session_id !== state.sessionId) return;
-    label.textContent = `session ${opened.session_id.slice(0, 8)}`;
-    label.title = opened.session_id;
-    if (opened.llm_configured === false) showBanner();
+    const configured = opened.llm_configured ?? opened.capabilities?.llm_configured;
+    if (typeof configured === 'boolean') showModel(configured);
+    // What the server offers may have changed while the page was away (a restart with
+    // another configuration): tools, costs and the session's row are read on every open.
     tools.refresh();
     cost.load();
-    sessions.refresh();
+    sessions.opened(opened.session_id);
     conversation.loadUserTexts();
     connection
       .request('task/list', { session_id: opened.session_id })
@@ -289,7 +324,7 @@ async function boot() {
     } catch (err) {
       if (!input.value) input.value = text;
       if (err.kind === 'llm_not_configured') {
-        showBanner();
+        showModel(false);
         conversation.notice('No model is configured, so the message was not sent. Use the tool console instead.');
       } else {
         conversation.notice(`The message was not sent: ${err.message}`);
@@ -302,8 +337,23 @@ async function boot() {
       byTestId('composer').requestSubmit();
     }
   });
-  interrupt.addEventListener('click', () => {
-    connection.request('turn/interrupt', { session_id: state.sessionId }).catch((err) => conversation.notice(err.message));
+  interrupt.addEventListener('click', async () => {
+    const sessionId = state.sessionId;
+    const turnId = runningTurn;
+    let answer;
+    try {
+      answer = await connection.request('turn/interrupt', { session_id: sessionId });
+    } catch (err) {
+      conversation.notice(`The turn was not stopped: ${err.message}`);
+      return;
+    }
+    // The server runs no turn here, yet the page thinks one runs (its end never reached the
+    // log, say): end it on the page too, or Stop would do nothing for ever.
+    if (answer?.interrupted === false && sessionId === state.sessionId && turnId !== null && runningTurn === turnId) {
+      conversation.endedHere(turnId);
+      showRunning(null);
+      conversation.notice('No turn was running on the server; the page has ended this one.', 'info', 'no_turn_running');
+    }
   });
   byTestId('sessions-toggle').addEventListener('click', (event) => {
     const shown = document.body.classList.toggle('show-sessions');

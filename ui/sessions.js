@@ -1,27 +1,90 @@
-// The session list: the caller's sessions from REST, newest first, and a button for a new
-// one. Choosing one is the page's job (it changes the URL and re-opens).
+// The sessions: the caller's sessions from REST, newest first, with a button for a new one,
+// and the heading of the session shown — its title, which a click makes editable
+// (`session/update`), and the session it was forked from. A fork is marked in the list and
+// links to its parent. Choosing a session is the page's job (it changes the URL and
+// re-opens). The shown session's event count follows its notifications' `seq`, so the list
+// never lags behind the conversation.
 
 import { h, byTestId, coalesce, when } from './dom.js';
 import { getJson } from './rest.js';
 
-/** The sessions sidebar. */
+/** The name a session goes by before it has a title. */
+function untitled(sessionId) {
+  return `Session ${sessionId.slice(0, 8)}`;
+}
+
+/** The sessions sidebar and the shown session's heading. */
 export class Sessions {
   /**
    * @param {HTMLElement} nav the sidebar
+   * @param {HTMLElement} heading the top bar's session heading
    * @param {import('./state.js').SessionState} state
-   * @param {{select: (id: string) => void, create: () => void}} actions
+   * @param {import('./connection.js').Connection} connection
+   * @param {{select: (id: string) => void, create: () => void,
+   *   notice: (text: string, kind: string, code?: string) => void}} actions
    */
-  constructor(nav, state, actions) {
-    this.nav = nav;
+  constructor(nav, heading, state, connection, actions) {
     this.list = byTestId('session-list', nav);
     this.state = state;
+    this.connection = connection;
     this.actions = actions;
     this.sessions = [];
+    /** Rows read one by one (the shown session, parents not on the list's page), by id. */
+    this.rows = new Map();
+    /** The highest seq heard per session, ahead of what the list last read. */
+    this.seen = new Map();
+    /** Each listed session's meta line, for updating its event count in place. */
+    this.metas = new Map();
+    this.heading = {
+      title: byTestId('session-title', heading),
+      input: byTestId('session-title-input', heading),
+      forkOf: byTestId('session-fork-of', heading),
+      label: byTestId('session-label', heading),
+    };
+    /** The session whose title is being edited, or null. */
+    this.editing = null;
     this.refreshSoon = coalesce(() => this.refresh(), 200);
     byTestId('new-session', nav).addEventListener('click', () => actions.create());
-    state.on('state/reset', () => this.render());
+    this.wireTitleEditor();
+    state.on('state/reset', () => {
+      this.stopEditing();
+      this.render();
+      this.renderHeading();
+    });
     state.on('state/session', () => this.refreshSoon());
+    // The server titles a session from its first message.
+    state.on('turn/started', () => this.refreshSoon());
     state.on('turn/completed', () => this.refreshSoon());
+    state.on('*', (p) => this.heard(p));
+  }
+
+  /** The row of a session, from the list or read alone; undefined when unknown. */
+  row(sessionId) {
+    return this.sessions.find((s) => s.session_id === sessionId) ?? this.rows.get(sessionId);
+  }
+
+  titleOf(sessionId) {
+    return this.row(sessionId)?.title || untitled(sessionId);
+  }
+
+  /** The session shown was opened: read its row (title, parent) and the list. */
+  async opened(sessionId) {
+    this.renderHeading();
+    this.refreshSoon();
+    try {
+      const row = await getJson(`api/sessions/${encodeURIComponent(sessionId)}`);
+      this.rows.set(sessionId, row);
+      const parent = row.parent_session_id;
+      if (parent && !this.row(parent)) {
+        // A deleted parent is 404: the link then names it by its id.
+        this.rows.set(parent, await getJson(`api/sessions/${encodeURIComponent(parent)}`).catch(() => ({ session_id: parent })));
+      }
+    } catch {
+      return;
+    }
+    if (sessionId !== this.state.sessionId) return;
+    this.renderHeading();
+    this.render();
   }
 
   async refresh() {
@@ -30,30 +93,158 @@ export class Sessions {
     } catch {
       return;
     }
+    // The list is newer than a row read alone.
+    for (const session of this.sessions) this.rows.delete(session.session_id);
     this.render();
+    this.renderHeading();
+  }
+
+  /** A notification of the shown session: its seq is the session's event count now. */
+  heard(p) {
+    if (typeof p.seq !== 'number' || !p.session_id) return;
+    if (p.seq <= (this.seen.get(p.session_id) ?? 0)) return;
+    this.seen.set(p.session_id, p.seq);
+    const meta = this.metas.get(p.session_id);
+    const session = this.row(p.session_id);
+    if (meta && session) this.showMeta(meta, session);
+  }
+
+  /** The event count of a session: what the list read, or more when more was heard since. */
+  lastSeq(session) {
+    return Math.max(Number(session.last_seq) || 0, this.seen.get(session.session_id) ?? 0);
+  }
+
+  showMeta(meta, session) {
+    const count = this.lastSeq(session);
+    meta.dataset.lastSeq = String(count);
+    meta.textContent = `${when(session.updated_at)} · ${count} event${count === 1 ? '' : 's'}`;
   }
 
   render() {
     const current = this.state.sessionId;
+    this.metas.clear();
     const items = this.sessions.map((session) => {
-      const title = session.title || `Session ${session.session_id.slice(0, 8)}`;
+      const id = session.session_id;
+      const parent = session.parent_session_id;
+      const meta = h('span', { class: 'session-meta', testid: 'session-meta' });
+      this.showMeta(meta, session);
+      this.metas.set(id, meta);
       const button = h(
         'button',
         {
           type: 'button',
           class: 'session-item',
           testid: 'session-item',
-          dataset: { sessionId: session.session_id },
-          'aria-current': session.session_id === current ? 'page' : null,
-          title: session.session_id,
-          onclick: () => this.actions.select(session.session_id),
+          dataset: { sessionId: id, ...(parent ? { parentSessionId: parent } : {}) },
+          'aria-current': id === current ? 'page' : null,
+          title: id,
+          onclick: () => this.actions.select(id),
         },
-        h('span', { class: 'session-title', text: title }),
-        h('span', { class: 'session-meta', text: `${when(session.updated_at)} · ${session.last_seq} events` }),
+        h(
+          'span',
+          { class: 'session-title-line' },
+          parent ? h('span', { class: 'badge fork', testid: 'session-fork-mark', title: 'A fork of another session', text: '⑂ fork' }) : null,
+          h('span', { class: 'session-title', testid: 'session-item-title', text: session.title || untitled(id) }),
+        ),
+        meta,
       );
-      return h('li', {}, button);
+      return h('li', { class: parent ? 'fork' : null }, button, parent ? this.parentLink(parent, 'session-parent-link') : null);
     });
     if (!items.length) items.push(h('li', { class: 'empty', text: 'No sessions yet.' }));
     this.list.replaceChildren(...items);
+  }
+
+  /** A link that shows a fork's parent session. */
+  parentLink(parentId, testid) {
+    return h('button', {
+      type: 'button',
+      class: 'link-button parent-link',
+      testid,
+      dataset: { parentId },
+      title: `Show the session this was forked from (${parentId})`,
+      text: `from ${this.titleOf(parentId)}`,
+      onclick: () => this.actions.select(parentId),
+    });
+  }
+
+  /** The top bar: the shown session's title, where it was forked from, its short id. */
+  renderHeading() {
+    const id = this.state.sessionId;
+    const { title, forkOf, label } = this.heading;
+    title.hidden = !id || this.editing;
+    forkOf.hidden = true;
+    label.textContent = id ? `session ${id.slice(0, 8)}` : '';
+    label.title = id ?? '';
+    if (!id) return;
+    const row = this.row(id);
+    title.textContent = row?.title || untitled(id);
+    title.classList.toggle('untitled', !row?.title);
+    // An untitled session's name is its short id already.
+    label.hidden = !row?.title;
+    if (row?.parent_session_id) {
+      forkOf.replaceChildren('⑂ forked ', this.parentLink(row.parent_session_id, 'session-parent'));
+      forkOf.hidden = false;
+    }
+  }
+
+  wireTitleEditor() {
+    const { title, input } = this.heading;
+    title.addEventListener('click', () => this.startEditing());
+    input.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter') {
+        event.preventDefault();
+        this.save();
+      } else if (event.key === 'Escape') {
+        event.preventDefault();
+        this.stopEditing();
+      }
+    });
+    // Leaving the field keeps what was typed, as most title fields do.
+    input.addEventListener('blur', () => {
+      if (this.editing) this.save();
+    });
+  }
+
+  startEditing() {
+    const id = this.state.sessionId;
+    if (!id) return;
+    const { title, input } = this.heading;
+    this.editing = id;
+    input.value = this.row(id)?.title ?? '';
+    input.placeholder = untitled(id);
+    title.hidden = true;
+    input.hidden = false;
+    input.focus();
+    input.select();
+  }
+
+  stopEditing() {
+    const { title, input } = this.heading;
+    const hadFocus = document.activeElement === input;
+    this.editing = null;
+    input.hidden = true;
+    this.renderHeading();
+    // Enter or Escape hand the keyboard back to the title, not to the page's start.
+    if (hadFocus && !title.hidden) title.focus();
+  }
+
+  /** Sends the typed title; an unchanged or empty one changes nothing. */
+  async save() {
+    const id = this.editing;
+    const text = this.heading.input.value.trim();
+    this.stopEditing();
+    if (!id || !text || text === (this.row(id)?.title ?? '')) return;
+    try {
+      const answer = await this.connection.request('session/update', { session_id: id, title: text });
+      const row = this.row(id) ?? { session_id: id };
+      row.title = answer?.title ?? text;
+      if (!this.row(id)) this.rows.set(id, row);
+    } catch (err) {
+      const why = err.kind === 'method_not_found' ? 'this server cannot rename sessions' : err.message;
+      this.actions.notice(`The session was not renamed: ${why}`, 'error', err.kind);
+      return;
+    }
+    if (id === this.state.sessionId) this.renderHeading();
+    this.render();
   }
 }

@@ -981,11 +981,19 @@ async fn a_command_waiting_for_approval_is_decided_from_its_card() {
             std::fs::read_to_string(app.workspace().join("approved.txt")).unwrap(),
             "approved\n"
         );
-        b.wait(
-            "the accepted card",
-            "document.querySelector('[data-testid=approval-card][data-state=accept]') && !document.querySelector(tid('approval-accept')) && document.querySelector('[data-testid=tool-card][data-tool-name=shell]').dataset.state === 'success'",
-        )
-        .await;
+        // The decided card gives way to a one-line record in the call's card: who, and what.
+        let record = b
+            .wait(
+                "the record of the accept",
+                &format!("!document.querySelector(tid('approval-card')) && document.querySelector('[data-testid=tool-card][data-tool-name=shell]').dataset.state === 'success' && document.querySelector('[data-testid=tool-card][data-tool-name=shell] [data-testid=approval-record][data-approval-id={approval_id}] [data-testid=approval-record-text]')?.textContent"),
+            )
+            .await;
+        assert_eq!(record, "You accepted this call");
+        assert_eq!(
+            b.js("return document.activeElement.dataset.testid").await,
+            "composer-input",
+            "the keyboard goes back to the composer"
+        );
 
         // A request still waiting is sent again when the page reconnects: it stays one card.
         let id = ws.send("tool/invoke", shell("echo no > declined.txt")).await;
@@ -1015,21 +1023,32 @@ async fn a_command_waiting_for_approval_is_decided_from_its_card() {
         assert_eq!(answer["result"]["structured_metadata"]["error"]["kind"], "declined");
         assert_eq!(answer["result"]["structured_metadata"]["error"]["message"], "not that file");
         assert!(!app.workspace().join("declined.txt").exists());
-        b.wait(
-            "the declined card",
-            &format!("document.querySelector('[data-testid=approval-card][data-approval-id=\"{}\"]').dataset.state === 'decline'", second.as_str().unwrap()),
-        )
-        .await;
+        let record = b
+            .wait(
+                "the record of the decline",
+                &format!("!document.querySelector(tid('approval-card')) && document.querySelector('[data-testid=approval-record][data-approval-id={second}][data-decision=decline][data-by=you] [data-testid=approval-record-text]')?.textContent"),
+            )
+            .await;
+        assert_eq!(record, "You declined this call");
 
-        // A reload replays both requests with their decisions: nothing waits again.
+        // A reload replays both requests with their decisions: nothing waits again, and each
+        // decision shows as its record in its call's card.
         b.client.refresh().await.unwrap();
         assert_eq!(b.live_session().await, session);
-        b.wait(
-            "the history",
-            "$$('[data-testid=tool-card][data-tool-name=shell]').map((c) => c.dataset.state).join() === 'success,failure'",
-        )
-        .await;
-        assert_eq!(b.js("return $$('[data-testid=approval-card][data-state=pending]').length").await, 0);
+        let records = b
+            .wait(
+                "the history",
+                "$$('[data-testid=tool-card][data-tool-name=shell]').map((c) => c.dataset.state).join() === 'success,failure' && $$('[data-testid=tool-card] [data-testid=approval-record]').length === 2 && $$(tid('approval-record')).map((r) => [r.dataset.approvalId, r.dataset.decision, r.dataset.by, r.querySelector(tid('approval-record-text')).textContent])",
+            )
+            .await;
+        assert_eq!(
+            records,
+            json!([
+                [approval_id, "accept", "person", "A person accepted this call"],
+                [second, "decline", "person", "A person declined this call"]
+            ])
+        );
+        assert_eq!(b.js("return $$(tid('approval-card')).length").await, 0);
         assert_eq!(b.js("return document.activeElement.dataset.testid").await, "composer-input");
     })
     .await;
@@ -1472,6 +1491,552 @@ async fn compacting_shows_one_divider_through_a_reconnect_and_a_reload() {
             json!(["Hello.", "Hello.", "Hello."]),
             "the stored history is whole"
         );
+    })
+    .await;
+}
+
+/// Starts a server again on the address and the data of one that stopped, so the page that
+/// watched it reconnects to it as to a restarted server. `adjust` changes its configuration
+/// (the data and workspace directories stay those of `dir`).
+async fn restart(
+    addr: std::net::SocketAddr,
+    dir: &Path,
+    adjust: impl FnOnce(&mut Config),
+) -> TestApp {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("the stopped server's port is free again");
+    let (data, workspace) = (dir.join("data"), dir.join("workspace"));
+    TestApp::spawn_on(listener, move |c| {
+        adjust(c);
+        c.server.data_dir = data;
+        c.server.workspace = workspace;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_restart_with_a_model_updates_the_banner_and_the_tools_without_a_reload() {
+    let mock = MockLlm::start(Script::sequence(Vec::new())).await;
+    let app = TestApp::spawn().await;
+    let url = app.url("/");
+    let addr = app.addr;
+    let mut app = Some(app);
+    in_browser("a_restart_with_a_model_updates_the_banner_and_the_tools_without_a_reload", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        b.wait(
+            "the no-model banner and web_fetch deferred",
+            "!document.querySelector(tid('no-model-banner')).hidden && document.querySelector(tid('tools-deferred') + ' [data-tool-name=web_fetch]')",
+        )
+        .await;
+        assert_eq!(b.js("return document.querySelector(tid('compact')).disabled").await, true);
+        b.js("window.__sameDocument = true").await;
+
+        // The operator configures a model (and forbids web_fetch) and restarts the server.
+        let dir = app.take().unwrap().stop().await;
+        b.wait(
+            "the lost connection",
+            "document.querySelector(tid('connection-status')).dataset.status === 'reconnecting'",
+        )
+        .await;
+        let configure = with_model(&mock);
+        let restarted = restart(addr, dir.path(), |c| {
+            configure(c);
+            c.tool_policy.deny = vec!["web_fetch".into()];
+        })
+        .await;
+
+        // The reconnect's session/open says what the server has now.
+        b.wait(
+            "the banner gone and the tools read again",
+            "document.querySelector(tid('connection-status')).dataset.status === 'live' && document.querySelector(tid('no-model-banner')).hidden && document.querySelector('[data-testid=tools-hidden] [data-tool-name=web_fetch][data-reason=policy_deny]')",
+        )
+        .await;
+        assert_eq!(b.js("return window.__sameDocument === true").await, true, "no reload");
+        assert_eq!(b.live_session().await, session, "the same session, resumed");
+        assert_eq!(
+            b.js("return $$(tid('tools-deferred') + ' [data-tool-name=web_fetch]').length + $$(tid('console-tool') + ' option[value=web_fetch]').length").await,
+            0,
+            "web_fetch is offered nowhere"
+        );
+        b.wait("a Compact button", "!document.querySelector(tid('compact')).disabled").await;
+        drop(restarted);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_read_of_task_output_is_labelled_as_output_not_as_a_background_start() {
+    let scratch = tempfile::tempdir().unwrap();
+    let quick = plugin(
+        scratch.path(),
+        "quick",
+        "#!/bin/sh\ncat >/dev/null\necho first line\necho second line\n",
+        Vec::new(),
+    );
+    let scratch_dir = scratch.path().to_path_buf();
+    let app = TestApp::spawn_with(move |c| {
+        c.plugins.push(quick);
+        c.sandbox.extra_read.push(scratch_dir);
+    })
+    .await;
+    let url = app.url("/");
+    in_browser("a_read_of_task_output_is_labelled_as_output_not_as_a_background_start", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        let mut ws = app.ws().await;
+        let started = ws.invoke(&session, "quick", json!({})).await;
+        let envelope: Value = serde_json::from_str(started["output"].as_str().unwrap()).unwrap();
+        let task = envelope["task_handle"].as_str().unwrap().to_string();
+        b.wait(
+            "the finished task",
+            "document.querySelector('[data-testid=task-row][data-state=completed]')",
+        )
+        .await;
+        let read = ws
+            .invoke(&session, "read_task_output", json!({"task_handle": task, "mode": {"kind": "head"}}))
+            .await;
+        assert_eq!(read["success"], true, "{read}");
+
+        // The call that started the task says so; the call that read its output says that.
+        let labels = b
+            .wait(
+                "both cards",
+                "$$('[data-testid=tool-card][data-state=success]').length === 2 && $$(tid('tool-card')).map((c) => [c.dataset.toolName, c.dataset.taskId ?? null, c.querySelector(tid('tool-result-label')).textContent])",
+            )
+            .await;
+        let state = "completed";
+        assert_eq!(
+            labels,
+            json!([
+                ["quick", task, "Started in the background (task handle)"],
+                ["read_task_output", null, format!("Output of task {} ({state})", &task[..8])]
+            ])
+        );
+        let preview = b
+            .js("return document.querySelector('[data-testid=tool-card][data-tool-name=read_task_output] [data-testid=tool-preview]').textContent")
+            .await;
+        assert!(preview.as_str().unwrap().contains("first line\nsecond line"), "{preview}");
+        assert_eq!(
+            b.js("return $$('[data-testid=tool-card][data-tool-name=read_task_output] [data-testid=tool-task-link]').length").await,
+            0,
+            "reading a task starts none"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_shell_call_run_in_the_background_shows_as_a_task() {
+    let app = TestApp::spawn().await;
+    let url = app.url("/");
+    in_browser("a_shell_call_run_in_the_background_shows_as_a_task", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        let mut ws = app.ws().await;
+        let started = ws
+            .invoke(
+                &session,
+                "shell",
+                json!({"command": "echo from the background", "run_in_background": true}),
+            )
+            .await;
+        let envelope: Value = serde_json::from_str(started["output"].as_str().unwrap())
+            .unwrap_or_else(|err| panic!("not a task_handle envelope ({err}): {started}"));
+        let task = envelope["task_handle"].as_str().unwrap().to_string();
+        let card = b
+            .wait(
+                "the background card and its task",
+                &format!(
+                    "document.querySelector('[data-testid=task-row][data-task-id=\"{task}\"]') && document.querySelector('[data-testid=tool-card][data-tool-name=shell] [data-testid=tool-task-link]') && [document.querySelector('[data-testid=tool-card][data-tool-name=shell]').dataset.taskId, document.querySelector('[data-testid=tool-card][data-tool-name=shell] [data-testid=tool-result-label]').textContent]"
+                ),
+            )
+            .await;
+        assert_eq!(card, json!([task, "Started in the background (task handle)"]));
+        b.wait(
+            "its output in the tasks panel",
+            &format!("document.querySelector('[data-testid=task-row][data-task-id=\"{task}\"][data-state=completed] [data-testid=task-output]')?.textContent.includes('from the background')"),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_wrong_access_token_says_so() {
+    let app = TestApp::spawn_with(|c| {
+        c.server.auth_token = Some(agentd::config::Secret::new("s3cret"));
+    })
+    .await;
+    let (base, wrong) = (app.url("/"), app.url("/?token=wrong"));
+    in_browser("a_wrong_access_token_says_so", async |b| {
+        b.goto(&base).await;
+        b.wait("the token form", "!document.querySelector(tid('token-form')).hidden").await;
+        assert_eq!(b.js("return document.querySelector(tid('token-error')).hidden").await, true);
+
+        // A wrong token typed in the form: the form stays, and says why.
+        b.fill("[data-testid=token-input]", "not-it").await;
+        b.click("[data-testid=token-submit]").await;
+        let error = b
+            .wait(
+                "the refusal",
+                "!document.querySelector(tid('token-error')).hidden && document.querySelector(tid('token-error')).textContent",
+            )
+            .await;
+        assert_eq!(error, "The server did not accept this token. Check it and try again.");
+        assert_eq!(b.js("return sessionStorage.getItem('agentd.token')").await, Value::Null);
+        assert_eq!(
+            b.js("return document.querySelector(tid('connection-status')).dataset.status").await,
+            "offline"
+        );
+
+        // A wrong token in the URL: the form says the page's token was refused.
+        b.goto(&wrong).await;
+        let error = b
+            .wait(
+                "the refusal of the URL's token",
+                "!document.querySelector(tid('token-form')).hidden && !document.querySelector(tid('token-error')).hidden && document.querySelector(tid('token-error')).textContent",
+            )
+            .await;
+        assert!(error.as_str().unwrap().contains("did not accept"), "{error}");
+
+        // The right one opens the app.
+        b.fill("[data-testid=token-input]", "s3cret").await;
+        b.click("[data-testid=token-submit]").await;
+        b.live_session().await;
+        assert_eq!(b.js("return document.querySelector(tid('token-form')).hidden").await, true);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_app_fits_the_window_with_no_blank_space_below() {
+    let app = TestApp::spawn().await;
+    let url = app.url("/");
+    in_browser(
+        "the_app_fits_the_window_with_no_blank_space_below",
+        async |b| {
+            b.goto(&url).await;
+            let session = b.live_session().await;
+            let mut ws = app.ws().await;
+            // A long plan puts its steps (and their screen-reader text) far below the fold of the
+            // panels column; cards fill the conversation.
+            let plan: Vec<Value> = (1..=40)
+                .map(|n| json!({"step": format!("Step {n}"), "status": "pending"}))
+                .collect();
+            ws.invoke(&session, "update_plan", json!({"plan": plan}))
+                .await;
+            for _ in 0..6 {
+                ws.invoke(&session, "list_dir", json!({"path": "."})).await;
+            }
+            b.wait(
+                "the plan and the cards",
+                "$$(tid('plan-step')).length === 40 && $$('[data-testid=tool-card][data-tool-name=list_dir][data-state=success]').length === 6",
+            )
+            .await;
+            let fits = "document.scrollingElement.scrollHeight <= window.innerHeight";
+            let size = b
+                .js("return [document.scrollingElement.scrollHeight, window.innerHeight]")
+                .await;
+            assert_eq!(
+                b.js(&format!("return {fits}")).await,
+                true,
+                "page height vs window: {size}"
+            );
+
+            // Moving focus into the panels (the banner's console link) scrolls them, not the page.
+            b.click("[data-testid=banner-console]").await;
+            b.wait(
+                "focus in the console",
+                "document.activeElement.dataset.testid === 'console-tool'",
+            )
+            .await;
+            assert_eq!(
+                b.js(&format!(
+                    "return {fits} && document.scrollingElement.scrollTop === 0"
+                ))
+                .await,
+                true
+            );
+            let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+            b.screenshot(&target.join("browser-screenshots").join("layout.png"))
+                .await;
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn stop_ends_a_turn_the_server_is_not_running() {
+    let app = TestApp::spawn().await;
+    let url = app.url("/");
+    in_browser("stop_ends_a_turn_the_server_is_not_running", async |b| {
+        b.goto(&url).await;
+        b.live_session().await;
+        // The page believes a turn runs that the server has no record of running (its end
+        // never reached the log).
+        b.js("window.agentd.state.emit('turn/started', { turn_id: 'turn_gone' })").await;
+        b.wait(
+            "a running turn",
+            "!document.querySelector(tid('interrupt')).hidden && document.querySelector(tid('send')).textContent === 'Steer'",
+        )
+        .await;
+        b.click("[data-testid=interrupt]").await;
+        let notice = b
+            .wait(
+                "the turn ended here",
+                "document.querySelector('[data-testid=turn][data-turn-id=turn_gone][data-state=ended] [data-testid=turn-ended]') && document.querySelector(tid('interrupt')).hidden && document.querySelector(tid('send')).textContent === 'Send' && document.querySelector('[data-testid=conversation-notice][data-code=no_turn_running]')?.textContent",
+            )
+            .await;
+        assert!(notice.as_str().unwrap().starts_with("No turn was running"), "{notice}");
+        assert!(
+            b.js("return document.querySelector(tid('composer-input')).placeholder").await.as_str().unwrap().starts_with("Message the agent"),
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_turn_open_at_a_restart_is_drawn_ended() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "call_sh",
+            "shell",
+            &json!({"command": "echo hi > hi.txt"}),
+        )]),
+        Reply::text(&["Not reached."]),
+    ]))
+    .await;
+    let with_approval = |mock: &MockLlm| {
+        let configure = with_model(mock);
+        move |c: &mut Config| {
+            configure(c);
+            c.tool_policy.ask = vec!["shell".into()];
+        }
+    };
+    let app = TestApp::spawn_with(with_approval(&mock)).await;
+    let (url, addr) = (app.url("/"), app.addr);
+    let mut app = Some(app);
+    in_browser("a_turn_open_at_a_restart_is_drawn_ended", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Say hi into a file.").await;
+        b.click("[data-testid=send]").await;
+        b.wait(
+            "the approval card",
+            "document.querySelector('[data-testid=tool-card][data-tool-name=shell] [data-testid=approval-card]') && document.querySelector(tid('send')).textContent === 'Steer'",
+        )
+        .await;
+
+        let dir = app.take().unwrap().stop().await;
+        let restarted = restart(addr, dir.path(), with_approval(&mock)).await;
+        let ended = "document.querySelector(tid('connection-status')).dataset.status === 'live' \
+            && !document.querySelector(tid('approval-card')) \
+            && document.querySelector('[data-testid=tool-card][data-tool-name=shell]').dataset.state === 'failure' \
+            && document.querySelector('[data-testid=turn][data-state=completed][data-reason=server_restarted]') \
+            && document.querySelector(tid('send')).textContent === 'Send' && document.querySelector(tid('interrupt')).hidden \
+            && [document.querySelector('[data-testid=tool-card][data-tool-name=shell] [data-testid=approval-record]').dataset.decision, \
+                document.querySelector(tid('approval-record')).dataset.by, \
+                document.querySelector(tid('approval-record')).dataset.reason, \
+                document.querySelector(tid('approval-record-text')).textContent, \
+                document.querySelector(tid('turn-stopped')).textContent]";
+        let expected = json!([
+            "decline",
+            "server",
+            "server_restarted",
+            "The server declined this call: the server restarted while the call waited",
+            "Stopped: the server restarted while this turn ran"
+        ]);
+        // The page that watched it reconnects and reads the ends the server wrote at start-up.
+        assert_eq!(b.wait("the turn ended after the reconnect", ended).await, expected);
+        // A reload draws the same from the whole log.
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+        assert_eq!(b.wait("the turn ended after a reload", ended).await, expected);
+        assert_eq!(b.js("return $$(tid('approval-record')).length").await, 1);
+        assert!(!dir.path().join("workspace").join("hi.txt").exists());
+        drop(restarted);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn session_titles_show_can_be_edited_and_event_counts_stay_live() {
+    let mock = MockLlm::start(Script::sequence(vec![Reply::text(&["Hello."])])).await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let url = app.url("/");
+    in_browser("session_titles_show_can_be_edited_and_event_counts_stay_live", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Draft the release notes").await;
+        b.click("[data-testid=send]").await;
+        b.wait("the end of the turn", "document.querySelector('[data-testid=turn][data-state=completed]')").await;
+
+        // The list's event count is the session's last seq, as soon as the turn is over.
+        let events = app
+            .get_json(&format!("/api/sessions/{session}/events?after_seq=0"), None)
+            .await;
+        let last_seq = events["events"].as_array().unwrap().last().unwrap()["seq"].as_i64().unwrap();
+        let item = format!(r#"[data-testid=session-item][data-session-id="{session}"]"#);
+        let count = |seq: i64| {
+            format!("document.querySelector('{item} [data-testid=session-meta]')?.dataset.lastSeq === '{seq}' && document.querySelector('{item} [data-testid=session-meta]').textContent.endsWith(' {seq} events')")
+        };
+        b.wait("the event count after the turn", &count(last_seq)).await;
+        // Calls outside a turn end no turn, and the list is not read again: the count
+        // follows the notifications themselves.
+        let mut ws = app.ws().await;
+        ws.invoke(&session, "list_dir", json!({"path": "."})).await;
+        ws.invoke(&session, "list_dir", json!({"path": "."})).await;
+        let events = app
+            .get_json(&format!("/api/sessions/{session}/events?after_seq={last_seq}"), None)
+            .await;
+        let now = events["events"].as_array().unwrap().last().unwrap()["seq"].as_i64().unwrap();
+        assert!(now >= last_seq + 4, "{events}");
+        b.wait("the event count after two calls", &count(now)).await;
+
+        // The server titled the session from its first message; the list and the heading say it.
+        let listed = app.get_json("/api/sessions", None).await;
+        let title = listed["sessions"][0]["title"].clone();
+        assert!(title.as_str().is_some_and(|t| !t.is_empty()), "{listed}");
+        b.wait(
+            "the title shown",
+            &format!("document.querySelector('{item} [data-testid=session-item-title]').textContent === {title} && document.querySelector(tid('session-title')).textContent === {title}"),
+        )
+        .await;
+
+        // A click makes the title editable; Enter saves it with session/update.
+        b.click("[data-testid=session-title]").await;
+        b.wait("the title field", "document.activeElement.dataset.testid === 'session-title-input'").await;
+        b.js("document.querySelector(tid('session-title-input')).value = ''").await;
+        let field = b.find("[data-testid=session-title-input]").await;
+        field
+            .send_keys(&format!("Release notes, v2{}", fantoccini::key::Key::Enter))
+            .await
+            .unwrap();
+        b.wait(
+            "the new title",
+            &format!("!document.querySelector(tid('session-title')).hidden && document.querySelector(tid('session-title')).textContent === 'Release notes, v2' && document.querySelector('{item} [data-testid=session-item-title]').textContent === 'Release notes, v2'"),
+        )
+        .await;
+        let row = app.get_json(&format!("/api/sessions/{session}"), None).await;
+        assert_eq!(row["title"], "Release notes, v2", "{row}");
+
+        // Escape leaves it as it was.
+        b.click("[data-testid=session-title]").await;
+        b.wait("the title field", "document.activeElement.dataset.testid === 'session-title-input'").await;
+        let field = b.find("[data-testid=session-title-input]").await;
+        field
+            .send_keys(&format!("nope{}", fantoccini::key::Key::Escape))
+            .await
+            .unwrap();
+        b.wait(
+            "the title unchanged",
+            "!document.querySelector(tid('session-title')).hidden && document.querySelector(tid('session-title')).textContent === 'Release notes, v2'",
+        )
+        .await;
+
+        b.client.refresh().await.unwrap();
+        b.live_session().await;
+        b.wait(
+            "the title after a reload",
+            "document.querySelector(tid('session-title')).textContent === 'Release notes, v2'",
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_fork_is_marked_links_to_its_parent_and_shows_what_it_inherited() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text(&["First answer."]).with_usage(1000, 40),
+        Reply::text(&["Second answer."]).with_usage(3000, 80),
+        Reply::text(&["An answer in the fork."]).with_usage(2000, 10),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let url = app.url("/");
+    in_browser("a_fork_is_marked_links_to_its_parent_and_shows_what_it_inherited", async |b| {
+        b.goto(&url).await;
+        let source = b.live_session().await;
+        for (n, text) in ["First question", "Second question"].into_iter().enumerate() {
+            b.fill("[data-testid=composer-input]", text).await;
+            b.click("[data-testid=send]").await;
+            b.wait(
+                "the end of the turn",
+                &format!("$$('[data-testid=turn][data-state=completed] [data-testid=fork-turn]').length === {}", n + 1),
+            )
+            .await;
+        }
+        let first_turn_usd = b
+            .js("return Number(document.querySelector(tid('turn-cost')).dataset.usd)")
+            .await
+            .as_f64()
+            .unwrap();
+        assert!(first_turn_usd > 0.0);
+        b.click("[data-testid=turn] [data-testid=fork-turn]").await;
+        let fork = b
+            .wait(
+                "the fork",
+                &format!(
+                    "(() => {{ const id = new URL(location.href).searchParams.get('session');
+                       return id && id !== '{source}' && document.querySelector(tid('connection-status')).dataset.status === 'live'
+                         && $$('[data-testid=turn][data-state=completed]').length === 1 && id; }})()"
+                ),
+            )
+            .await;
+        let fork = fork.as_str().unwrap().to_string();
+
+        // In the list, the fork is marked and links to its parent; the heading says it too.
+        let item = format!(r#"[data-testid=session-item][data-session-id="{fork}"]"#);
+        let marked = b
+            .wait(
+                "the fork in the list",
+                &format!("document.querySelector('{item} [data-testid=session-fork-mark]') && document.querySelector('{item}').parentElement.querySelector(tid('session-parent-link'))?.dataset.parentId"),
+            )
+            .await;
+        assert_eq!(marked, source.as_str());
+        assert_eq!(
+            b.js(&format!(r#"return $$('[data-testid=session-item][data-session-id="{source}"] [data-testid=session-fork-mark]').length"#)).await,
+            0,
+            "the parent is no fork"
+        );
+        b.wait(
+            "the heading's parent link",
+            &format!("!document.querySelector(tid('session-fork-of')).hidden && document.querySelector(tid('session-parent'))?.dataset.parentId === '{source}'"),
+        )
+        .await;
+
+        // The cost panel: nothing spent here yet, and what the parent had spent up to the fork.
+        let ledger = app.get_json(&format!("/api/sessions/{fork}/cost"), None).await;
+        let inherited = ledger["inherited_usd"].as_f64().unwrap_or_else(|| panic!("{ledger}"));
+        assert!((inherited - first_turn_usd).abs() < 1e-12, "{inherited} vs {first_turn_usd}");
+        let panel = "!document.querySelector(tid('cost-inherited-row')).hidden && [Number(document.querySelector(tid('cost-total')).dataset.usd), Number(document.querySelector(tid('cost-inherited')).dataset.usd), document.querySelector(tid('cost-total-label')).textContent]";
+        let shown = b.wait("the inherited cost", panel).await;
+        assert_eq!(shown[0], 0.0, "{shown}");
+        assert!((shown[1].as_f64().unwrap() - inherited).abs() < 1e-12, "{shown}");
+        assert_eq!(shown[2], "Spent here");
+
+        // The fork's own turn counts in its own spend; what it inherited stays apart.
+        b.fill("[data-testid=composer-input]", "Go on from here").await;
+        b.click("[data-testid=send]").await;
+        b.wait("the fork's own turn", "$$('[data-testid=turn][data-state=completed]').length === 2").await;
+        let own = session_cost(&app, &fork).await;
+        assert!(own > 0.0);
+        b.wait(
+            "the fork's own spend",
+            &format!("Math.abs(Number(document.querySelector(tid('cost-total')).dataset.usd) - {own}) < 1e-12 && Math.abs(Number(document.querySelector(tid('cost-inherited')).dataset.usd) - {inherited}) < 1e-12"),
+        )
+        .await;
+
+        // The parent link leads back to the source, which inherited nothing.
+        b.click("[data-testid=session-parent]").await;
+        b.wait(
+            "the source",
+            &format!("new URL(location.href).searchParams.get('session') === '{source}' && $$('[data-testid=turn][data-state=completed]').length === 2 && document.querySelector(tid('cost-inherited-row')).hidden && document.querySelector(tid('cost-total-label')).textContent === 'Session total'"),
+        )
+        .await;
     })
     .await;
 }
