@@ -66,6 +66,20 @@ pub async fn authenticate(State(app): State<AppState>, request: Request, next: N
     if !origin_allowed(origin, host, &app.config().server.allowed_origins) {
         return ApiError::ForbiddenOrigin.into_response();
     }
+    // The transport serves GET (the event stream) and DELETE by session id alone: an id is no
+    // credential, so another caller's is answered as one that does not exist.
+    let session_id = parts
+        .headers
+        .get(MCP_SESSION_ID)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session_id
+        && app.mcp_owners().owned_by_other(id, &caller)
+    {
+        return (StatusCode::NOT_FOUND, "no such MCP session").into_response();
+    }
+    let method = parts.method.clone();
+    let owner = caller.clone();
     parts.extensions.insert::<Caller>(caller);
     let sent_json = parts
         .headers
@@ -77,7 +91,49 @@ pub async fn authenticate(State(app): State<AppState>, request: Request, next: N
     if sent_json && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         *response.status_mut() = StatusCode::BAD_REQUEST;
     }
+    let issued = response
+        .headers()
+        .get(MCP_SESSION_ID)
+        .and_then(|value| value.to_str().ok());
+    match (issued, &session_id) {
+        (Some(new), None) if response.status().is_success() => {
+            app.mcp_owners().record(new, owner);
+        }
+        (_, Some(id)) if method == axum::http::Method::DELETE => app.mcp_owners().forget(id),
+        _ => {}
+    }
     response
+}
+
+/// The header naming an MCP session.
+const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// Which caller opened each `/mcp` session, so that no other caller can use its id.
+#[derive(Debug, Default)]
+pub struct McpOwners {
+    owners: Mutex<HashMap<String, Caller>>,
+}
+
+impl McpOwners {
+    fn record(&self, session_id: &str, caller: Caller) {
+        self.lock().insert(session_id.to_owned(), caller);
+    }
+
+    fn forget(&self, session_id: &str) {
+        self.lock().remove(session_id);
+    }
+
+    /// Whether `session_id` was opened by a caller other than `caller`.
+    fn owned_by_other(&self, session_id: &str, caller: &Caller) -> bool {
+        self.lock()
+            .get(session_id)
+            .is_some_and(|owner| owner != caller)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
+        // A panic while holding it leaves a map that is still whole.
+        self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// What the MCP transport answers with, for a request that accepts anything.

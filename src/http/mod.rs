@@ -75,6 +75,7 @@ struct AppInner {
     auth: Auth,
     shutdown: CancellationToken,
     connection_ids: AtomicU64,
+    mcp_owners: mcp::McpOwners,
 }
 
 /// What every route shares; cheap to clone.
@@ -100,8 +101,14 @@ impl AppState {
                 auth,
                 shutdown,
                 connection_ids: AtomicU64::new(1),
+                mcp_owners: mcp::McpOwners::default(),
             }),
         }
+    }
+
+    /// Who opened each `/mcp` session.
+    pub(crate) fn mcp_owners(&self) -> &mcp::McpOwners {
+        &self.inner.mcp_owners
     }
 
     /// The configuration.

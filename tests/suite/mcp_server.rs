@@ -291,7 +291,7 @@ async fn mcp_reaches_only_the_callers_own_sessions() {
     )
     .await;
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-    let (_, _, body) = post_mcp(
+    let (status, _, body) = post_mcp(
         &app,
         "/mcp",
         Some("bob-token"),
@@ -299,10 +299,43 @@ async fn mcp_reaches_only_the_callers_own_sessions() {
         list.clone(),
     )
     .await;
-    assert!(body.contains("another caller"), "{body}");
+    assert_eq!(status, 404, "{body}");
     assert!(!body.contains("read_file"), "{body}");
-    let (_, _, body) = post_mcp(&app, "/mcp", Some("alice-token"), Some(&mcp_session), list).await;
+    // Nor follow its event stream, nor end it: every verb treats another caller's id as none.
+    let bobs_get = mcp_verb(&app, reqwest::Method::GET, "bob-token", &mcp_session).await;
+    assert_eq!(bobs_get, 404);
+    let bobs_delete = mcp_verb(&app, reqwest::Method::DELETE, "bob-token", &mcp_session).await;
+    assert_eq!(bobs_delete, 404);
+    let (_, _, body) = post_mcp(
+        &app,
+        "/mcp",
+        Some("alice-token"),
+        Some(&mcp_session),
+        list.clone(),
+    )
+    .await;
     assert!(body.contains("read_file"), "{body}");
+    let alices_delete = mcp_verb(&app, reqwest::Method::DELETE, "alice-token", &mcp_session).await;
+    assert!((200..300).contains(&alices_delete), "{alices_delete}");
+    let (status, _, _) =
+        post_mcp(&app, "/mcp", Some("alice-token"), Some(&mcp_session), list).await;
+    assert_eq!(status, 404, "an ended MCP session is gone");
+}
+
+/// A GET or DELETE of `/mcp` naming an MCP session; the status.
+async fn mcp_verb(app: &TestApp, method: reqwest::Method, token: &str, mcp_session: &str) -> u16 {
+    let request = reqwest::Client::new()
+        .request(method, app.url("/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-session-id", mcp_session)
+        .bearer_auth(token);
+    // A GET that is let through is a stream that stays open: its status is all that counts.
+    let response = tokio::time::timeout(crate::support::WAIT, request.send())
+        .await
+        .expect("answer in time")
+        .expect("request sent");
+    response.status().as_u16()
 }
 
 #[tokio::test]
