@@ -74,6 +74,12 @@ pub struct ServerConfig {
     /// `tool/invoke` calls one session may have running or queued; beyond it the call is
     /// answered -32001 with `data.kind = "overloaded"`.
     pub max_inflight_per_session: usize,
+    /// Sessions one user may have stored, forks included (0: no limit); beyond it
+    /// `session/open` and `session/fork` answer `quota_exceeded`.
+    pub max_sessions_per_user: u64,
+    /// New sessions (opened or forked) one user may make per minute, with as many at once
+    /// (0: no limit).
+    pub session_creates_per_minute: u32,
     /// Seconds a WebSocket may stay silent before it is pinged; one that then sends no whole
     /// frame for as long again is closed, so a client stalled part-way through a frame is
     /// dropped after at most twice this.
@@ -96,6 +102,8 @@ impl Default for ServerConfig {
             max_connections: 0,
             header_timeout_secs: 10,
             max_inflight_per_session: 32,
+            max_sessions_per_user: 1000,
+            session_creates_per_minute: 600,
             ws_ping_secs: 30,
         }
     }

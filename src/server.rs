@@ -412,6 +412,8 @@ impl Server {
                     .cloned()
                     .collect(),
                 cluster,
+                max_sessions_per_user: config.server.max_sessions_per_user,
+                session_creates_per_minute: config.server.session_creates_per_minute,
             },
             Arc::clone(&metrics),
             cancel.clone(),

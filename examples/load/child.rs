@@ -96,15 +96,17 @@ impl ServerProcess {
         if let Some(url) = &settings.database {
             command.env("DATABASE_URL", url);
         }
-        let mut toml = config.to_string();
+        // One client opens thousands of sessions: the per-user quotas would stop the load,
+        // not measure it.
+        let mut toml = format!(
+            "{config}\n[server]\nmax_sessions_per_user = 0\nsession_creates_per_minute = 0\n"
+        );
         if let Some(secs) = settings.idle_unload_secs {
-            toml.push_str(&format!("\n[server]\nidle_unload_secs = {secs}\n"));
+            toml.push_str(&format!("idle_unload_secs = {secs}\n"));
         }
-        if !toml.is_empty() {
-            let file = dir.path().join("agentd.toml");
-            std::fs::write(&file, toml)?;
-            command.env("AGENTD_CONFIG", file);
-        }
+        let file = dir.path().join("agentd.toml");
+        std::fs::write(&file, toml)?;
+        command.env("AGENTD_CONFIG", file);
         if let Some((base_url, model)) = model {
             command
                 .env("AGENTD_LLM_BASE_URL", base_url)

@@ -9,8 +9,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{
-    CostRow, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult,
-    TaskRow, Write,
+    CostRow, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError,
+    StoreResult, TaskRow, Write,
 };
 
 /// A [`Store`] whose writes of one session are refused once its lease has a newer epoch.
@@ -111,8 +111,16 @@ impl Store for FencedStore {
         self.inner.get_session(session_id).await
     }
 
-    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
-        self.inner.list_sessions(user).await
+    async fn list_sessions(
+        &self,
+        user: Option<&str>,
+        page: &SessionPage,
+    ) -> StoreResult<Vec<SessionRow>> {
+        self.inner.list_sessions(user, page).await
+    }
+
+    async fn count_sessions(&self, user: Option<&str>) -> StoreResult<i64> {
+        self.inner.count_sessions(user).await
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {

@@ -37,6 +37,9 @@ pub enum ApiError {
     /// Over a limit (connections, calls in flight); retry later.
     #[error("{0}")]
     Overloaded(String),
+    /// Over a per-user quota (stored sessions, sessions made per minute).
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The route took longer than its time limit to answer.
     #[error("the request took longer than {0:?}; retry later")]
     Timeout(std::time::Duration),
@@ -56,6 +59,7 @@ impl ApiError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::QuotaExceeded(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -109,11 +113,13 @@ impl From<SessionError> for ApiError {
             SessionError::InvalidParams(message) => Self::BadRequest(message),
             SessionError::ActorGone => Self::Unavailable("the session stopped; retry".into()),
             SessionError::Overloaded(_) => Self::Overloaded(err.to_string()),
+            SessionError::QuotaExceeded(message) => Self::QuotaExceeded(message),
             SessionError::Store(err) => Self::Internal(err.to_string()),
             SessionError::Remote { kind, message } => match kind {
                 "unknown_session" | "unknown_task" => Self::NotFound(message),
                 "session_unavailable" => Self::Unavailable(message),
                 "overloaded" => Self::Overloaded(message),
+                "quota_exceeded" => Self::QuotaExceeded(message),
                 "internal" => Self::Internal(message),
                 _ => Self::BadRequest(message),
             },

@@ -14,7 +14,7 @@ use super::AppState;
 use super::error::{ApiError, ApiQuery};
 use crate::fs_safe;
 use crate::session::Caller;
-use crate::store::{TaskRow, TaskState};
+use crate::store::{SessionPage, TaskRow, TaskState};
 use crate::tasks::output::OutputParams;
 use crate::tasks::read::{TaskReadError, read_task_output, with_live_size};
 
@@ -23,17 +23,68 @@ const MAX_EVENTS_PAGE: i64 = 10_000;
 /// Events per page when no limit is given.
 const DEFAULT_EVENTS_PAGE: i64 = 1_000;
 
-/// `GET /api/sessions`: the caller's sessions, newest first.
+/// Most sessions one page returns.
+const MAX_SESSIONS_PAGE: i64 = 1_000;
+/// Sessions per page when no limit is given.
+const DEFAULT_SESSIONS_PAGE: i64 = 100;
+
+/// `GET /api/sessions`' query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsQuery {
+    /// Sessions per page, 1 to 1,000 (default 100).
+    limit: Option<i64>,
+    /// `next_cursor` of the page before.
+    cursor: Option<String>,
+}
+
+/// `GET /api/sessions?limit=&cursor=`: the caller's sessions, newest first, a page at a time;
+/// `next_cursor` names the next page, `null` after the last.
 pub async fn list_sessions(
     State(app): State<AppState>,
     caller: Caller,
+    ApiQuery(query): ApiQuery<SessionsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let rows = app
+    let limit = query.limit.unwrap_or(DEFAULT_SESSIONS_PAGE);
+    if !(1..=MAX_SESSIONS_PAGE).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_SESSIONS_PAGE}"
+        )));
+    }
+    let after = query.cursor.as_deref().map(read_cursor).transpose()?;
+    // One row more than asked says whether another page follows.
+    let mut rows = app
         .sessions()
         .store()
-        .list_sessions(caller.user.as_deref())
+        .list_sessions(
+            caller.user.as_deref(),
+            &SessionPage {
+                limit: limit + 1,
+                after,
+            },
+        )
         .await?;
-    Ok(Json(json!({ "sessions": rows })))
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| rows.last())
+        .flatten()
+        .map(|row| format!("{}_{}", super::rfc3339(row.updated_at), row.session_id));
+    Ok(Json(
+        json!({ "sessions": rows, "next_cursor": next_cursor }),
+    ))
+}
+
+/// A `next_cursor`: the last row's `updated_at` and session id.
+fn read_cursor(cursor: &str) -> Result<(time::OffsetDateTime, String), ApiError> {
+    let bad = || ApiError::BadRequest("cursor is not a next_cursor this server gave".into());
+    let (at, id) = cursor.rsplit_once('_').ok_or_else(bad)?;
+    let at = time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| bad())?;
+    if id.is_empty() {
+        return Err(bad());
+    }
+    Ok((at, id.to_string()))
 }
 
 /// The body of `POST /api/sessions` (all optional; an empty body is `{}`).

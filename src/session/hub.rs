@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::forwarding::{ForwardedCall, Relay};
+use super::quota::SessionQuota;
 use super::{Caller, Command, InflightCalls, SessionError, SessionHandle, open_work};
 use crate::cluster::fenced::FencedStore;
 use crate::cluster::forward::Undelivered;
@@ -91,6 +92,10 @@ pub struct SessionsConfig {
     pub approval_timeout: Duration,
     /// Cluster mode: this node's part in it.
     pub cluster: Option<Arc<Cluster>>,
+    /// Sessions one user may keep (0: no limit).
+    pub max_sessions_per_user: u64,
+    /// New sessions one user may make a minute (0: no limit).
+    pub session_creates_per_minute: u32,
 }
 
 struct Live {
@@ -111,6 +116,7 @@ struct Inner {
     generations: AtomicU64,
     cancel: CancellationToken,
     tracker: TaskTracker,
+    quota: SessionQuota,
 }
 
 /// Finds, loads and unloads session actors; cheap to clone.
@@ -143,6 +149,10 @@ impl Sessions {
                 store,
                 base,
                 unsupported: config.unsupported.clone().into(),
+                quota: SessionQuota::new(
+                    config.max_sessions_per_user,
+                    config.session_creates_per_minute,
+                ),
                 config,
                 metrics,
                 live: Mutex::new(HashMap::new()),
@@ -199,6 +209,10 @@ impl Sessions {
             None => PathBuf::new(),
         };
         prepare_dir(&self.inner.config.workspace, &root, &rel)?;
+        self.inner
+            .quota
+            .admit(caller, self.inner.store.as_ref())
+            .await?;
         if let Some(user) = &caller.user {
             self.inner.store.upsert_user(user).await?;
         }
@@ -238,6 +252,10 @@ impl Sessions {
                 "up_to_seq must be 0 or more".into(),
             ));
         }
+        self.inner
+            .quota
+            .admit(caller, self.inner.store.as_ref())
+            .await?;
         let wanted = up_to_seq.unwrap_or(source.last_seq).min(source.last_seq);
         let cut = self.turn_boundary(source_id, wanted).await?;
         let cwd = match cwd {

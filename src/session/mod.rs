@@ -6,6 +6,7 @@ mod follower;
 pub mod forwarding;
 pub mod hub;
 pub mod open_work;
+mod quota;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -75,6 +76,9 @@ pub enum SessionError {
         "this session already has {0} tool calls running or queued; retry when one has finished"
     )]
     Overloaded(usize),
+    /// A per-user limit refuses the request; the message names the limit.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The actor stopped while handling the request (shutdown or unload).
     #[error("the session stopped; open it again")]
     ActorGone,
@@ -107,6 +111,7 @@ const ERROR_KINDS: &[&str] = &[
     "unknown_task",
     "invalid_params",
     "overloaded",
+    "quota_exceeded",
     "session_unavailable",
     "internal",
     "unknown_tool",
@@ -135,6 +140,7 @@ impl SessionError {
             Self::InvalidParams(_) => "invalid_params",
             Self::Dispatch(err) => err.kind(),
             Self::Overloaded(_) => "overloaded",
+            Self::QuotaExceeded(_) => "quota_exceeded",
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
             Self::Compaction(err) => err.kind(),

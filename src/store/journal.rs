@@ -17,8 +17,8 @@ use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{
-    CostRow, EventRow, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult, TaskRow,
-    Write,
+    CostRow, EventRow, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError,
+    StoreResult, TaskRow, Write,
 };
 
 /// About the most writes one batch carries; more waiting go in the next.
@@ -218,8 +218,16 @@ impl Store for GroupCommit {
         self.inner.get_session(session_id).await
     }
 
-    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
-        self.inner.list_sessions(user).await
+    async fn list_sessions(
+        &self,
+        user: Option<&str>,
+        page: &SessionPage,
+    ) -> StoreResult<Vec<SessionRow>> {
+        self.inner.list_sessions(user, page).await
+    }
+
+    async fn count_sessions(&self, user: Option<&str>) -> StoreResult<i64> {
+        self.inner.count_sessions(user).await
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {

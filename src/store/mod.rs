@@ -140,6 +140,25 @@ pub struct SessionRow {
     pub parent_session_id: Option<String>,
 }
 
+/// Which part of a session listing to read: at most `limit` rows, after the row a cursor named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPage {
+    /// The most rows to answer.
+    pub limit: i64,
+    /// The `(updated_at, session_id)` of the last row of the previous page, if any.
+    pub after: Option<(OffsetDateTime, String)>,
+}
+
+impl SessionPage {
+    /// Every row.
+    pub fn all() -> Self {
+        Self {
+            limit: i64::MAX,
+            after: None,
+        }
+    }
+}
+
 /// One persisted notification, the unit of replay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRow {
@@ -406,8 +425,16 @@ pub trait Store: Send + Sync + 'static {
     /// One session, or `None`.
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>>;
 
-    /// A user's sessions, most recently updated first; `None` lists the sessions without a user.
-    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>>;
+    /// A user's sessions, most recently updated first, one page of them; `None` lists the
+    /// sessions without a user.
+    async fn list_sessions(
+        &self,
+        user: Option<&str>,
+        page: &SessionPage,
+    ) -> StoreResult<Vec<SessionRow>>;
+
+    /// How many sessions a user has (forks included); `None` counts those without a user.
+    async fn count_sessions(&self, user: Option<&str>) -> StoreResult<i64>;
 
     /// Deletes a session with its events, messages, tasks and cost rows; false if it was not
     /// there. Task output files on disk are the caller's to remove.

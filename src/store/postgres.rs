@@ -19,9 +19,9 @@ use super::rows::{
     lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EVENTS_CHANNEL, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError,
-    StoreResult, TaskRow, Write, db_error, decode_error, json_without_nul, timestamp_now,
-    without_nul,
+    CostRow, EVENTS_CHANNEL, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store,
+    StoreError, StoreResult, TaskRow, Write, db_error, decode_error, json_without_nul,
+    timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -255,27 +255,48 @@ impl Store for PostgresStore {
         row.as_ref().map(session_row).transpose()
     }
 
-    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
+    async fn list_sessions(
+        &self,
+        user: Option<&str>,
+        page: &SessionPage,
+    ) -> StoreResult<Vec<SessionRow>> {
         // Two statements rather than `IS NOT DISTINCT FROM`, which cannot use the index.
-        let order = "ORDER BY updated_at DESC, session_id DESC";
+        let who = if user.is_some() {
+            "user_name = $1"
+        } else {
+            "user_name IS NULL AND $1::text IS NULL"
+        };
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE {who} \
+             AND ($2::timestamptz IS NULL OR (updated_at, session_id) < ($2, $3)) \
+             ORDER BY updated_at DESC, session_id DESC LIMIT $4"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(user.map(without_nul))
+            .bind(page.after.as_ref().map(|(at, _)| *at))
+            .bind(page.after.as_ref().map(|(_, id)| without_nul(id)))
+            .bind(page.limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn count_sessions(&self, user: Option<&str>) -> StoreResult<i64> {
         let rows = match user {
             Some(user) => {
-                let sql =
-                    format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE user_name = $1 {order}");
-                sqlx::query(&sql)
+                sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE user_name = $1")
                     .bind(without_nul(user))
-                    .fetch_all(&self.pool)
+                    .fetch_one(&self.pool)
                     .await
             }
             None => {
-                let sql = format!(
-                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE user_name IS NULL {order}"
-                );
-                sqlx::query(&sql).fetch_all(&self.pool).await
+                sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE user_name IS NULL")
+                    .fetch_one(&self.pool)
+                    .await
             }
-        }
-        .map_err(db_error)?;
-        rows.iter().map(session_row).collect()
+        };
+        rows.map_err(db_error)
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {

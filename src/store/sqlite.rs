@@ -22,8 +22,8 @@ use super::rows::{
     lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, StoreResult,
-    TaskRow, Write, db_error, decode_error, timestamp_now,
+    CostRow, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError,
+    StoreResult, TaskRow, Write, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -458,18 +458,38 @@ impl Store for SqliteStore {
         row.as_ref().map(session_row).transpose()
     }
 
-    async fn list_sessions(&self, user: Option<&str>) -> StoreResult<Vec<SessionRow>> {
-        // `IS` matches NULL to NULL, so one statement serves both cases.
+    async fn list_sessions(
+        &self,
+        user: Option<&str>,
+        page: &SessionPage,
+    ) -> StoreResult<Vec<SessionRow>> {
+        // `IS` matches NULL to NULL, so one statement serves both cases; a row value compares
+        // both keys of the order at once.
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE user_name IS ? \
-             ORDER BY updated_at DESC, session_id DESC"
+             AND (? IS NULL OR (updated_at, session_id) < (?, ?)) \
+             ORDER BY updated_at DESC, session_id DESC LIMIT ?"
         );
+        let after_at = page.after.as_ref().map(|(at, _)| ts(*at)).transpose()?;
+        let after_id = page.after.as_ref().map(|(_, id)| id.as_str());
         let rows = sqlx::query(&sql)
             .bind(user)
+            .bind(after_at.as_deref())
+            .bind(after_at.as_deref())
+            .bind(after_id)
+            .bind(page.limit)
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
         rows.iter().map(session_row).collect()
+    }
+
+    async fn count_sessions(&self, user: Option<&str>) -> StoreResult<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE user_name IS ?")
+            .bind(user)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {

@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 
 use super::postgres::{PostgresStore, parse_url};
 use super::{
-    CostRow, Lease, NewEvent, NewSession, SessionRow, Store, StoreError, TaskRow, TaskState, Write,
-    connect, timestamp_now, truncate_to_micros,
+    CostRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError, TaskRow,
+    TaskState, Write, connect, timestamp_now, truncate_to_micros,
 };
 
 const POSTGRES_URL_VAR: &str = "AGENTD_TEST_POSTGRES_URL";
@@ -201,7 +201,13 @@ async fn reconnecting_reruns_migrations_harmlessly(store: Arc<dyn Store>, reopen
     for _ in 0..2 {
         let again = reopen.open().await;
         again.ping().await.expect("ping after reconnect");
-        assert_eq!(ids(&again.list_sessions(None).await.expect("list")), ["s1"]);
+        assert_eq!(
+            ids(&again
+                .list_sessions(None, &SessionPage::all())
+                .await
+                .expect("list")),
+            ["s1"]
+        );
         again.close().await;
     }
     store.ping().await.expect("ping original");
@@ -289,7 +295,10 @@ async fn sessions_are_listed_per_user_newest_first(store: Arc<dyn Store>, _: Reo
     assert_eq!(store.get_session("missing").await.expect("get"), None);
 
     assert_eq!(
-        ids(&store.list_sessions(Some("alice")).await.expect("list")),
+        ids(&store
+            .list_sessions(Some("alice"), &SessionPage::all())
+            .await
+            .expect("list")),
         ["a2", "a1"]
     );
     // An event makes the older session the most recently updated one.
@@ -298,17 +307,29 @@ async fn sessions_are_listed_per_user_newest_first(store: Arc<dyn Store>, _: Reo
         .await
         .expect("append");
     assert_eq!(
-        ids(&store.list_sessions(Some("alice")).await.expect("list")),
+        ids(&store
+            .list_sessions(Some("alice"), &SessionPage::all())
+            .await
+            .expect("list")),
         ["a1", "a2"]
     );
     assert_eq!(
-        ids(&store.list_sessions(Some("bob")).await.expect("list")),
+        ids(&store
+            .list_sessions(Some("bob"), &SessionPage::all())
+            .await
+            .expect("list")),
         ["b1"]
     );
-    assert_eq!(ids(&store.list_sessions(None).await.expect("list")), ["n1"]);
+    assert_eq!(
+        ids(&store
+            .list_sessions(None, &SessionPage::all())
+            .await
+            .expect("list")),
+        ["n1"]
+    );
     assert!(
         store
-            .list_sessions(Some("carol"))
+            .list_sessions(Some("carol"), &SessionPage::all())
             .await
             .expect("list")
             .is_empty()
@@ -328,7 +349,7 @@ async fn duplicate_session_id_is_conflict(store: Arc<dyn Store>, _: Reopen) {
     // The failed create left nothing behind, not even its user's sessions.
     assert!(
         store
-            .list_sessions(Some("alice"))
+            .list_sessions(Some("alice"), &SessionPage::all())
             .await
             .expect("list")
             .is_empty()
@@ -1186,7 +1207,14 @@ async fn sqlite_in_memory_database_is_shared_by_the_pool() {
     while let Some(done) = tasks.join_next().await {
         done.expect("task");
     }
-    assert_eq!(store.list_sessions(None).await.expect("list").len(), 6);
+    assert_eq!(
+        store
+            .list_sessions(None, &SessionPage::all())
+            .await
+            .expect("list")
+            .len(),
+        6
+    );
     store.close().await;
 }
 

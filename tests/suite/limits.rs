@@ -446,3 +446,144 @@ async fn request_ids_are_echoed_exactly_as_sent() {
         assert_eq!(reply["error"]["code"], -32700, "{reply}");
     }
 }
+
+/// Opens a session as the client's user; the whole answer.
+async fn open_as(ws: &mut crate::support::WsClient) -> Value {
+    ws.call("session/open", json!({})).await.1
+}
+
+#[tokio::test]
+async fn one_user_cannot_keep_more_sessions_than_the_quota_and_others_are_untouched() {
+    let app = TestApp::spawn_with(|c| {
+        crate::support::alice_and_bob(c);
+        c.server.max_sessions_per_user = 3;
+        c.server.session_creates_per_minute = 0;
+    })
+    .await;
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let mut alices = Vec::new();
+    for _ in 0..3 {
+        let opened = open_as(&mut alice).await;
+        alices.push(opened["result"]["session_id"].as_str().unwrap().to_string());
+    }
+    let refused = open_as(&mut alice).await;
+    assert_eq!(
+        refused["error"]["data"]["kind"], "quota_exceeded",
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("max_sessions_per_user (3)"), "{message}");
+    // A fork is a session too.
+    let (_, fork) = alice
+        .call("session/fork", json!({"session_id": alices[0]}))
+        .await;
+    assert_eq!(fork["error"]["data"]["kind"], "quota_exceeded", "{fork}");
+    // So is one made over REST: 429 with the same kind.
+    let (status, body) = app
+        .request(reqwest::Method::POST, "/api/sessions", Some("alice-token"))
+        .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("quota_exceeded"), "{body}");
+    // Bob's quota is his own.
+    let bobs = open_as(&mut bob).await;
+    assert!(bobs["result"]["session_id"].is_string(), "{bobs}");
+    // A deleted session makes room again.
+    let (status, _) = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{}", alices[2]),
+            Some("alice-token"),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let again = open_as(&mut alice).await;
+    assert!(again["result"]["session_id"].is_string(), "{again}");
+}
+
+#[tokio::test]
+async fn a_flood_of_new_sessions_is_held_to_the_per_minute_rate_per_user() {
+    let app = TestApp::spawn_with(|c| {
+        crate::support::alice_and_bob(c);
+        c.server.session_creates_per_minute = 5;
+    })
+    .await;
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let mut made = 0;
+    let mut refusal = Value::Null;
+    for _ in 0..50 {
+        let answer = open_as(&mut alice).await;
+        if answer["result"]["session_id"].is_string() {
+            made += 1;
+        } else {
+            refusal = answer;
+        }
+    }
+    assert_eq!(made, 5, "a burst of a minute's worth, then refusals");
+    assert_eq!(
+        refusal["error"]["data"]["kind"], "quota_exceeded",
+        "{refusal}"
+    );
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session_creates_per_minute"),
+        "{refusal}"
+    );
+    let listed = app.get_json("/api/sessions", Some("alice-token")).await;
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 5);
+    // Bob is not held back by Alice's flood.
+    let bobs = open_as(&mut bob).await;
+    assert!(bobs["result"]["session_id"].is_string(), "{bobs}");
+}
+
+#[tokio::test]
+async fn the_session_list_pages_with_a_cursor_and_never_shows_another_users() {
+    let app = TestApp::spawn_with(crate::support::alice_and_bob).await;
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    for _ in 0..5 {
+        open_as(&mut alice).await;
+    }
+    open_as(&mut bob).await;
+    let all = app.get_json("/api/sessions", Some("alice-token")).await;
+    let expected: Vec<Value> = all["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].clone())
+        .collect();
+    assert_eq!(expected.len(), 5);
+    assert_eq!(all["next_cursor"], Value::Null);
+    let mut paged = Vec::new();
+    let mut path = "/api/sessions?limit=2".to_string();
+    loop {
+        let page = app.get_json(&path, Some("alice-token")).await;
+        let rows = page["sessions"].as_array().unwrap();
+        assert!(rows.len() <= 2, "{page}");
+        paged.extend(rows.iter().map(|s| s["session_id"].clone()));
+        match page["next_cursor"].as_str() {
+            Some(cursor) => {
+                let cursor: String = form_urlencoded::byte_serialize(cursor.as_bytes()).collect();
+                path = format!("/api/sessions?limit=2&cursor={cursor}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(
+        paged, expected,
+        "the pages, in order, are the whole list once"
+    );
+    for bad in [
+        "/api/sessions?limit=0",
+        "/api/sessions?limit=1001",
+        "/api/sessions?cursor=nope",
+    ] {
+        let (status, body) = app
+            .request(reqwest::Method::GET, bad, Some("alice-token"))
+            .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
