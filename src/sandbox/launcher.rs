@@ -128,7 +128,7 @@ fn launch(spec: &LaunchSpec, program: &OsStr, args: &[OsString]) -> Result<i32, 
         set_rlimit(libc::RLIMIT_NPROC, limit).map_err(step("RLIMIT_NPROC"))?;
     }
     if !spec.namespaces {
-        let (grants, tmp) = open_grants(spec)?;
+        let (grants, tmp) = open_grants(spec, Terminals::None)?;
         confine(spec, &grants, tmp.as_ref(), None)?;
         return Err(exec(program, args, &spec.cwd));
     }
@@ -196,8 +196,14 @@ fn run_init(
     status_write: &OwnedFd,
 ) -> Result<i32, StepError> {
     make_private()?;
-    // Opened only now: a mount of the parent namespace cannot be bound into this one.
-    let (grants, tmp) = open_grants(spec)?;
+    let terminals = if spec.private_pts {
+        mount_private_pts()?
+    } else {
+        Terminals::None
+    };
+    // Opened only now: a mount of the parent namespace cannot be bound into this one (and
+    // `/dev/pts` must be what was just mounted there).
+    let (grants, tmp) = open_grants(spec, terminals)?;
     let (grants, tmp) = (&grants[..], tmp.as_ref());
     mount_tmp(grants, tmp)?;
     let proc_grant = if spec.mount_proc {
@@ -239,19 +245,104 @@ fn run_init(
     }
 }
 
-/// Every path the spec grants, opened, and the session's tmp.
-fn open_grants(spec: &LaunchSpec) -> Result<(Vec<Grant>, Option<Grant>), StepError> {
+/// What `/dev/pts` holds in the command's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Terminals {
+    /// The host's instance, every session's terminals in it: neither `/dev/pts` nor
+    /// `/dev/ptmx` is granted. A command's own terminal is an inherited descriptor, and
+    /// `/dev/tty` reaches it all the same.
+    None,
+    /// A devpts instance of the command's own, with its `ptmx`: it may open terminals, and
+    /// sees only those.
+    Instance,
+    /// Only the command's own terminal, at the path the host gave it (so `tty` names it).
+    OwnOnly,
+}
+
+/// Every path the spec grants, opened, and the session's tmp; the terminal devices as
+/// `terminals` allows.
+fn open_grants(
+    spec: &LaunchSpec,
+    terminals: Terminals,
+) -> Result<(Vec<Grant>, Option<Grant>), StepError> {
     let read = AccessFs::from_read(TARGET_ABI);
     let all = AccessFs::from_all(TARGET_ABI);
     let mut grants: Vec<Grant> = Vec::new();
     grants.extend(spec.read.iter().filter_map(|p| grant(p, read)));
     grants.extend(spec.write.iter().filter_map(|p| grant(p, all)));
-    grants.extend(spec.devices.iter().filter_map(|p| grant(p, all)));
+    let allowed = |path: &Path| match terminals {
+        Terminals::None => path != Path::new("/dev/pts") && path != Path::new("/dev/ptmx"),
+        Terminals::Instance => true,
+        Terminals::OwnOnly => path != Path::new("/dev/ptmx"),
+    };
+    grants.extend(
+        spec.devices
+            .iter()
+            .filter(|p| allowed(p))
+            .filter_map(|p| grant(p, all)),
+    );
     let tmp = match &spec.tmp {
         Some(dir) => Some(grant(dir, all).ok_or_else(|| other("tmp", "missing"))?),
         None => None,
     };
     Ok((grants, tmp))
+}
+
+/// Hides the host's terminals (other sessions', the operator's) from the command. A command
+/// on a terminal of its own (`exec_command` with `tty`) gets an empty `/dev/pts` with only
+/// that terminal bound back at its path; any other gets a new devpts instance with its own
+/// `ptmx`, so the terminals it opens are its namespace's alone.
+fn mount_private_pts() -> Result<Terminals, StepError> {
+    // SAFETY: isatty only inspects descriptor 0.
+    if unsafe { libc::isatty(0) } == 1
+        && let Ok(own) = std::fs::read_link("/proc/self/fd/0")
+        && own.starts_with("/dev/pts/")
+    {
+        // Reached through this namespace's copy of the host's mount: a descriptor opened
+        // in the parent namespace (descriptor 0) cannot be bound here.
+        let terminal = PathFd::new(&own).map_err(|e| other("open terminal", e))?;
+        mount_fs(
+            "tmpfs",
+            "/dev/pts",
+            "tmpfs",
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+        )
+        .map_err(step("mount /dev/pts"))?;
+        std::fs::File::create(&own).map_err(step(format!("mount point {}", own.display())))?;
+        bind_fd(&terminal, &own).map_err(step(format!("bind {}", own.display())))?;
+        return Ok(Terminals::OwnOnly);
+    }
+    mount_devpts().map_err(step("mount devpts"))?;
+    let source = c"/dev/pts/ptmx";
+    let target = c"/dev/ptmx";
+    // SAFETY: mount(2) with NUL-terminated strings; binds one file over another.
+    check(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })
+    .map_err(step("bind /dev/ptmx"))?;
+    Ok(Terminals::Instance)
+}
+
+/// A new devpts instance at `/dev/pts` (allowed in a user namespace of one's own).
+fn mount_devpts() -> io::Result<()> {
+    let options = c"newinstance,ptmxmode=0666,mode=0620";
+    // SAFETY: mount(2) with NUL-terminated strings.
+    check(unsafe {
+        libc::mount(
+            c"devpts".as_ptr(),
+            c"/dev/pts".as_ptr(),
+            c"devpts".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            options.as_ptr().cast(),
+        )
+    })
+    .map(drop)
 }
 
 /// Keeps this namespace's mounts from propagating back to the host's.
@@ -539,12 +630,14 @@ fn probe() -> ProbeReport {
         namespaces: bits & NS_OK != 0,
         net_namespace: with_net & NS_OK != 0,
         mount_proc: bits & PROC_OK != 0,
+        private_pts: bits & PTS_OK != 0,
         seccomp,
     }
 }
 
 const NS_OK: i32 = 1;
 const PROC_OK: i32 = 2;
+const PTS_OK: i32 = 4;
 
 /// Forks a child that enters the namespaces (and a grandchild that mounts a fresh /proc);
 /// the child's exit code is a bit set of what worked.
@@ -585,12 +678,15 @@ fn try_namespaces(net: bool) -> i32 {
                         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     )
                     .is_ok();
-                unsafe { libc::_exit(if proc { 0 } else { 1 }) };
+                let pts = private && mount_devpts().is_ok();
+                let code = if proc { PROC_OK } else { 0 } | if pts { PTS_OK } else { 0 };
+                unsafe { libc::_exit(code) };
             }
             if init > 0
-                && wait_for(init).is_ok_and(|s| libc::WIFEXITED(s) && libc::WEXITSTATUS(s) == 0)
+                && let Ok(status) = wait_for(init)
+                && libc::WIFEXITED(status)
             {
-                bits |= PROC_OK;
+                bits |= libc::WEXITSTATUS(status) & (PROC_OK | PTS_OK);
             }
         }
         unsafe { libc::_exit(bits) };

@@ -276,6 +276,9 @@ impl Sandbox {
             if self.probe.mount_proc {
                 layers.push("private_proc");
             }
+            if self.probe.private_pts {
+                layers.push("private_pts");
+            }
         }
         if self.probe.seccomp {
             layers.push("seccomp");
@@ -371,6 +374,7 @@ impl Sandbox {
             namespaces: self.namespaces,
             net_namespace: self.probe.net_namespace,
             mount_proc: self.probe.mount_proc,
+            private_pts: self.namespaces && self.probe.private_pts,
             landlock: true,
             seccomp: self.probe.seccomp,
             nproc: self.nproc.then_some(u64::from(self.max_processes)),

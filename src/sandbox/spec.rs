@@ -27,6 +27,11 @@ pub struct LaunchSpec {
     pub net_namespace: bool,
     /// Whether to mount a fresh `/proc` that shows only the command's own processes.
     pub mount_proc: bool,
+    /// Whether to mount a devpts instance of the command's own at `/dev/pts` (and its
+    /// `ptmx` at `/dev/ptmx`), so no other session's terminal is there to open; without it
+    /// neither path is granted.
+    #[serde(default)]
+    pub private_pts: bool,
     /// Whether to confine the filesystem (and TCP, where the ABI has it) with Landlock.
     pub landlock: bool,
     /// Whether to install the seccomp filter.
@@ -48,6 +53,9 @@ pub struct ProbeReport {
     pub net_namespace: bool,
     /// Whether a fresh `/proc` can be mounted in the new PID namespace.
     pub mount_proc: bool,
+    /// Whether a new devpts instance can be mounted in the new mount namespace.
+    #[serde(default)]
+    pub private_pts: bool,
     /// Whether seccomp filters can be installed.
     pub seccomp: bool,
 }

@@ -430,3 +430,91 @@ async fn a_terminal_command_runs_confined_and_ctrl_c_reaches_it() {
     assert!(seen.contains("caught-int"), "{seen}");
     assert_eq!(exit, 7, "{seen}");
 }
+
+#[tokio::test]
+async fn a_terminal_is_its_sessions_alone() {
+    let app = TestApp::spawn_with(alice_and_bob).await;
+    if !has_layers(
+        &app,
+        "a_terminal_is_its_sessions_alone",
+        &["landlock", "private_pts"],
+    )
+    .await
+    {
+        return;
+    }
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let bobs = bob.open().await;
+    let started = bob
+        .invoke(
+            &bobs,
+            "exec_command",
+            json!({"cmd": "tty; cat", "tty": true, "yield_time_ms": 1000}),
+        )
+        .await;
+    let answer: Value = serde_json::from_str(started["output"].as_str().unwrap()).unwrap();
+    let output = answer["output"].as_str().unwrap();
+    // His own terminal is there under its name.
+    let terminal = output
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("/dev/pts/"))
+        .unwrap_or_else(|| panic!("tty names the terminal: {output}"))
+        .to_string();
+    let process = started["structured_metadata"]["session_id"].clone();
+
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let alices = alice.open().await;
+    let bobs_other = bob.open().await;
+    for (ws, session, who) in [
+        (&mut alice, &alices, "alice"),
+        (&mut bob, &bobs_other, "bob's other session"),
+    ] {
+        // Only the session's own devpts instance: its ptmx and nothing else.
+        let listed = shell(ws, session, "ls /dev/pts").await;
+        assert!(
+            listed
+                .lines()
+                .skip_while(|l| !l.starts_with("output"))
+                .skip(1)
+                .all(|l| l.trim() == "ptmx"),
+            "{who} sees other terminals: {listed}"
+        );
+        let written = shell(
+            ws,
+            session,
+            &format!("echo intruder > {terminal}; echo rc=$?"),
+        )
+        .await;
+        assert!(
+            !written.contains("rc=0"),
+            "{who} wrote to {terminal}: {written}"
+        );
+        let settings = shell(
+            ws,
+            session,
+            &format!("stty -F {terminal} -echo; echo rc=$?"),
+        )
+        .await;
+        assert!(
+            !settings.contains("rc=0"),
+            "{who} changed {terminal}: {settings}"
+        );
+        // A terminal it opens itself works, and is its own.
+        let opened = shell(ws, session, "script -qc 'tty' /dev/null; echo rc=$?").await;
+        assert!(opened.contains("rc=0"), "{who}: {opened}");
+    }
+    // Bob's terminal still gets what he types, and nothing of theirs.
+    let typed = bob
+        .invoke(
+            &bobs,
+            "write_stdin",
+            json!({"session_id": process, "chars": "mine\n", "yield_time_ms": 500}),
+        )
+        .await;
+    let echoed = typed["output"].as_str().unwrap();
+    let echoed: Value = serde_json::from_str(echoed).unwrap();
+    let echoed = echoed["output"].as_str().unwrap();
+    assert!(echoed.contains("mine"), "{echoed}");
+    assert!(!echoed.contains("intruder"), "{echoed}");
+}
