@@ -206,6 +206,7 @@ fn run_init(
     let (grants, tmp) = open_grants(spec, terminals)?;
     let (grants, tmp) = (&grants[..], tmp.as_ref());
     mount_tmp(grants, tmp)?;
+    protect(&spec.read_only)?;
     let proc_grant = if spec.mount_proc {
         mount_fs(
             "proc",
@@ -343,6 +344,19 @@ fn mount_devpts() -> io::Result<()> {
         )
     })
     .map(drop)
+}
+
+/// Makes each of `paths` that exists a read-only mount of itself: writable grants above them
+/// cannot change them, nor can a rename or unlink replace them (a mount point is busy).
+fn protect(paths: &[PathBuf]) -> Result<(), StepError> {
+    for path in paths {
+        let Ok(fd) = PathFd::new(path) else {
+            continue;
+        };
+        bind_fd(&fd, path).map_err(step(format!("bind {}", path.display())))?;
+        remount_read_only(path).map_err(step(format!("read-only {}", path.display())))?;
+    }
+    Ok(())
 }
 
 /// Keeps this namespace's mounts from propagating back to the host's.

@@ -125,6 +125,59 @@ fn toolchain_grants_logged() -> Vec<PathBuf> {
     grants.into_iter().map(|grant| grant.path).collect()
 }
 
+/// Git settings every sandboxed command gets, whatever a repository's config says.
+const GIT_OVERRIDES: &[(&str, &str)] = &[
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.sshCommand", "ssh"),
+    ("core.pager", "cat"),
+];
+
+/// How deep below a command's directory repositories are looked for.
+const REPOSITORY_DEPTH: usize = 2;
+/// The most repositories whose config one command's launch protects.
+const MAX_REPOSITORIES: usize = 64;
+
+/// The `.git/config` and `.git/hooks` of every repository a command in `cwd` may use: in `cwd`
+/// and its parents within the session's grants, and up to two levels below it. Read-only in
+/// the command's namespace, so no command can make a later git command (an allowed one
+/// included) run something through them.
+fn repository_config(cwd: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut repositories = Vec::new();
+    let mut dir = Some(cwd);
+    while let Some(here) = dir.filter(|d| roots.iter().any(|root| d.starts_with(root))) {
+        repositories.push(here.join(".git"));
+        dir = here.parent();
+    }
+    let mut level = vec![cwd.to_path_buf()];
+    for _ in 0..REPOSITORY_DEPTH {
+        let mut next = Vec::new();
+        for parent in &level {
+            let Ok(entries) = std::fs::read_dir(parent) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                if is_dir && entry.file_name() != ".git" {
+                    repositories.push(entry.path().join(".git"));
+                    next.push(entry.path());
+                }
+                if next.len() > MAX_REPOSITORIES * 4 {
+                    break;
+                }
+            }
+        }
+        level = next;
+    }
+    repositories
+        .into_iter()
+        .filter(|git| git.is_dir())
+        .take(MAX_REPOSITORIES)
+        .flat_map(|git| [git.join("config"), git.join("hooks")])
+        .filter(|path| path.exists())
+        .collect()
+}
+
 /// Why the sandbox cannot run as configured; start-up prints it on one line.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -368,6 +421,7 @@ impl Sandbox {
             read,
             write,
             devices: DEVICES.iter().map(PathBuf::from).collect(),
+            read_only: Vec::new(),
             tmp,
             cwd: cwd.to_path_buf(),
             network: self.network,
@@ -470,6 +524,9 @@ impl SessionSandbox {
             procs,
         );
         spec.network |= network;
+        if self.sandbox.namespaces && self.sandbox.mode == SandboxMode::WorkspaceWrite {
+            spec.read_only = repository_config(cwd, &self.root_grant);
+        }
         self.sandbox.command(&spec, program, args)
     }
 
@@ -483,6 +540,17 @@ impl SessionSandbox {
             self.tmp.clone()
         };
         command.env("TMPDIR", &tmp).env("HOME", &tmp);
+        // Settings a repository's own config could use to run a command of its choosing
+        // under any git command, an allowed `git status` included; the environment's
+        // `GIT_CONFIG_*` outranks every config file.
+        for (index, (key, value)) in GIT_OVERRIDES.iter().enumerate() {
+            command
+                .env(format!("GIT_CONFIG_KEY_{index}"), key)
+                .env(format!("GIT_CONFIG_VALUE_{index}"), value);
+        }
+        command
+            .env("GIT_CONFIG_COUNT", GIT_OVERRIDES.len().to_string())
+            .env("GIT_PAGER", "cat");
     }
 
     /// Processes the session has alive now, where a cgroup counts them.

@@ -14,6 +14,10 @@ pub struct LaunchSpec {
     pub write: Vec<PathBuf>,
     /// Device files the command may read and write (`/dev/null`, the terminal, …).
     pub devices: Vec<PathBuf>,
+    /// Files and directories beneath the writable grants that stay read-only (a repository's
+    /// `.git/config` and `.git/hooks`); applied with a mount namespace only.
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
     /// The session's own temporary directory: mounted at `/tmp` with a mount namespace,
     /// otherwise granted as it is (and named by `TMPDIR`).
     pub tmp: Option<PathBuf>,

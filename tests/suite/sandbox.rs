@@ -518,3 +518,90 @@ async fn a_terminal_is_its_sessions_alone() {
     assert!(echoed.contains("mine"), "{echoed}");
     assert!(!echoed.contains("intruder"), "{echoed}");
 }
+
+#[tokio::test]
+async fn a_repositorys_config_cannot_make_git_run_a_command() {
+    let app = TestApp::spawn().await;
+    if !has_layers(
+        &app,
+        "a_repositorys_config_cannot_make_git_run_a_command",
+        &["landlock", "mount_ns"],
+    )
+    .await
+    {
+        return;
+    }
+    let repo = app.workspace().join("proj");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    // What a cloned or tampered repository can carry: an fsmonitor command and a hook.
+    let config = repo.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[core]\n\tfsmonitor = \"touch fsmonitor-ran\"\n");
+    std::fs::write(&config, text).unwrap();
+    let hook = repo.join(".git/hooks/pre-commit");
+    std::fs::write(&hook, "#!/bin/sh\ntouch hook-ran\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let run = |command: &str| json!({"command": command, "workdir": "proj"});
+    let status = ws
+        .invoke(&session, "shell", run("git status --short; echo rc=$?"))
+        .await;
+    assert!(
+        status["output"].as_str().unwrap().contains("rc=0"),
+        "{status}"
+    );
+    let commit = ws
+        .invoke(
+            &session,
+            "shell",
+            run("git -c user.name=a -c user.email=a@b commit -q --allow-empty -m x; echo rc=$?"),
+        )
+        .await;
+    assert!(
+        commit["output"].as_str().unwrap().contains("rc=0"),
+        "{commit}"
+    );
+    assert!(
+        !repo.join("fsmonitor-ran").exists(),
+        "git ran the repository's fsmonitor"
+    );
+    assert!(
+        !repo.join("hook-ran").exists(),
+        "git ran the repository's hook"
+    );
+
+    // Nor can a command plant them for a later git command (an allowed one, say).
+    for attempt in [
+        "git config core.fsmonitor 'touch planted'",
+        "echo '[alias] x = !touch planted' >> .git/config",
+        "rm -f .git/config",
+        "mv .git/config .git/config.old",
+        "printf '#!/bin/sh\\ntouch planted\\n' > .git/hooks/post-commit",
+    ] {
+        let out = ws
+            .invoke(&session, "shell", run(&format!("{attempt}; echo rc=$?")))
+            .await;
+        assert!(
+            !out["output"].as_str().unwrap().contains("rc=0"),
+            "{attempt}: {out}"
+        );
+    }
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("fsmonitor-ran")
+    );
+    assert!(!repo.join(".git/hooks/post-commit").exists());
+}
