@@ -1,5 +1,6 @@
 //! The agentd binary: parse the configuration, set up logging, bind, serve until a signal.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use agentd::Server;
@@ -77,7 +78,7 @@ fn main() -> ExitCode {
         match server.serve(listener, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
-                eprintln!("agentd: {err}");
+                let _ = writeln!(std::io::stderr(), "agentd: {err}");
                 ExitCode::FAILURE
             }
         }
@@ -86,7 +87,7 @@ fn main() -> ExitCode {
 
 /// Start-up failures: one line on stderr, exit code 2.
 fn fail(err: &dyn std::fmt::Display) -> ExitCode {
-    eprintln!("agentd: {err}");
+    let _ = writeln!(std::io::stderr(), "agentd: {err}");
     ExitCode::from(2)
 }
 
@@ -97,6 +98,9 @@ fn init_tracing() {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log that cannot be written (a full disk under a redirected stderr) is dropped;
+        // reporting that on stderr as well would panic in the middle of a request.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     if std::env::var("AGENTD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
         builder.json().init();

@@ -24,6 +24,12 @@ pub async fn readyz(State(app): State<AppState>) -> Result<Json<serde_json::Valu
     if app.shutdown().is_cancelled() || app.sessions().is_draining() {
         return Err(ApiError::Unavailable("the server is stopping".into()));
     }
+    // A store that answers but cannot write (a full disk) would acknowledge nothing.
+    if app.sessions().write_health().is_failing() {
+        return Err(ApiError::Unavailable(
+            "the store cannot write; work resumes once it can".into(),
+        ));
+    }
     match app.sessions().store().ping().await {
         Ok(()) => Ok(Json(json!({
             "status": "ready",

@@ -28,9 +28,9 @@ const MAX_SESSIONS_PAGE: i64 = 1_000;
 /// Sessions per page when no limit is given.
 const DEFAULT_SESSIONS_PAGE: i64 = 100;
 
-/// `GET /api/sessions`' query.
+/// `GET /api/sessions`' query (`token` may ride beside it, for clients that cannot send a
+/// header).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SessionsQuery {
     /// Sessions per page, 1 to 1,000 (default 100).
     limit: Option<i64>,

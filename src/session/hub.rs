@@ -117,6 +117,7 @@ struct Inner {
     cancel: CancellationToken,
     tracker: TaskTracker,
     quota: SessionQuota,
+    write_health: Arc<crate::store::WriteHealth>,
 }
 
 /// Finds, loads and unloads session actors; cheap to clone.
@@ -149,6 +150,7 @@ impl Sessions {
                 store,
                 base,
                 unsupported: config.unsupported.clone().into(),
+                write_health: Arc::default(),
                 quota: SessionQuota::new(
                     config.max_sessions_per_user,
                     config.session_creates_per_minute,
@@ -167,6 +169,11 @@ impl Sessions {
     /// The store behind the sessions.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// Whether the sessions' last commit went through.
+    pub fn write_health(&self) -> &crate::store::WriteHealth {
+        &self.inner.write_health
     }
 
     /// The server-wide registry every session snapshots.
@@ -458,6 +465,7 @@ impl Sessions {
                 self.inner.config.approval_timeout,
             ),
             unsupported: Arc::clone(&self.inner.unsupported),
+            write_health: Arc::clone(&self.inner.write_health),
         });
         live.insert(
             row.session_id.clone(),

@@ -76,6 +76,10 @@ pub enum SessionError {
         "this session already has {0} tool calls running or queued; retry when one has finished"
     )]
     Overloaded(usize),
+    /// The store cannot write (a full disk, a lost database): nothing that would need a
+    /// write is acknowledged.
+    #[error("the store cannot write ({0}); retry once it can")]
+    StorageUnavailable(String),
     /// A per-user limit refuses the request; the message names the limit.
     #[error("{0}")]
     QuotaExceeded(String),
@@ -112,6 +116,7 @@ const ERROR_KINDS: &[&str] = &[
     "invalid_params",
     "overloaded",
     "quota_exceeded",
+    "storage_unavailable",
     "session_unavailable",
     "internal",
     "unknown_tool",
@@ -141,6 +146,7 @@ impl SessionError {
             Self::Dispatch(err) => err.kind(),
             Self::Overloaded(_) => "overloaded",
             Self::QuotaExceeded(_) => "quota_exceeded",
+            Self::StorageUnavailable(_) => "storage_unavailable",
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
             Self::Compaction(err) => err.kind(),

@@ -159,6 +159,42 @@ impl SessionPage {
     }
 }
 
+/// Whether the store takes writes: how many sessions hold events it refused (and are trying
+/// them again). Read by `/readyz` and by requests that would need a write.
+#[derive(Debug, Default)]
+pub struct WriteHealth {
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl WriteHealth {
+    /// A session's events were refused; it now waits to store them.
+    pub fn session_waiting(&self, err: &StoreError) {
+        if self
+            .waiting
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            == 0
+        {
+            tracing::error!(%err, "the store cannot write; refusing new work until it can");
+        }
+    }
+
+    /// A waiting session stored its events (or gave up on them as it stopped).
+    pub fn session_done(&self) {
+        if self
+            .waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            tracing::warn!("the store writes again");
+        }
+    }
+
+    /// Whether some session's events wait for the store.
+    pub fn is_failing(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+}
+
 /// One persisted notification, the unit of replay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRow {

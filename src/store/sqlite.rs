@@ -34,6 +34,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// How long a call waits for a free connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The WAL size past which the checkpointer waits for readers and rewinds it (a TRUNCATE
+/// checkpoint), and the size it is cut back to whenever SQLite rewinds it.
+const WAL_BOUND_BYTES: i64 = 64 << 20;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -59,6 +62,11 @@ impl SqliteStore {
     /// Opens `url` (`sqlite://PATH`, `sqlite:PATH` or `sqlite::memory:`), creating the file and
     /// its parent directory if missing, and runs the migrations.
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        Self::connect_with_wal_bound(url, WAL_BOUND_BYTES).await
+    }
+
+    /// [`SqliteStore::connect`] with the WAL kept under `wal_bound` bytes instead of 64 MiB.
+    pub async fn connect_with_wal_bound(url: &str, wal_bound: i64) -> StoreResult<Self> {
         let in_memory = is_in_memory(url);
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::InvalidUrl(e.to_string()))?
@@ -66,7 +74,9 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT);
+            .busy_timeout(BUSY_TIMEOUT)
+            // Whenever the WAL is rewound, a file grown past this is cut back to it.
+            .pragma("journal_size_limit", wal_bound.to_string());
         if !in_memory {
             create_parent_dir(options.get_filename()).await?;
         }
@@ -105,7 +115,11 @@ impl SqliteStore {
             .await
             .map_err(StoreError::Connect)?;
         let stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(checkpoint_periodically(pool.clone(), stop.clone()));
+        tokio::spawn(checkpoint_periodically(
+            pool.clone(),
+            wal_bound,
+            stop.clone(),
+        ));
         Ok(Self {
             pool,
             writer,
@@ -115,8 +129,15 @@ impl SqliteStore {
 }
 
 /// Copies the WAL back into the database file every [`CHECKPOINT_EVERY`], on a reading
-/// connection, without waiting for readers or the writer (a passive checkpoint), until `stop`.
-async fn checkpoint_periodically(pool: SqlitePool, stop: tokio_util::sync::CancellationToken) {
+/// connection, until `stop`. A passive checkpoint waits for nobody; but under steady load some
+/// reader always holds an old snapshot, the WAL is never rewound and grows without bound, so
+/// once it passes `wal_bound` bytes a TRUNCATE checkpoint waits (up to the busy timeout)
+/// for the readers to move on, copies the rest and empties the file.
+async fn checkpoint_periodically(
+    pool: SqlitePool,
+    wal_bound: i64,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -127,14 +148,64 @@ async fn checkpoint_periodically(pool: SqlitePool, stop: tokio_util::sync::Cance
         if pool.is_closed() {
             break;
         }
-        if let Err(err) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-            && !pool.is_closed()
-        {
-            tracing::warn!(%err, "WAL checkpoint failed; retrying at the next tick");
+        match checkpoint(&pool, "PASSIVE").await {
+            Ok(wal_bytes) if wal_bytes > wal_bound => match truncate_briefly(&pool).await {
+                Ok(left) => tracing::debug!(wal_bytes, left, "WAL past its bound; truncated"),
+                Err(err) if !pool.is_closed() => {
+                    tracing::debug!(%err, wal_bytes, "WAL past its bound and not truncated; retrying at the next tick");
+                }
+                Err(_) => {}
+            },
+            Ok(_) => {}
+            Err(err) if !pool.is_closed() => {
+                tracing::warn!(%err, "WAL checkpoint failed; retrying at the next tick");
+            }
+            Err(_) => {}
         }
     }
+}
+
+/// How long a TRUNCATE checkpoint under load may wait for readers. It holds the write lock
+/// meanwhile, so this is how long it may stall the writer; a miss is tried again a tick later.
+const TRUNCATE_WAIT_MS: u64 = 50;
+
+/// A TRUNCATE checkpoint that gives up after [`TRUNCATE_WAIT_MS`] rather than the busy
+/// timeout; the WAL's size it leaves.
+async fn truncate_briefly(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    sqlx::query(&format!("PRAGMA busy_timeout = {TRUNCATE_WAIT_MS}"))
+        .execute(&mut *connection)
+        .await?;
+    let outcome: Result<(i64, i64, i64), sqlx::Error> =
+        sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+            .fetch_one(&mut *connection)
+            .await;
+    sqlx::query(&format!(
+        "PRAGMA busy_timeout = {}",
+        BUSY_TIMEOUT.as_millis()
+    ))
+    .execute(&mut *connection)
+    .await?;
+    let (busy, frames, _) = outcome?;
+    if busy != 0 {
+        return Err(sqlx::Error::Protocol(
+            "readers kept the WAL busy; truncating next time".into(),
+        ));
+    }
+    Ok(frames.max(0))
+}
+
+/// Runs `PRAGMA wal_checkpoint(MODE)`; the WAL's size in bytes it leaves (0 once rewound).
+async fn checkpoint(pool: &SqlitePool, mode: &str) -> Result<i64, sqlx::Error> {
+    let (_busy, frames, _copied): (i64, i64, i64) =
+        sqlx::query_as(&format!("PRAGMA wal_checkpoint({mode})"))
+            .fetch_one(pool)
+            .await?;
+    let page_size: i64 = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(pool)
+        .await?;
+    // Each frame is a page and its 24-byte header; -1 frames means not in WAL mode.
+    Ok(frames.max(0) * (page_size + 24))
 }
 
 /// Whether the URL names an in-memory database, which has no file or directory to create.
@@ -334,6 +405,11 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.writer.close().await;
+        // The last word: everything into the database file and the WAL emptied, so a stopped
+        // server leaves no large WAL behind.
+        if let Err(err) = checkpoint(&self.pool, "TRUNCATE").await {
+            tracing::warn!(%err, "WAL not truncated at close");
+        }
         self.pool.close().await;
     }
 

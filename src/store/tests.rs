@@ -1482,3 +1482,90 @@ async fn racing_nodes_take_a_lapsed_lease_once(store: Arc<dyn Store>, _: Reopen)
     assert_eq!(won[0].epoch, 2);
     assert_eq!(store.lease("s1").await.unwrap().as_ref(), Some(&won[0]));
 }
+
+/// Appends `count` events of about 4 KiB to session `s1`, starting after `from`.
+async fn append_bulk(store: &dyn Store, from: i64, count: i64) {
+    let sid: Arc<str> = Arc::from("s1");
+    let filler = "x".repeat(4096);
+    for seq in from + 1..=from + count {
+        store
+            .append_events(&[NewEvent::now(
+                Arc::clone(&sid),
+                seq,
+                "tool/output/delta",
+                &json!({"text": filler}),
+            )])
+            .await
+            .expect("append");
+    }
+}
+
+fn wal_size(dir: &std::path::Path) -> u64 {
+    std::fs::metadata(dir.join("agentd.db-wal")).map_or(0, |m| m.len())
+}
+
+#[tokio::test]
+async fn sqlite_keeps_its_wal_under_the_bound_while_readers_read_and_empties_it_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/agentd.db", dir.path().display());
+    let bound: i64 = 256 * 1024;
+    let store: Arc<dyn Store> = Arc::new(
+        super::sqlite::SqliteStore::connect_with_wal_bound(&url, bound)
+            .await
+            .unwrap(),
+    );
+    store
+        .create_session(&new_session("s1", None))
+        .await
+        .expect("create");
+    // Readers that never stop keep some snapshot alive at every moment, which is what keeps a
+    // passive checkpoint from ever rewinding the WAL.
+    let reading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, reading) = (Arc::clone(&store), Arc::clone(&reading));
+            tokio::spawn(async move {
+                while reading.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = store.events_after("s1", 0, 2).await;
+                }
+            })
+        })
+        .collect();
+    // About 8 MiB of events, 32 times the bound.
+    let mut written = 0;
+    let mut largest = 0;
+    let started = Instant::now();
+    for _ in 0..8 {
+        append_bulk(store.as_ref(), written, 250).await;
+        written += 250;
+        largest = largest.max(wal_size(dir.path()));
+    }
+    eprintln!(
+        "2000 appends in {:?}, largest WAL {largest}",
+        started.elapsed()
+    );
+    // The checkpointer runs every second: within a few, the WAL is back under the bound.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while wal_size(dir.path()) > bound as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "WAL still {} bytes (bound {bound}, largest {largest})",
+            wal_size(dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reading.store(false, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    assert_eq!(
+        store.events_after("s1", 0, 100_000).await.unwrap().len(),
+        2000
+    );
+    store.close().await;
+    assert_eq!(
+        wal_size(dir.path()),
+        0,
+        "a closed store leaves no WAL behind"
+    );
+}

@@ -272,3 +272,61 @@ fn migrate_brings_the_database_up_to_date_and_exits() {
     assert!(stdout.contains("sqlite database is up to date"), "{stdout}");
     assert!(db.exists(), "the database was created");
 }
+
+#[tokio::test]
+async fn a_log_that_cannot_be_written_never_breaks_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port of its own: with stderr on /dev/full the server cannot say where it listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
+        .current_dir(dir.path())
+        .env("AGENTD_BIND", format!("127.0.0.1:{port}"))
+        .env("AGENTD_LOG", "debug")
+        .stderr(full)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let deadline = std::time::Instant::now() + crate::support::WAIT;
+    let healthy = loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the server died writing its log"
+        );
+        match reqwest::get(&url).await {
+            Ok(response) => break response.status().as_u16(),
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("no answer: {err}"),
+        }
+    };
+    assert_eq!(healthy, 200);
+    // A request that logs (a session, a tool call, an error) is answered too.
+    let (stream, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}/api/ws"))
+        .await
+        .unwrap();
+    let mut ws = crate::support::WsClient::from_stream(stream);
+    let session = ws.open().await;
+    let listed = ws
+        .invoke(&session, "list_dir", serde_json::json!({"path": "."}))
+        .await;
+    assert_eq!(listed["success"], true, "{listed}");
+    let (_, missing) = ws
+        .call(
+            "tool/invoke",
+            serde_json::json!({"session_id": session, "name": "nope", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(missing["error"]["data"]["kind"], "unknown_tool");
+    assert!(child.try_wait().unwrap().is_none());
+    let _ = child.kill();
+    let _ = child.wait();
+}

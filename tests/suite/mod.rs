@@ -14,6 +14,7 @@ mod mcp;
 mod mcp_server;
 mod sandbox;
 mod server;
+mod storage;
 mod sub_agents;
 mod tasks;
 mod tool_core;

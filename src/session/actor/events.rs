@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::{LINGER, SessionActor};
+use super::{LINGER, SessionActor, UNSTORED_RETRY};
 use crate::agent::SessionEvent;
 use crate::session::{Outbound, ToolNames, notification_text, stamp};
 use crate::store::NewEvent;
@@ -31,19 +31,19 @@ impl SessionActor {
         }
     }
 
-    /// Persists the lingering events with the next seqs in one append, then hands them to
-    /// every watcher. A watcher whose queue is full is cut off (it resumes from the store); the
-    /// actor never waits on a socket.
-    pub(super) async fn commit_lingering(&mut self) {
+    /// Persists the lingering events (after any an earlier commit could not store) with the
+    /// next seqs in one append, then hands them to every watcher. A watcher whose queue is
+    /// full is cut off (it resumes from the store); the actor never waits on a socket. Answers
+    /// whether everything is stored: events the store refused are kept, in order, and tried
+    /// again shortly (and before any later event), never sent before they are stored.
+    pub(super) async fn commit_lingering(&mut self) -> bool {
         self.linger_until = None;
-        if self.lingering.is_empty() {
-            return;
+        if self.lingering.is_empty() && self.unstored.is_empty() {
+            return true;
         }
-        let held: Vec<(String, Value)> = self
-            .lingering
-            .drain(..)
-            .map(SessionEvent::into_wire)
-            .collect();
+        let was_waiting = !self.unstored.is_empty();
+        let mut held = std::mem::take(&mut self.unstored);
+        held.extend(self.lingering.drain(..).map(SessionEvent::into_wire));
         let mut first = self.last_seq + 1;
         let mut events = self.stamped(first, &held);
         if let Err(err) = self.store.append_events(&events).await {
@@ -58,11 +58,19 @@ impl SessionActor {
                 _ => Err(err),
             };
             if let Err(err) = retried {
-                // Unpersisted events are not sent: a client must be able to replay what it saw.
                 let methods: Vec<&str> = held.iter().map(|(method, _)| method.as_str()).collect();
-                tracing::error!(%err, ?methods, seq = first, "events not persisted");
-                return;
+                tracing::error!(%err, ?methods, seq = first, "events not stored yet; retrying");
+                if !was_waiting {
+                    self.write_health.session_waiting(&err);
+                }
+                self.unstored = held;
+                self.linger_until = Some(Instant::now() + UNSTORED_RETRY);
+                self.cut_turn_for_storage();
+                return false;
             }
+        }
+        if was_waiting {
+            self.write_health.session_done();
         }
         for event in &events {
             self.last_seq = event.seq;
@@ -81,6 +89,20 @@ impl SessionActor {
                     }
                     Err(TrySendError::Closed(_)) => false,
                 });
+        }
+        true
+    }
+
+    /// The store refused the session's events: a running turn stops (it would go on acting
+    /// on what nobody can replay), and ends `storage_unavailable`.
+    fn cut_turn_for_storage(&mut self) {
+        if let Some(turn) = &self.turn
+            && !turn.cancel.is_cancelled()
+        {
+            tracing::warn!(turn_id = %turn.turn_id, "stopping the turn: its events cannot be stored");
+            self.storage_cut_turn = Some(turn.turn_id.clone());
+            turn.cancel.cancel();
+            self.kill_processes();
         }
     }
 

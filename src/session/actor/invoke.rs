@@ -19,6 +19,12 @@ impl SessionActor {
         options: InvokeOptions,
         reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
     ) {
+        if self.write_health.is_failing() {
+            let _ = reply.send(Err(SessionError::StorageUnavailable(
+                "its events could not be stored".into(),
+            )));
+            return;
+        }
         let before = self.registry.catalog();
         let prepared = self.registry.prepare(&name, &arguments);
         self.announce_tool_changes(before).await;
@@ -84,9 +90,19 @@ impl SessionActor {
         });
     }
 
-    /// A client's call ended: its events are committed, then its caller hears the result.
+    /// A client's call ended: its events are committed, then its caller hears the result —
+    /// or, when the store refused them, that they are not stored: a result nobody can replay
+    /// is never acknowledged.
     pub(super) async fn on_invoked(&mut self, tool_call_id: String, result: ToolResult) {
-        self.commit_lingering().await;
+        if !self.commit_lingering().await {
+            if let Some(reply) = self.invocations.remove(&tool_call_id) {
+                let _ = reply.send(Err(SessionError::StorageUnavailable(format!(
+                    "the call ran (success: {}) but its events are not stored yet",
+                    result.success
+                ))));
+            }
+            return;
+        }
         // Activations a tool asked for show up in the next listing.
         let before = self.registry.catalog();
         self.registry.apply_activation_requests();

@@ -41,6 +41,8 @@ use crate::tools::{ToolEvent, ToolRegistry, ToolState};
 
 /// How long an event may wait for the next one to share its commit (see `SessionActor::linger`).
 const LINGER: Duration = Duration::from_millis(1);
+/// How soon events the store refused are tried again.
+const UNSTORED_RETRY: Duration = Duration::from_millis(250);
 /// Queue depth for commands sent to one actor.
 pub(crate) const COMMAND_QUEUE: usize = 64;
 
@@ -68,6 +70,8 @@ pub(crate) struct ActorSetup {
     pub approvals: Arc<crate::agent::approval::Approvals>,
     /// Tools that exist but answer `unsupported` with this configuration.
     pub unsupported: Arc<[String]>,
+    /// Whether the store takes writes, shared by every session of the server.
+    pub write_health: Arc<crate::store::WriteHealth>,
 }
 
 /// The turn a session is running.
@@ -135,6 +139,13 @@ pub(crate) struct SessionActor {
     draining: Option<Vec<oneshot::Sender<()>>>,
     /// Whether this actor has given its session a title from a first message (or found one).
     title_checked: bool,
+    /// Events the store refused, in order, as their method and params: tried again before
+    /// any later event, and sent to nobody until stored.
+    unstored: Vec<(String, Value)>,
+    write_health: Arc<crate::store::WriteHealth>,
+    /// The turn stopped because its events could not be stored; it ends
+    /// `storage_unavailable`, not `interrupted`.
+    storage_cut_turn: Option<String>,
 }
 
 impl SessionActor {
@@ -187,6 +198,9 @@ impl SessionActor {
             unsupported: setup.unsupported,
             draining: None,
             title_checked: false,
+            unstored: Vec::new(),
+            write_health: setup.write_health,
+            storage_cut_turn: None,
         }
     }
 
@@ -207,7 +221,8 @@ impl SessionActor {
                     && self.turn.is_none()
                     && self.tasks.is_empty()
                     && !self.children_running()
-                    && self.pending_input.is_empty();
+                    && self.pending_input.is_empty()
+                    && self.unstored.is_empty();
                 let idle_timer = tokio::time::sleep(self.idle_unload);
                 let linger_until = self.linger_until;
                 tokio::select! {
@@ -242,7 +257,14 @@ impl SessionActor {
                     }
                 }
             }
-            Box::pin(self.commit_lingering()).await;
+            if !Box::pin(self.commit_lingering()).await {
+                tracing::error!(
+                    events = self.unstored.len(),
+                    "the session stopped with events the store refused; they are lost"
+                );
+                self.unstored.clear();
+                self.write_health.session_done();
+            }
             if let Some(turn) = &self.turn {
                 turn.cancel.cancel();
             }

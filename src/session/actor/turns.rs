@@ -24,6 +24,11 @@ impl SessionActor {
         input: String,
         turn_id: Option<String>,
     ) -> Result<String, SessionError> {
+        if self.write_health.is_failing() {
+            return Err(SessionError::StorageUnavailable(
+                "a turn's events could not be stored".into(),
+            ));
+        }
         let turn_id = turn_id.unwrap_or_else(|| format!("turn_{}", uuid::Uuid::new_v4().simple()));
         let (settings, cancel) = self.claim_turn_slot(&turn_id)?;
         self.emit(SessionEvent::TurnStarted {
@@ -163,7 +168,22 @@ impl SessionActor {
 
     pub(super) async fn on_turn_request(&mut self, request: TurnRequest) {
         match request {
-            TurnRequest::Emit(event) => self.linger(event),
+            TurnRequest::Emit(event) => {
+                let event = match event {
+                    SessionEvent::TurnError { turn_id, .. }
+                        if self.storage_cut_turn.as_ref() == Some(&turn_id) =>
+                    {
+                        self.storage_cut_turn = None;
+                        SessionEvent::TurnError {
+                            turn_id,
+                            code: "storage_unavailable".into(),
+                            message: "the turn was stopped: its events could not be stored".into(),
+                        }
+                    }
+                    other => other,
+                };
+                self.linger(event);
+            }
             TurnRequest::BeginIteration { turn_start, reply } => {
                 let before = self.registry.catalog();
                 let (specs, evicted) = self.registry.next_request(turn_start);
