@@ -66,6 +66,9 @@ pub struct SandboxConfig {
     pub extra_write: Vec<PathBuf>,
     /// Processes one session's commands may have alive at once, all commands together.
     pub max_processes: u32,
+    /// The most a session's private `/tmp` may hold, in MiB (its own tmpfs where the server
+    /// may mount one); 0: no cap.
+    pub tmp_max_mb: u64,
     /// The agentd binary that launches sandboxed commands; the running executable unless an
     /// embedder (such as the test harness) names another.
     #[serde(skip)]
@@ -80,6 +83,7 @@ impl Default for SandboxConfig {
             extra_read: Vec::new(),
             extra_write: Vec::new(),
             max_processes: 256,
+            tmp_max_mb: 1024,
             launcher: None,
         }
     }
@@ -123,6 +127,53 @@ fn toolchain_grants_logged() -> Vec<PathBuf> {
         );
     }
     grants.into_iter().map(|grant| grant.path).collect()
+}
+
+/// A session's `/tmp` as a tmpfs of its own: capped in size, and on no disk (the data dir's
+/// least of all), so a command cannot fill the database's volume through it.
+struct TmpQuota;
+
+impl TmpQuota {
+    fn mount(dir: &Path, mib: u64) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(std::io::Error::other)?;
+        let options = std::ffi::CString::new(format!("size={mib}m,mode=0700"))
+            .map_err(std::io::Error::other)?;
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+        let done = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            )
+        };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    fn unmount(dir: &Path) {
+        let Ok(target) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+            return;
+        };
+        // SAFETY: umount2(2) with a NUL-terminated path; a path that is no mount point fails
+        // harmlessly.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+
+    /// Whether `dir` is a mount point already (left by a stopped server, say).
+    fn is_mounted(dir: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        match (std::fs::metadata(dir), dir.parent().map(std::fs::metadata)) {
+            (Ok(here), Some(Ok(parent))) => here.dev() != parent.dev(),
+            _ => false,
+        }
+    }
 }
 
 /// Git settings every sandboxed command gets, whatever a repository's config says.
@@ -233,6 +284,9 @@ pub struct Sandbox {
     hidden: Vec<PathBuf>,
     /// Where each session's private `/tmp` lives.
     tmp_root: PathBuf,
+    /// Each session's `/tmp` is a tmpfs of this many MiB; `None` where none can be mounted
+    /// (or with no cap).
+    tmp_quota_mb: Option<u64>,
     cgroup: Option<PidsCgroup>,
     max_processes: u32,
     /// Whether `RLIMIT_NPROC` stands in for the cgroup (it cannot bind root).
@@ -283,6 +337,7 @@ impl Sandbox {
             extra_write,
             hidden,
             tmp_root: absolute(data_dir).join("sandbox"),
+            tmp_quota_mb: None,
             nproc: cgroup.is_none() && !is_root,
             cgroup,
             max_processes: settings.max_processes,
@@ -293,6 +348,22 @@ impl Sandbox {
                 sandbox.tmp_root.display()
             ))
         })?;
+        if settings.tmp_max_mb > 0 {
+            let probe = sandbox
+                .tmp_root
+                .join(format!("tmpfs-probe-{}", std::process::id()));
+            if TmpQuota::mount(&probe, 1).is_ok() {
+                TmpQuota::unmount(&probe);
+                sandbox.tmp_quota_mb = Some(settings.tmp_max_mb);
+            } else {
+                tracing::warn!(
+                    "sandbox: cannot mount a tmpfs (the server needs CAP_SYS_ADMIN), so \
+                     sandbox.tmp_max_mb is not enforced and each session's /tmp lives under \
+                     the data dir"
+                );
+            }
+            let _ = std::fs::remove_dir(&probe);
+        }
         if let Err(first) = sandbox.self_test().await {
             if !sandbox.namespaces {
                 return Err(SandboxError::Launcher(first));
@@ -337,6 +408,9 @@ impl Sandbox {
             layers.push("seccomp");
         }
         layers.push("no_new_privs");
+        if self.tmp_quota_mb.is_some() {
+            layers.push("tmp_quota");
+        }
         if self.cgroup.is_some() {
             layers.push("pids_cgroup");
         } else if self.nproc {
@@ -368,6 +442,7 @@ impl Sandbox {
 
     /// Removes what a deleted session left: its `/tmp`.
     pub fn remove_session(&self, session_id: &str) {
+        TmpQuota::unmount(&self.tmp_root.join(session_id).join("tmp"));
         let _ = std::fs::remove_dir_all(self.tmp_root.join(session_id));
     }
 
@@ -501,6 +576,11 @@ impl SessionSandbox {
     ) -> std::io::Result<tokio::process::Command> {
         let prepared = self.prepared.get_or_init(|| {
             std::fs::create_dir_all(&self.tmp)?;
+            if let Some(mib) = self.sandbox.tmp_quota_mb
+                && !TmpQuota::is_mounted(&self.tmp)
+            {
+                TmpQuota::mount(&self.tmp, mib)?;
+            }
             let Some(cgroup) = self.sandbox.cgroup.as_ref() else {
                 return Ok(None);
             };
@@ -561,8 +641,12 @@ impl SessionSandbox {
 }
 
 impl Drop for SessionSandbox {
-    /// A session that ends (unloaded, deleted, the server stopping) leaves no process behind.
+    /// A session that ends (unloaded, deleted, the server stopping) leaves no process behind,
+    /// and its `/tmp` tmpfs gives its memory back.
     fn drop(&mut self) {
+        if self.sandbox.tmp_quota_mb.is_some() && matches!(self.prepared.get(), Some(Ok(_))) {
+            TmpQuota::unmount(&self.tmp);
+        }
         if let Some(cgroup) = &self.sandbox.cgroup
             && matches!(self.prepared.get(), Some(Ok(Some(_))))
         {

@@ -605,3 +605,53 @@ async fn a_repositorys_config_cannot_make_git_run_a_command() {
     );
     assert!(!repo.join(".git/hooks/post-commit").exists());
 }
+
+#[tokio::test]
+async fn a_sessions_tmp_is_capped_and_off_the_data_disk() {
+    let app = TestApp::spawn_with(|c| {
+        alice_and_bob(c);
+        c.sandbox.tmp_max_mb = 8;
+    })
+    .await;
+    if !has_layers(
+        &app,
+        "a_sessions_tmp_is_capped_and_off_the_data_disk",
+        &["tmp_quota"],
+    )
+    .await
+    {
+        return;
+    }
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let alices = alice.open().await;
+    let filled = shell(
+        &mut alice,
+        &alices,
+        "head -c 20000000 /dev/zero > /tmp/big; echo rc=$?; du -k /tmp/big",
+    )
+    .await;
+    assert!(
+        !filled.contains("rc=0"),
+        "20 MB fit in an 8 MiB /tmp: {filled}"
+    );
+    // What it did write is not on the data dir's disk.
+    let data = app.dir.path().join("data");
+    let session_tmp = data.join("sandbox").join(&alices).join("tmp");
+    use std::os::unix::fs::MetadataExt as _;
+    assert_ne!(
+        std::fs::metadata(&session_tmp).unwrap().dev(),
+        std::fs::metadata(&data).unwrap().dev(),
+        "the session's /tmp is on the data disk"
+    );
+    // Another user's /tmp is untouched by it and has its own room.
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let bobs = bob.open().await;
+    let written = shell(
+        &mut bob,
+        &bobs,
+        "head -c 4000000 /dev/zero > /tmp/mine; echo rc=$?; ls /tmp",
+    )
+    .await;
+    assert!(written.contains("rc=0"), "{written}");
+    assert!(!written.contains("big"), "{written}");
+}
