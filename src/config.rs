@@ -390,6 +390,28 @@ pub enum Command {
     CheckConfig(ServeArgs),
     /// Bring the database's schema up to date, then exit.
     Migrate(ServeArgs),
+    /// Write a consistent copy of the SQLite store to FILE while the server runs (for
+    /// PostgreSQL, use pg_dump).
+    Backup(BackupArgs),
+}
+
+/// `agentd backup FILE`: where the copy goes, and the settings naming the store.
+#[derive(Clone, Args)]
+pub struct BackupArgs {
+    /// The file to write; it must not exist yet.
+    pub file: PathBuf,
+    /// Settings naming the store, as for `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl std::fmt::Debug for BackupArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupArgs")
+            .field("file", &self.file)
+            .field("serve", &self.serve)
+            .finish()
+    }
 }
 
 /// Flags (and their environment variables) that override the config file.

@@ -26,10 +26,15 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let cli = Cli::parse();
+    let mut backup_file = None;
     let (args, serving) = match cli.command {
         Some(Command::Serve(args)) => (args, Some(true)),
         Some(Command::CheckConfig(args)) => (args, None),
         Some(Command::Migrate(args)) => (args, Some(false)),
+        Some(Command::Backup(backup)) => {
+            backup_file = Some(backup.file);
+            (backup.serve, Some(false))
+        }
         None => (cli.serve, Some(true)),
     };
     init_tracing();
@@ -45,6 +50,18 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
     };
+    if let Some(file) = backup_file {
+        let url = config.server.database_url();
+        return runtime.block_on(async {
+            match agentd::store::sqlite::backup(&url, &file).await {
+                Ok(bytes) => {
+                    println!("wrote a copy of {} bytes to {}", bytes, file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            }
+        });
+    }
     if !serving {
         return runtime.block_on(async {
             let url = config.server.database_url();

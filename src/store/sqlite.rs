@@ -208,6 +208,50 @@ async fn checkpoint(pool: &SqlitePool, mode: &str) -> Result<i64, sqlx::Error> {
     Ok(frames.max(0) * (page_size + 24))
 }
 
+/// Writes a consistent copy of the SQLite store at `url` into `file` (`VACUUM INTO`), while a
+/// server may be writing to it; the copy's size in bytes. The file must not exist. A
+/// PostgreSQL store is refused, naming `pg_dump`.
+pub async fn backup(url: &str, file: &Path) -> StoreResult<u64> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Err(StoreError::InvalidUrl(
+            "backup copies a SQLite store; for PostgreSQL use pg_dump".into(),
+        ));
+    }
+    if is_in_memory(url) {
+        return Err(StoreError::InvalidUrl(
+            "an in-memory database has nothing to back up".into(),
+        ));
+    }
+    if file.exists() {
+        return Err(StoreError::Conflict(format!(
+            "{} exists already; name a new file",
+            file.display()
+        )));
+    }
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(|e| StoreError::InvalidUrl(e.to_string()))?
+        .busy_timeout(BUSY_TIMEOUT);
+    if !options.get_filename().exists() {
+        return Err(StoreError::NotFound(format!(
+            "no database at {}",
+            options.get_filename().display()
+        )));
+    }
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.read_only(true))
+        .await
+        .map_err(StoreError::Connect)?;
+    let copied = sqlx::query("VACUUM INTO ?")
+        .bind(file.to_string_lossy().into_owned())
+        .execute(&pool)
+        .await
+        .map_err(db_error);
+    pool.close().await;
+    copied?;
+    Ok(std::fs::metadata(file).map(|m| m.len()).unwrap_or(0))
+}
+
 /// Whether the URL names an in-memory database, which has no file or directory to create.
 fn is_in_memory(url: &str) -> bool {
     let rest = url

@@ -330,3 +330,86 @@ async fn a_log_that_cannot_be_written_never_breaks_a_request() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test]
+async fn a_backup_taken_under_load_opens_and_replays() {
+    let app = crate::support::TestApp::spawn().await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    // Calls keep writing while the copy is made.
+    let load = tokio::spawn({
+        let session = session.clone();
+        async move {
+            for i in 0..300 {
+                let path = format!("f{i}.txt");
+                ws.invoke(
+                    &session,
+                    "write_file",
+                    serde_json::json!({"path": path, "content": "x"}),
+                )
+                .await;
+            }
+        }
+    });
+    let file = app.dir.path().join("copy.db");
+    let data_dir = app.dir.path().join("data");
+    let output = tokio::task::spawn_blocking({
+        let file = file.clone();
+        move || {
+            agentd()
+                .arg("backup")
+                .arg(&file)
+                .arg("--data-dir")
+                .arg(&data_dir)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(said.contains("wrote a copy"), "{said}");
+    load.await.unwrap();
+
+    // The copy is a store of its own: the session is there and its events replay in order,
+    // every one up to the last the copy holds.
+    let copy = agentd::store::connect(&format!("sqlite://{}", file.display()))
+        .await
+        .unwrap();
+    let row = copy
+        .get_session(&session)
+        .await
+        .unwrap()
+        .expect("the session");
+    let events = copy.events_after(&session, 0, 100_000).await.unwrap();
+    assert_eq!(events.len() as i64, row.last_seq);
+    assert!(events.iter().zip(1..).all(|(e, seq)| e.seq == seq));
+    copy.close().await;
+
+    // An existing file is never overwritten, and PostgreSQL is pointed at pg_dump.
+    let again = agentd()
+        .arg("backup")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(app.dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+    let postgres = agentd()
+        .args([
+            "backup",
+            "/tmp/never.db",
+            "--database-url",
+            "postgres://u@127.0.0.1:1/x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(postgres.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&postgres.stderr).contains("pg_dump"));
+}
