@@ -304,6 +304,26 @@ impl ClusterConfig {
     }
 }
 
+/// `[retention]`: how long what sessions leave behind is kept; 0 keeps it forever.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Events older than this many days are deleted (only closed work: never those of a
+    /// running turn, call, approval or task).
+    pub events_days: u32,
+    /// Background tasks that ended more than this many days ago lose their output and record.
+    pub task_output_days: u32,
+    /// Sessions with no event for this many days, and nothing running, are deleted.
+    pub idle_session_days: u32,
+}
+
+impl RetentionConfig {
+    /// Whether anything is ever deleted.
+    pub fn is_enabled(&self) -> bool {
+        self.events_days > 0 || self.task_output_days > 0 || self.idle_session_days > 0
+    }
+}
+
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -345,6 +365,8 @@ pub struct Config {
     pub mcp_servers: Vec<crate::tools::mcp::McpServerConfig>,
     /// `[budget]`.
     pub budget: BudgetConfig,
+    /// `[retention]`.
+    pub retention: RetentionConfig,
     /// `[agent]`.
     pub agent: AgentConfig,
     /// `[cluster]`.
@@ -393,6 +415,8 @@ pub enum Command {
     /// Write a consistent copy of the SQLite store to FILE while the server runs (for
     /// PostgreSQL, use pg_dump).
     Backup(BackupArgs),
+    /// Apply `[retention]` now: delete old events, old task output and idle sessions.
+    Gc(ServeArgs),
 }
 
 /// `agentd backup FILE`: where the copy goes, and the settings naming the store.

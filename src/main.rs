@@ -27,10 +27,15 @@ fn main() -> ExitCode {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let cli = Cli::parse();
     let mut backup_file = None;
+    let mut gc = false;
     let (args, serving) = match cli.command {
         Some(Command::Serve(args)) => (args, Some(true)),
         Some(Command::CheckConfig(args)) => (args, None),
         Some(Command::Migrate(args)) => (args, Some(false)),
+        Some(Command::Gc(args)) => {
+            gc = true;
+            (args, Some(false))
+        }
         Some(Command::Backup(backup)) => {
             backup_file = Some(backup.file);
             (backup.serve, Some(false))
@@ -56,6 +61,30 @@ fn main() -> ExitCode {
             match agentd::store::sqlite::backup(&url, &file).await {
                 Ok(bytes) => {
                     println!("wrote a copy of {} bytes to {}", bytes, file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err),
+            }
+        });
+    }
+    if gc {
+        return runtime.block_on(async {
+            let store = match agentd::store::connect(&config.server.database_url()).await {
+                Ok(store) => store,
+                Err(err) => return fail(&err),
+            };
+            let swept = agentd::session::retention::sweep(
+                store.as_ref(),
+                &config.retention,
+                time::OffsetDateTime::now_utc(),
+                &std::collections::HashSet::new(),
+                &|_| {},
+            )
+            .await;
+            store.close().await;
+            match swept {
+                Ok(report) => {
+                    println!("{report}");
                     ExitCode::SUCCESS
                 }
                 Err(err) => fail(&err),

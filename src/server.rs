@@ -212,6 +212,30 @@ async fn end_open_work(store: &dyn store::Store, metrics: &Metrics) -> Result<()
     Ok(())
 }
 
+/// Applies `[retention]` once a day (the first time a minute after start), until `cancel`.
+fn spawn_daily_sweep(
+    sessions: &Sessions,
+    policy: &crate::config::RetentionConfig,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let (sessions, policy, cancel) = (sessions.clone(), policy.clone(), cancel.clone());
+    tracker.spawn(async move {
+        let mut next = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep_until(next) => {}
+            }
+            next += crate::session::retention::SWEEP_EVERY;
+            match sessions.sweep(&policy).await {
+                Ok(report) => tracing::info!(%report, "retention sweep"),
+                Err(err) => tracing::warn!(%err, "retention sweep failed; trying again tomorrow"),
+            }
+        }
+    });
+}
+
 impl Server {
     /// Creates the data and workspace directories, opens and migrates the database, marks
     /// tasks that were running at the last stop as failed, and builds the router.
@@ -419,6 +443,9 @@ impl Server {
             cancel.clone(),
             tracker.clone(),
         );
+        if config.retention.is_enabled() {
+            spawn_daily_sweep(&sessions, &config.retention, &cancel, &tracker);
+        }
         let config = Arc::new(config);
         let state = AppState::new(Arc::clone(&config), sessions, metrics, cancel.clone());
         Ok(Self {

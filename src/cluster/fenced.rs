@@ -3,6 +3,7 @@
 //! appends send their `NOTIFY` at commit.
 
 use std::sync::Arc;
+use time::OffsetDateTime;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -133,6 +134,18 @@ impl Store for FencedStore {
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
         self.inner.set_title_if_unset(session_id, title).await
+    }
+
+    async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        self.inner.idle_sessions(before).await
+    }
+
+    async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        self.inner.prune_events(before).await
+    }
+
+    async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        self.inner.prune_tasks(before).await
     }
 
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {

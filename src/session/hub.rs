@@ -383,6 +383,29 @@ impl Sessions {
         Ok(())
     }
 
+    /// Applies `[retention]` now, sparing the sessions whose actors run here.
+    pub async fn sweep(
+        &self,
+        policy: &crate::config::RetentionConfig,
+    ) -> Result<super::retention::SweepReport, SessionError> {
+        let loaded: std::collections::HashSet<String> =
+            self.inner.live.lock().await.keys().cloned().collect();
+        let sandbox = self.inner.config.sandbox.clone();
+        let remove = move |session_id: &str| {
+            if let Some(sandbox) = &sandbox {
+                sandbox.remove_session(session_id);
+            }
+        };
+        Ok(super::retention::sweep(
+            self.inner.store.as_ref(),
+            policy,
+            time::OffsetDateTime::now_utc(),
+            &loaded,
+            &remove,
+        )
+        .await?)
+    }
+
     /// Number of loaded actors.
     pub async fn live_count(&self) -> usize {
         self.inner.live.lock().await.len()

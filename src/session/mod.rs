@@ -7,6 +7,7 @@ pub mod forwarding;
 pub mod hub;
 pub mod open_work;
 mod quota;
+pub mod retention;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -10,6 +10,7 @@
 //! committed at once (PostgreSQL).
 
 use std::sync::Arc;
+use time::OffsetDateTime;
 
 use async_trait::async_trait;
 use prometheus_client::metrics::counter::Counter;
@@ -240,6 +241,18 @@ impl Store for GroupCommit {
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
         self.inner.set_title_if_unset(session_id, title).await
+    }
+
+    async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        self.inner.idle_sessions(before).await
+    }
+
+    async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        self.inner.prune_events(before).await
+    }
+
+    async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        self.inner.prune_tasks(before).await
     }
 
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {

@@ -483,6 +483,18 @@ pub trait Store: Send + Sync + 'static {
     /// whether it was set.
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool>;
 
+    /// Sessions whose last event is older than `before`, with no open work and no running
+    /// task: what an idle-session retention may delete.
+    async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>>;
+
+    /// Deletes events older than `before` that belong to closed work (at or below a session's
+    /// `live_from_seq`, or any of a session holding no open work); how many went.
+    async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64>;
+
+    /// Deletes the records of tasks that ended before `before`; their output files' paths,
+    /// for the caller to remove.
+    async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>>;
+
     /// For a fork, what its source had spent up to the fork point; 0 for any other session.
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64>;
 

@@ -319,6 +319,41 @@ impl Store for PostgresStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT session_id FROM sessions s WHERE updated_at < $1 AND live_from_seq IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
+             AND t.state = 'running') ORDER BY session_id",
+        )
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "DELETE FROM events e WHERE e.created_at < $1 AND e.seq <= COALESCE( \
+             (SELECT s.live_from_seq FROM sessions s WHERE s.session_id = e.session_id), e.seq)",
+        )
+        .bind(before)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(
+            "DELETE FROM tasks WHERE state <> 'running' AND finished_at IS NOT NULL \
+             AND finished_at < $1 RETURNING output_path",
+        )
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
         let usd: Option<f64> =
             sqlx::query_scalar("SELECT inherited_usd FROM sessions WHERE session_id = $1")

@@ -632,6 +632,42 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT session_id FROM sessions s WHERE updated_at < ? AND live_from_seq IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
+             AND t.state = 'running') ORDER BY session_id",
+        )
+        .bind(ts(before)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "DELETE FROM events WHERE created_at < ? AND seq <= COALESCE( \
+             (SELECT s.live_from_seq FROM sessions s WHERE s.session_id = events.session_id), \
+             seq)",
+        )
+        .bind(ts(before)?)
+        .execute(&self.writer)
+        .await
+        .map_err(db_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(
+            "DELETE FROM tasks WHERE state <> 'running' AND finished_at IS NOT NULL \
+             AND finished_at < ? RETURNING output_path",
+        )
+        .bind(ts(before)?)
+        .fetch_all(&self.writer)
+        .await
+        .map_err(db_error)
+    }
+
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
         let usd: Option<f64> =
             sqlx::query_scalar("SELECT inherited_usd FROM sessions WHERE session_id = ?")

@@ -413,3 +413,30 @@ async fn a_backup_taken_under_load_opens_and_replays() {
     assert_eq!(postgres.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&postgres.stderr).contains("pg_dump"));
 }
+
+#[test]
+fn gc_applies_the_retention_policy_now_and_says_what_it_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agentd.toml"),
+        "[retention]\nidle_session_days = 30\nevents_days = 7\n",
+    )
+    .unwrap();
+    let output = agentd()
+        .args(["gc", "--config", "agentd.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{said}");
+    assert_eq!(said.trim(), "deleted 0 idle sessions, 0 events and 0 tasks' output");
+    // A bad key is one clear line and exit code 2, as for serve.
+    std::fs::write(dir.path().join("bad.toml"), "[retention]\nevent_days = 7\n").unwrap();
+    let bad = agentd()
+        .args(["gc", "--config", "bad.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("event_days"));
+}
