@@ -429,7 +429,10 @@ fn gc_applies_the_retention_policy_now_and_says_what_it_deleted() {
         .unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{said}");
-    assert_eq!(said.trim(), "deleted 0 idle sessions, 0 events and 0 tasks' output");
+    assert_eq!(
+        said.trim(),
+        "deleted 0 idle sessions, 0 events and 0 tasks' output"
+    );
     // A bad key is one clear line and exit code 2, as for serve.
     std::fs::write(dir.path().join("bad.toml"), "[retention]\nevent_days = 7\n").unwrap();
     let bad = agentd()
