@@ -46,6 +46,11 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
+    /// agentd's data directory (none for the floor).
+    pub fn data_dir(&self) -> Option<std::path::PathBuf> {
+        self._dir.as_ref().map(|dir| dir.path().join("data"))
+    }
+
     /// The floor: this same binary, run with the hidden floor argument.
     pub async fn floor() -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("cannot find this program's path")?;
@@ -209,6 +214,13 @@ impl ServerProcess {
     pub async fn kill(mut self) -> anyhow::Result<()> {
         self.child.kill().await.context("cannot kill")?;
         Ok(())
+    }
+
+    /// [`ServerProcess::stop`], handing back agentd's directory to look at what it left.
+    pub async fn stop_keeping_dir(mut self) -> anyhow::Result<Option<tempfile::TempDir>> {
+        let dir = self._dir.take();
+        self.stop().await?;
+        Ok(dir)
     }
 
     /// SIGTERM, then waits; a server that does not exit in time is killed and reported.

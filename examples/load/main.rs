@@ -1,13 +1,13 @@
 //! A load generator that measures agentd from outside, as a client sees it, beside a bare axum
 //! WebSocket echo server (the "floor") measured the same way in the same run.
 //!
-//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|mcp|mcp-serve|cluster|all> [options]`
+//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|mcp|mcp-serve|cluster|soak|all> [options]`
 //!
 //! Both servers run as child processes so that their CPU time and resident memory can be read
 //! from /proc without counting the client's own. Modules: `child` (the servers as processes),
 //! `floor` (the echo server), `client` (the JSON-RPC WebSocket client), `report` (percentiles
 //! and tables), `mock_model` (the zero-latency model), and one module per scenario family:
-//! `invoke` (rtt, conc), `opens`, `idle`, `turns`, `mcp`, `mcp_serve`, `cluster`.
+//! `invoke` (rtt, conc), `opens`, `idle`, `turns`, `mcp`, `mcp_serve`, `cluster`, `soak`.
 
 mod child;
 mod client;
@@ -20,6 +20,7 @@ mod mcp_serve;
 mod mock_model;
 mod opens;
 mod report;
+mod soak;
 mod turns;
 
 use std::path::PathBuf;
@@ -52,6 +53,9 @@ enum Scenario {
     /// Three nodes over one PostgreSQL (needs --database): forwarding, cross-node events,
     /// throughput beside one node, a killed owner. Not part of `all`.
     Cluster,
+    /// A long run (1,000,000 calls by default) with the WAL's size and the throughput after
+    /// every 50,000. Not part of `all`.
+    Soak,
     /// Every scenario in turn.
     All,
 }
@@ -295,6 +299,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Mcp => mcp::run(settings).await,
             Scenario::McpServe => mcp_serve::run(settings).await,
             Scenario::Cluster => cluster::run(settings).await,
+            Scenario::Soak => soak::run(settings).await,
             Scenario::All => unreachable!("`all` is expanded above"),
         }
         .with_context(|| format!("scenario {scenario:?}"))?;
