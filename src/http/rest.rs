@@ -51,7 +51,13 @@ pub async fn list_sessions(
             "limit must be between 1 and {MAX_SESSIONS_PAGE}"
         )));
     }
-    let after = query.cursor.as_deref().map(read_cursor).transpose()?;
+    // An empty cursor is the first page, as none is.
+    let after = query
+        .cursor
+        .as_deref()
+        .filter(|cursor| !cursor.is_empty())
+        .map(read_cursor)
+        .transpose()?;
     // One row more than asked says whether another page follows.
     let mut rows = app
         .sessions()
@@ -75,9 +81,11 @@ pub async fn list_sessions(
     ))
 }
 
-/// A `next_cursor`: the last row's `updated_at` and session id.
+/// A `next_cursor`: the last row's `updated_at` and session id. Any other string names no
+/// page, which is answered as a page that is not there (404).
 fn read_cursor(cursor: &str) -> Result<(time::OffsetDateTime, String), ApiError> {
-    let bad = || ApiError::BadRequest("cursor is not a next_cursor this server gave".into());
+    let bad =
+        || ApiError::NotFound("no page at this cursor: pass a next_cursor this server gave".into());
     let (at, id) = cursor.rsplit_once('_').ok_or_else(bad)?;
     let at = time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
         .map_err(|_| bad())?;

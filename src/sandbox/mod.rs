@@ -287,6 +287,8 @@ pub struct Sandbox {
     /// Each session's `/tmp` is a tmpfs of this many MiB; `None` where none can be mounted
     /// (or with no cap).
     tmp_quota_mb: Option<u64>,
+    /// `PATH` entries no grant covers: a command found only there cannot run.
+    unreachable_path: Vec<PathBuf>,
     cgroup: Option<PidsCgroup>,
     max_processes: u32,
     /// Whether `RLIMIT_NPROC` stands in for the cgroup (it cannot bind root).
@@ -324,10 +326,21 @@ impl Sandbox {
             .chain(toolchains)
             .collect();
         let read = carve(&read_wanted, &hidden);
+        let unreachable_path: Vec<PathBuf> = std::env::var_os("PATH")
+            .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|entry| entry.is_absolute() && entry.is_dir())
+            .filter(|entry| {
+                let entry = entry.canonicalize().unwrap_or_else(|_| entry.clone());
+                !read.iter().any(|grant| entry.starts_with(grant))
+            })
+            .collect();
         let extra_write = carve(&settings.extra_write, &hidden);
         let is_root = rustix::process::getuid().is_root();
         let cgroup = PidsCgroup::setup();
         let mut sandbox = Self {
+            unreachable_path,
             mode: settings.mode,
             network: settings.network,
             launcher,
@@ -631,6 +644,22 @@ impl SessionSandbox {
         command
             .env("GIT_CONFIG_COUNT", GIT_OVERRIDES.len().to_string())
             .env("GIT_PAGER", "cat");
+    }
+
+    /// For a command that could not be found or run (exit 126 or 127): the `PATH` entries the
+    /// sandbox does not let commands read, and how to grant one; `None` when there are none.
+    pub fn unreachable_path_hint(&self) -> Option<String> {
+        let entries = &self.sandbox.unreachable_path;
+        if entries.is_empty() {
+            return None;
+        }
+        let shown: Vec<String> = entries.iter().map(|e| e.display().to_string()).collect();
+        Some(format!(
+            "note: the sandbox does not let commands read these PATH entries, so a program \
+             found only there cannot run: {}. An operator can grant one with [sandbox] \
+             extra_read.",
+            shown.join(", ")
+        ))
     }
 
     /// Processes the session has alive now, where a cgroup counts them.

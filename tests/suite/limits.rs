@@ -576,14 +576,18 @@ async fn the_session_list_pages_with_a_cursor_and_never_shows_another_users() {
         paged, expected,
         "the pages, in order, are the whole list once"
     );
-    for bad in [
-        "/api/sessions?limit=0",
-        "/api/sessions?limit=1001",
-        "/api/sessions?cursor=nope",
+    for (bad, expected) in [
+        ("/api/sessions?limit=0", 400),
+        ("/api/sessions?limit=1001", 400),
+        ("/api/sessions?cursor=nope", 404),
     ] {
         let (status, body) = app
             .request(reqwest::Method::GET, bad, Some("alice-token"))
             .await;
-        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(status, expected, "{bad}: {body}");
     }
+    let first = app
+        .get_json("/api/sessions?limit=2&cursor=", Some("alice-token"))
+        .await;
+    assert_eq!(first["sessions"].as_array().unwrap().len(), 2);
 }

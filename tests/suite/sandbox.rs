@@ -655,3 +655,44 @@ async fn a_sessions_tmp_is_capped_and_off_the_data_disk() {
     assert!(written.contains("rc=0"), "{written}");
     assert!(!written.contains("big"), "{written}");
 }
+
+#[tokio::test]
+async fn a_program_behind_a_hidden_path_entry_says_which_entry_and_how_to_grant_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hidden = dir.path().join("hidden-bin");
+    std::fs::create_dir_all(&hidden).unwrap();
+    let tool = hidden.join("mytool");
+    std::fs::write(&tool, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.path().join("agentd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{}\"\nworkspace = \"{}\"\n",
+            dir.path().join("data").display(),
+            dir.path().join("workspace").display()
+        ),
+    )
+    .unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"));
+    command
+        .arg("--config")
+        .arg(&config)
+        .env("PATH", format!("{}:/usr/bin:/bin", hidden.display()))
+        .env_remove("AGENTD_BIND");
+    let server = tokio::task::spawn_blocking(move || ServerProcess::spawn(command))
+        .await
+        .unwrap();
+    let mut ws = server.ws().await;
+    let session = ws.open().await;
+    let ran = ws
+        .invoke(&session, "shell", json!({"command": "mytool"}))
+        .await;
+    let output = ran["output"].as_str().unwrap();
+    if !output.contains("exit code: 126") && !output.contains("exit code: 127") {
+        eprintln!("skipping: the sandbox let the hidden PATH entry through ({output})");
+        return;
+    }
+    assert!(output.contains(&hidden.display().to_string()), "{output}");
+    assert!(output.contains("[sandbox] extra_read"), "{output}");
+}

@@ -296,7 +296,9 @@ impl ServerProcess {
         Self::spawn(command)
     }
 
-    fn spawn(mut command: std::process::Command) -> Self {
+    /// Starts the binary as `command` says (with its log read as the others are); waits until
+    /// it listens.
+    pub fn spawn(mut command: std::process::Command) -> Self {
         let mut child = command
             .env("AGENTD_LOG", "info")
             .stderr(std::process::Stdio::piped())

@@ -209,6 +209,15 @@ impl Shell {
         };
         let wall = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
         let mut result = report(&ending, timeout_ms, wall, &capture);
+        // 127 (not found) and 126 (not runnable) are what a program behind a PATH entry the
+        // sandbox hides gives; say which entries those are, so nobody guesses.
+        if let Ending::Exited(Ok(status)) = &ending
+            && matches!(status.code(), Some(126 | 127))
+            && let Some(hint) = self.workspace.sandbox().and_then(|s| s.unreachable_path_hint())
+        {
+            result.output.push('\n');
+            result.output.push_str(&hint);
+        }
         if args.run_in_background {
             // The output streamed into the task's log already; the result ends that log, so it
             // says how the command ended instead of repeating what it wrote.
