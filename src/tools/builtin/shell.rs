@@ -213,7 +213,10 @@ impl Shell {
         // sandbox hides gives; say which entries those are, so nobody guesses.
         if let Ending::Exited(Ok(status)) = &ending
             && matches!(status.code(), Some(126 | 127))
-            && let Some(hint) = self.workspace.sandbox().and_then(|s| s.unreachable_path_hint())
+            && let Some(hint) = self
+                .workspace
+                .sandbox()
+                .and_then(|s| s.unreachable_path_hint())
         {
             result.output.push('\n');
             result.output.push_str(&hint);
