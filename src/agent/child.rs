@@ -351,6 +351,7 @@ impl HistoryJournal {
             Some(ChatMessage::Assistant {
                 content,
                 tool_calls,
+                ..
             }) if tool_calls.is_empty() => content.clone(),
             _ => None,
         }
@@ -385,6 +386,7 @@ mod tests {
 
     fn answer(text: &str) -> ChatMessage {
         ChatMessage::Assistant {
+            reasoning: None,
             content: Some(text.into()),
             tool_calls: Vec::new(),
         }

@@ -161,6 +161,7 @@ fn transcript(messages: &[ChatMessage]) -> String {
             ChatMessage::Assistant {
                 content,
                 tool_calls,
+                ..
             } => {
                 let mut line = format!("[assistant] {}", content.as_deref().unwrap_or(""));
                 for call in tool_calls {
@@ -337,6 +338,7 @@ mod tests {
 
     fn calls(id: &str) -> ChatMessage {
         ChatMessage::Assistant {
+            reasoning: None,
             content: None,
             tool_calls: vec![ToolCall {
                 id: id.into(),

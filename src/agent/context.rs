@@ -179,6 +179,7 @@ mod tests {
             content: text.into(),
         };
         let assistant = |ids: &[&str]| ChatMessage::Assistant {
+            reasoning: None,
             content: None,
             tool_calls: ids.iter().map(|id| call(id)).collect(),
         };
@@ -212,6 +213,7 @@ mod tests {
             content: text.into(),
         };
         let assistant = |ids: &[&str]| ChatMessage::Assistant {
+            reasoning: None,
             content: Some("x".repeat(300)),
             tool_calls: ids.iter().map(|id| call(id)).collect(),
         };

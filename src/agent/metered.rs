@@ -65,6 +65,7 @@ mod tests {
             _cancel: CancellationToken,
         ) -> Result<ChatResponse, LlmError> {
             self.answer.clone().map(|first_token| ChatResponse {
+                reasoning: None,
                 text: "hi".into(),
                 tool_calls: Vec::new(),
                 usage: None,

@@ -251,6 +251,7 @@ impl<H: TurnHost> Turn<H> {
             let assistant = ChatMessage::Assistant {
                 content: (!response.text.is_empty()).then(|| response.text.clone()),
                 tool_calls: stored_calls,
+                reasoning: response.reasoning.clone(),
             };
             if let Err(ending) = self.remember(&assistant).await {
                 return ending;

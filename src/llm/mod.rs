@@ -60,6 +60,12 @@ pub enum ChatMessage {
         /// The tool calls, in the model's order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// What the model reasoned before answering, as a chat-completions server streamed it
+        /// (`reasoning_content`, or `reasoning`); sent back with the message, since servers in
+        /// thinking mode (DeepSeek's) refuse a tool-call turn without it. `Some("")` when the
+        /// field came empty.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
     },
     /// The result of one tool call.
     Tool {
@@ -102,6 +108,9 @@ pub struct ChatResponse {
     pub text: String,
     /// Tool calls, their fragments joined by index, in index order.
     pub tool_calls: Vec<ToolCall>,
+    /// The reasoning streamed beside the answer (`reasoning_content` or `reasoning`), when the
+    /// server sent that field at all.
+    pub reasoning: Option<String>,
     /// Token usage from the final chunk; `None` when the server sent none.
     pub usage: Option<Usage>,
     /// Why the model stopped (`stop`, `tool_calls`, `length`, …), when it said.

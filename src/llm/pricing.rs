@@ -324,10 +324,12 @@ mod tests {
     #[test]
     fn estimate_grows_with_tool_calls_and_non_latin_text() {
         let plain = ChatMessage::Assistant {
+            reasoning: None,
             content: None,
             tool_calls: vec![],
         };
         let with_call = ChatMessage::Assistant {
+            reasoning: None,
             content: None,
             tool_calls: vec![ToolCall {
                 id: "c".into(),

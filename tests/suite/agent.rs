@@ -639,3 +639,71 @@ async fn a_long_conversation_is_trimmed_to_the_context_window_not_lost() {
     assert_eq!(messages["messages"][0]["content"], long.as_str());
     assert_eq!(messages["messages"].as_array().unwrap().len(), 4);
 }
+
+/// A server in thinking mode, as DeepSeek's is: it streams `reasoning_content` before a tool
+/// call, and refuses (HTTP 400, its own words) a request whose tool-call turn does not carry
+/// that reasoning back.
+fn thinking_model() -> Script {
+    Script::route(|request| {
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        let calls: Vec<&Value> = messages
+            .iter()
+            .filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_some())
+            .collect();
+        if calls.iter().any(|m| m.get("reasoning_content").is_none()) {
+            return Reply::error(
+                400,
+                json!({"error": {"message": "The reasoning_content in the thinking mode must be passed back to the API.", "type": "invalid_request_error"}}),
+            );
+        }
+        if calls.is_empty() {
+            return Reply::raw_sse(concat!(
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"The user wants \"}}]}\n\n",
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"the listing.\"}}]}\n\n",
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_think\",\"type\":\"function\",\"function\":{\"name\":\"list_dir\",\"arguments\":\"{\\\"path\\\":\\\".\\\"}\"}}]}}]}\n\n",
+                "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15}}\n\n",
+                "data: [DONE]\n\n",
+            ));
+        }
+        Reply::text(&["Listed."])
+    })
+}
+
+#[tokio::test]
+async fn reasoning_goes_back_with_its_tool_call_turn_so_a_thinking_model_goes_on() {
+    let mock = MockLlm::start(thinking_model()).await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (_, end) = run_turn(&mut ws, &session, "What is here?").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let assistant = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        assistant["reasoning_content"], "The user wants the listing.",
+        "{assistant}"
+    );
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_think");
+    // Kept in the history, so a later turn (or a restart) sends it back too.
+    let (_, end) = run_turn(&mut ws, &session, "And again?").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let third = &mock.requests()[2];
+    let kept = third["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant" && m.get("tool_calls").is_some())
+        .cloned()
+        .unwrap();
+    assert_eq!(kept["reasoning_content"], "The user wants the listing.");
+    // A model that never reasons is never sent the field.
+    let plain = &requests[0]["messages"];
+    assert!(!plain.to_string().contains("reasoning_content"), "{plain}");
+}

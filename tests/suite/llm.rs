@@ -188,6 +188,7 @@ async fn the_request_body_carries_the_conversation_tools_and_limits() {
                 content: "Read a.txt and find x".into(),
             },
             ChatMessage::Assistant {
+                reasoning: None,
                 content: Some("Looking.".into()),
                 tool_calls: vec![
                     ToolCall {

@@ -398,7 +398,7 @@ impl Provider for OpenAiProvider {
         cancel: CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
         let wire = self.wire_request(&request);
-        let body = serde_json::to_vec(&wire)
+        let body = wire::request_body(&request, &wire)
             .map_err(|err| LlmError::BadResponse(format!("cannot encode the request: {err}")))?;
         tracing::debug!(
             model = %wire.model,
@@ -646,6 +646,7 @@ mod tests {
                     content: "hi".into(),
                 },
                 ChatMessage::Assistant {
+                    reasoning: None,
                     content: None,
                     tool_calls: vec![ToolCall {
                         id: "c1".into(),
@@ -658,6 +659,7 @@ mod tests {
                     content: "text".into(),
                 },
                 ChatMessage::Assistant {
+                    reasoning: None,
                     content: None,
                     tool_calls: vec![],
                 },

@@ -38,6 +38,25 @@ pub(super) struct Accumulator {
     calls: BTreeMap<u32, PartialCall>,
     usage: Option<Usage>,
     finish_reason: Option<String>,
+    /// The reasoning so far, once any chunk carried the field.
+    reasoning: Option<String>,
+}
+
+/// The reasoning text a chunk's first choice carries: `reasoning_content` (DeepSeek, vLLM and
+/// Qwen's reasoning parsers) or `reasoning` (OpenRouter); `Some("")` for a field that is there
+/// but empty, so a turn in thinking mode is known as one. A `null` field is none: servers that
+/// never reason send that.
+fn reasoning_delta(chunk: &Value) -> Option<String> {
+    let delta = chunk
+        .get("choices")?
+        .as_array()?
+        .iter()
+        .find(|choice| choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)?
+        .get("delta")?;
+    ["reasoning_content", "reasoning"]
+        .iter()
+        .find_map(|key| delta.get(*key).and_then(Value::as_str))
+        .map(str::to_string)
 }
 
 impl Accumulator {
@@ -64,6 +83,7 @@ impl Accumulator {
                 LlmError::BadResponse(format!("the model failed mid-stream: {message}"))
             });
         }
+        let reasoning = reasoning_delta(&value);
         let finish_reasons = normalise_chunk(&mut value);
         let chunk: CreateChatCompletionStreamResponse =
             serde_json::from_value(value).map_err(|err| {
@@ -85,6 +105,11 @@ impl Accumulator {
         }
         if let Some(reason) = finish_reasons.into_iter().flatten().next() {
             self.finish_reason = Some(reason);
+        }
+        if let Some(reasoning) = reasoning {
+            self.reasoning
+                .get_or_insert_with(String::new)
+                .push_str(&reasoning);
         }
         let mut text = String::new();
         // One completion is asked for (n = 1); other choices would be another answer.
@@ -122,9 +147,11 @@ impl Accumulator {
         Ok(Step::Text(text))
     }
 
-    /// Whether any text or tool-call fragment has arrived.
+    /// Whether any text, reasoning or tool-call fragment has arrived.
     pub(super) fn has_output(&self) -> bool {
-        !self.text.is_empty() || !self.calls.is_empty()
+        !self.text.is_empty()
+            || !self.calls.is_empty()
+            || self.reasoning.as_ref().is_some_and(|r| !r.is_empty())
     }
 
     /// Whether a choice carried a `finish_reason`: the model is done even if `[DONE]` never
@@ -157,6 +184,7 @@ impl Accumulator {
         Ok(ChatResponse {
             text: std::mem::take(&mut self.text),
             tool_calls,
+            reasoning: self.reasoning.take(),
             usage: self.usage,
             finish_reason: self.finish_reason.clone(),
             first_token: None,
@@ -299,5 +327,46 @@ mod tests {
             answer.apply(&event(r#"{"error":"boom"}"#)),
             Err(LlmError::BadResponse(text)) if text.contains("boom")
         ));
+    }
+
+    #[test]
+    fn reasoning_is_read_from_either_field_and_an_empty_one_still_counts() {
+        let mut answer = Accumulator::default();
+        for data in [
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"a "}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"b"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"done"},"finish_reason":"stop"}]}"#,
+        ] {
+            answer.apply(&event(data)).unwrap();
+        }
+        let done = answer.finish().unwrap();
+        assert_eq!(done.reasoning.as_deref(), Some("a b"));
+        assert_eq!(done.text, "done");
+
+        let mut thinking_silently = Accumulator::default();
+        thinking_silently
+            .apply(&event(
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":"","content":"x"}}]}"#,
+            ))
+            .unwrap();
+        assert_eq!(
+            thinking_silently.finish().unwrap().reasoning.as_deref(),
+            Some("")
+        );
+        let mut never = Accumulator::default();
+        never
+            .apply(&event(
+                r#"{"choices":[{"index":0,"delta":{"reasoning":null,"content":"x"}}]}"#,
+            ))
+            .unwrap();
+        assert_eq!(never.finish().unwrap().reasoning, None);
+
+        let mut plain = Accumulator::default();
+        plain
+            .apply(&event(
+                r#"{"choices":[{"index":0,"delta":{"content":"x"}}]}"#,
+            ))
+            .unwrap();
+        assert_eq!(plain.finish().unwrap().reasoning, None);
     }
 }

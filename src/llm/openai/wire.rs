@@ -23,6 +23,40 @@ use crate::llm::{ChatMessage, ChatRequest};
 /// How much of an error message ends up in [`LlmError`](crate::llm::LlmError).
 pub(super) const MAX_ERROR_MESSAGE: usize = 1000;
 
+/// The request body: `wire` as JSON, with each assistant message's reasoning put back as
+/// `reasoning_content`, which the request types have no field for. A server in thinking mode
+/// (DeepSeek's) refuses a tool-call turn whose reasoning is not sent back; servers that do not
+/// think never see the field, as no message of theirs has reasoning.
+pub(super) fn request_body(
+    request: &ChatRequest,
+    wire: &CreateChatCompletionRequest,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let reasoned = request
+        .messages
+        .iter()
+        .enumerate()
+        .filter_map(|(index, m)| match m {
+            ChatMessage::Assistant {
+                reasoning: Some(reasoning),
+                ..
+            } => Some((index, reasoning)),
+            _ => None,
+        });
+    let mut reasoned = reasoned.peekable();
+    if reasoned.peek().is_none() {
+        return serde_json::to_vec(wire);
+    }
+    let mut body = serde_json::to_value(wire)?;
+    if let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) {
+        for (index, reasoning) in reasoned {
+            if let Some(Value::Object(message)) = messages.get_mut(index) {
+                message.insert("reasoning_content".into(), Value::String(reasoning.clone()));
+            }
+        }
+    }
+    serde_json::to_vec(&body)
+}
+
 /// The wire request for `request`: streamed with usage, tools offered with `auto` choice, the
 /// token cap in `max_tokens_field`, and `default_model` when the request names none.
 pub(super) fn chat_request(
@@ -88,6 +122,7 @@ fn wire_message(message: &ChatMessage) -> ChatCompletionRequestMessage {
         ChatMessage::Assistant {
             content,
             tool_calls,
+            ..
         } => {
             let calls = tool_calls
                 .iter()

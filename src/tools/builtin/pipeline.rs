@@ -826,6 +826,7 @@ mod tests {
 
     fn response(text: String, usage: Usage) -> ChatResponse {
         ChatResponse {
+            reasoning: None,
             text,
             tool_calls: Vec::new(),
             usage: Some(usage),
