@@ -304,26 +304,6 @@ impl ClusterConfig {
     }
 }
 
-/// `[retention]`: how long what sessions leave behind is kept; 0 keeps it forever.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetentionConfig {
-    /// Events older than this many days are deleted (only closed work: never those of a
-    /// running turn, call, approval or task).
-    pub events_days: u32,
-    /// Background tasks that ended more than this many days ago lose their output and record.
-    pub task_output_days: u32,
-    /// Sessions with no event for this many days, and nothing running, are deleted.
-    pub idle_session_days: u32,
-}
-
-impl RetentionConfig {
-    /// Whether anything is ever deleted.
-    pub fn is_enabled(&self) -> bool {
-        self.events_days > 0 || self.task_output_days > 0 || self.idle_session_days > 0
-    }
-}
-
 /// `[budget]`: spending limits.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -366,7 +346,7 @@ pub struct Config {
     /// `[budget]`.
     pub budget: BudgetConfig,
     /// `[retention]`.
-    pub retention: RetentionConfig,
+    pub retention: crate::session::retention::RetentionConfig,
     /// `[agent]`.
     pub agent: AgentConfig,
     /// `[cluster]`.

@@ -215,7 +215,7 @@ async fn end_open_work(store: &dyn store::Store, metrics: &Metrics) -> Result<()
 /// Applies `[retention]` once a day (the first time a minute after start), until `cancel`.
 fn spawn_daily_sweep(
     sessions: &Sessions,
-    policy: &crate::config::RetentionConfig,
+    policy: &crate::session::retention::RetentionConfig,
     cancel: &CancellationToken,
     tracker: &TaskTracker,
 ) {

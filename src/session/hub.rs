@@ -386,7 +386,7 @@ impl Sessions {
     /// Applies `[retention]` now, sparing the sessions whose actors run here.
     pub async fn sweep(
         &self,
-        policy: &crate::config::RetentionConfig,
+        policy: &super::retention::RetentionConfig,
     ) -> Result<super::retention::SweepReport, SessionError> {
         let loaded: std::collections::HashSet<String> =
             self.inner.live.lock().await.keys().cloned().collect();

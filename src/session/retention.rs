@@ -9,8 +9,28 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::config::RetentionConfig;
 use crate::store::{Store, StoreResult};
+use serde::{Deserialize, Serialize};
+
+/// `[retention]`: how long what sessions leave behind is kept; 0 keeps it forever.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Events older than this many days are deleted (only closed work: never those of a
+    /// running turn, call, approval or task).
+    pub events_days: u32,
+    /// Background tasks that ended more than this many days ago lose their output and record.
+    pub task_output_days: u32,
+    /// Sessions with no event for this many days, and nothing running, are deleted.
+    pub idle_session_days: u32,
+}
+
+impl RetentionConfig {
+    /// Whether anything is ever deleted.
+    pub fn is_enabled(&self) -> bool {
+        self.events_days > 0 || self.task_output_days > 0 || self.idle_session_days > 0
+    }
+}
 
 /// How often the server sweeps.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
