@@ -652,6 +652,16 @@ impl Config {
         if self.sandbox.max_processes == 0 {
             return invalid("sandbox.max_processes must be at least 1".into());
         }
+        if self.sandbox.memory_max_mb != 0 && self.sandbox.memory_max_mb < 32 {
+            return invalid(format!(
+                "sandbox.memory_max_mb must be 0 (a quarter of the machine's memory, at most \
+                 4096) or at least 32, not {}",
+                self.sandbox.memory_max_mb
+            ));
+        }
+        if self.sandbox.cpu_max_percent == 0 {
+            return invalid("sandbox.cpu_max_percent must be at least 1 (100 = one core)".into());
+        }
         for path in self
             .sandbox
             .extra_read
@@ -991,6 +1001,19 @@ usd_per_minute = 0.5
         let mut config = Config::default();
         config.tools.max_active = 0;
         assert!(config.validate().is_err());
+        let mut config = Config::default();
+        config.sandbox.memory_max_mb = 8;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("sandbox.memory_max_mb") && err.contains("not 8"),
+            "{err}"
+        );
+        let mut config = Config::default();
+        config.sandbox.cpu_max_percent = 0;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("sandbox.cpu_max_percent"), "{err}");
+        let default_memory = Config::default().sandbox.memory_max_mb_or_default();
+        assert!((64..=4096).contains(&default_memory), "{default_memory}");
         let mut config = Config::default();
         config.llm.base_url = Some("http://x/v1".into());
         assert!(

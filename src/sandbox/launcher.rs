@@ -119,13 +119,16 @@ fn grant(path: &Path, access: BitFlags<AccessFs>) -> Option<Grant> {
 }
 
 fn launch(spec: &LaunchSpec, program: &OsStr, args: &[OsString]) -> Result<i32, StepError> {
-    if let Some(procs) = &spec.cgroup_procs {
+    for procs in &spec.cgroup_procs {
         std::fs::write(procs, std::process::id().to_string())
             .map_err(step(format!("join {}", procs.display())))?;
     }
     set_rlimit(libc::RLIMIT_CORE, 0).map_err(step("RLIMIT_CORE"))?;
     if let Some(limit) = spec.nproc {
         set_rlimit(libc::RLIMIT_NPROC, limit).map_err(step("RLIMIT_NPROC"))?;
+    }
+    if let Some(limit) = spec.data_limit {
+        set_rlimit(libc::RLIMIT_DATA, limit).map_err(step("RLIMIT_DATA"))?;
     }
     if !spec.namespaces {
         let (grants, tmp) = open_grants(spec, Terminals::None)?;

@@ -12,7 +12,9 @@
 //!   only where seccomp is not available, since its socket ban is stronger.
 //! - `seccomp`: no ptrace, mount, bpf, kexec, module loading, new namespaces or io_uring, and
 //!   without network no `socket(2)` at all; `no_new_privs` and an empty capability set.
-//! - `pids_cgroup` (or `rlimit_nproc`): `max_processes` per session.
+//! - `pids_cgroup` (or `rlimit_nproc`): `max_processes` per session; `memory_cgroup` (or
+//!   `rlimit_data`, per process): `memory_max_mb` per session; `cpu_cgroup`:
+//!   `cpu_max_percent` per session.
 
 pub mod cgroup;
 pub mod launcher;
@@ -26,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use cgroup::PidsCgroup;
+use cgroup::{Controller, SessionCgroups, SessionLimits};
 use spec::{LaunchSpec, ProbeReport};
 
 /// How much of the machine a sandboxed command may see and change.
@@ -69,10 +71,32 @@ pub struct SandboxConfig {
     /// The most a session's private `/tmp` may hold, in MiB (its own tmpfs where the server
     /// may mount one); 0: no cap.
     pub tmp_max_mb: u64,
+    /// Memory one session's commands may hold together, in MiB; 0: a quarter of the
+    /// machine's memory, at most 4096.
+    pub memory_max_mb: u64,
+    /// CPU one session's commands may use together, in percent of one core.
+    pub cpu_max_percent: u32,
     /// The agentd binary that launches sandboxed commands; the running executable unless an
     /// embedder (such as the test harness) names another.
     #[serde(skip)]
     pub launcher: Option<PathBuf>,
+}
+
+impl SandboxConfig {
+    /// `memory_max_mb`, with 0 meaning a quarter of the machine's memory, at most 4096.
+    pub fn memory_max_mb_or_default(&self) -> u64 {
+        if self.memory_max_mb > 0 {
+            return self.memory_max_mb;
+        }
+        let total = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| {
+                let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(4096, |kib| kib >> 10);
+        (total / 4).clamp(64, 4096)
+    }
 }
 
 impl Default for SandboxConfig {
@@ -84,6 +108,8 @@ impl Default for SandboxConfig {
             extra_write: Vec::new(),
             max_processes: 256,
             tmp_max_mb: 1024,
+            memory_max_mb: 0,
+            cpu_max_percent: 100,
             launcher: None,
         }
     }
@@ -289,10 +315,12 @@ pub struct Sandbox {
     tmp_quota_mb: Option<u64>,
     /// `PATH` entries no grant covers: a command found only there cannot run.
     unreachable_path: Vec<PathBuf>,
-    cgroup: Option<PidsCgroup>,
-    max_processes: u32,
+    cgroup: Option<SessionCgroups>,
+    limits: SessionLimits,
     /// Whether `RLIMIT_NPROC` stands in for the cgroup (it cannot bind root).
     nproc: bool,
+    /// Whether `RLIMIT_DATA` stands in for the memory cgroup.
+    rlimit_data: bool,
 }
 
 impl Sandbox {
@@ -338,7 +366,15 @@ impl Sandbox {
             .collect();
         let extra_write = carve(&settings.extra_write, &hidden);
         let is_root = rustix::process::getuid().is_root();
-        let cgroup = PidsCgroup::setup();
+        let cgroup = SessionCgroups::setup();
+        let has_pids = cgroup.as_ref().is_some_and(|g| g.has(Controller::Pids));
+        let has_memory = cgroup.as_ref().is_some_and(|g| g.has(Controller::Memory));
+        let has_cpu = cgroup.as_ref().is_some_and(|g| g.has(Controller::Cpu));
+        let limits = SessionLimits {
+            max_processes: settings.max_processes,
+            memory_bytes: settings.memory_max_mb_or_default() << 20,
+            cpu_percent: settings.cpu_max_percent,
+        };
         let mut sandbox = Self {
             unreachable_path,
             mode: settings.mode,
@@ -351,9 +387,10 @@ impl Sandbox {
             hidden,
             tmp_root: absolute(data_dir).join("sandbox"),
             tmp_quota_mb: None,
-            nproc: cgroup.is_none() && !is_root,
+            nproc: !has_pids && !is_root,
+            rlimit_data: !has_memory,
             cgroup,
-            max_processes: settings.max_processes,
+            limits,
         };
         std::fs::create_dir_all(&sandbox.tmp_root).map_err(|err| {
             SandboxError::Launcher(format!(
@@ -387,7 +424,13 @@ impl Sandbox {
         }
         let report = sandbox.report();
         tracing::info!(mode = report.mode, network = report.network, layers = ?report.layers, "sandbox enforced");
-        if sandbox.cgroup.is_none() && is_root {
+        tracing::info!(
+            max_processes = limits.max_processes,
+            memory_max_mb = limits.memory_bytes >> 20,
+            cpu_max_percent = if has_cpu { limits.cpu_percent } else { 0 },
+            "sandbox: per-session caps (cpu 0 = not enforced: no writable cpu cgroup)"
+        );
+        if !has_pids && is_root {
             tracing::warn!(
                 "sandbox: no writable pids cgroup and the server runs as root, so \
                  sandbox.max_processes is not enforced"
@@ -424,10 +467,19 @@ impl Sandbox {
         if self.tmp_quota_mb.is_some() {
             layers.push("tmp_quota");
         }
-        if self.cgroup.is_some() {
+        let has = |c: Controller| self.cgroup.as_ref().is_some_and(|g| g.has(c));
+        if has(Controller::Pids) {
             layers.push("pids_cgroup");
         } else if self.nproc {
             layers.push("rlimit_nproc");
+        }
+        if has(Controller::Memory) {
+            layers.push("memory_cgroup");
+        } else if self.rlimit_data {
+            layers.push("rlimit_data");
+        }
+        if has(Controller::Cpu) {
+            layers.push("cpu_cgroup");
         }
         SandboxReport {
             mode: self.mode.as_str(),
@@ -467,7 +519,7 @@ impl Sandbox {
             .tmp_root
             .join(format!("self-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let spec = self.spec(&[], Path::new("/"), Some(dir.clone()), &[], None);
+        let spec = self.spec(&[], Path::new("/"), Some(dir.clone()), &[], Vec::new());
         let output = self
             .command(
                 &spec,
@@ -496,7 +548,7 @@ impl Sandbox {
         cwd: &Path,
         tmp: Option<PathBuf>,
         extra_read: &[PathBuf],
-        cgroup_procs: Option<PathBuf>,
+        cgroup_procs: Vec<PathBuf>,
     ) -> LaunchSpec {
         let mut read = self.read.clone();
         read.extend(carve(extra_read, &self.hidden));
@@ -519,7 +571,8 @@ impl Sandbox {
             private_pts: self.namespaces && self.probe.private_pts,
             landlock: true,
             seccomp: self.probe.seccomp,
-            nproc: self.nproc.then_some(u64::from(self.max_processes)),
+            nproc: self.nproc.then_some(u64::from(self.limits.max_processes)),
+            data_limit: self.rlimit_data.then_some(self.limits.memory_bytes),
             cgroup_procs,
         }
     }
@@ -559,9 +612,9 @@ pub struct SessionSandbox {
     root_grant: Vec<PathBuf>,
     /// The session's private `/tmp` on disk.
     tmp: PathBuf,
-    /// Done at the first command: the tmp directory made, and the session cgroup's
-    /// `cgroup.procs` (when there is a cgroup).
-    prepared: OnceLock<std::io::Result<Option<PathBuf>>>,
+    /// Done at the first command: the tmp directory made, and the session cgroups'
+    /// `cgroup.procs` files (none without cgroups).
+    prepared: OnceLock<std::io::Result<Vec<PathBuf>>>,
 }
 
 impl SessionSandbox {
@@ -595,13 +648,14 @@ impl SessionSandbox {
                 TmpQuota::mount(&self.tmp, mib)?;
             }
             let Some(cgroup) = self.sandbox.cgroup.as_ref() else {
-                return Ok(None);
+                return Ok(Vec::new());
             };
-            match cgroup.session(&self.session_id, self.sandbox.max_processes) {
-                Ok(procs) => Ok(Some(procs)),
+            match cgroup.session(&self.session_id, &self.sandbox.limits) {
+                Ok(procs) => Ok(procs),
                 Err(err) => {
-                    tracing::warn!(session_id = %self.session_id, error = %err, "cannot make the session's pids cgroup");
-                    Ok(None)
+                    tracing::warn!(session_id = %self.session_id, error = %err, "cannot make the session's cgroups");
+                    cgroup.end_session(&self.session_id);
+                    Ok(Vec::new())
                 }
             }
         });
@@ -664,8 +718,19 @@ impl SessionSandbox {
 
     /// Processes the session has alive now, where a cgroup counts them.
     pub fn process_count(&self) -> Option<usize> {
-        let cgroup = self.sandbox.cgroup.as_ref()?;
-        Some(cgroup.count(&self.session_id))
+        self.sandbox.cgroup.as_ref()?.count(&self.session_id)
+    }
+
+    /// How many of the session's processes the kernel has killed for its memory cap so far,
+    /// where a memory cgroup caps it; compared before and after a command to tell an
+    /// out-of-memory kill from any other `SIGKILL`.
+    pub fn oom_kills(&self) -> Option<u64> {
+        self.sandbox.cgroup.as_ref()?.oom_kills(&self.session_id)
+    }
+
+    /// The session's memory cap in MiB.
+    pub fn memory_max_mb(&self) -> u64 {
+        self.sandbox.limits.memory_bytes >> 20
     }
 }
 
@@ -677,7 +742,7 @@ impl Drop for SessionSandbox {
             TmpQuota::unmount(&self.tmp);
         }
         if let Some(cgroup) = &self.sandbox.cgroup
-            && matches!(self.prepared.get(), Some(Ok(Some(_))))
+            && matches!(self.prepared.get(), Some(Ok(procs)) if !procs.is_empty())
         {
             cgroup.end_session(&self.session_id);
         }

@@ -40,10 +40,15 @@ pub struct LaunchSpec {
     pub landlock: bool,
     /// Whether to install the seccomp filter.
     pub seccomp: bool,
-    /// The `cgroup.procs` file of the session's pids cgroup, which the launcher joins.
-    pub cgroup_procs: Option<PathBuf>,
+    /// The `cgroup.procs` files of the session's cgroups (one per hierarchy), which the
+    /// launcher joins.
+    #[serde(default)]
+    pub cgroup_procs: Vec<PathBuf>,
     /// `RLIMIT_NPROC` for the command, where no cgroup counts its processes.
     pub nproc: Option<u64>,
+    /// `RLIMIT_DATA` in bytes for each process, where no cgroup caps the session's memory.
+    #[serde(default)]
+    pub data_limit: Option<u64>,
 }
 
 /// What the launcher's `--probe` found the kernel allows, printed as one JSON line.

@@ -103,7 +103,7 @@ fn both_binaries_launch_confined_commands() {
             "write": [], "devices": ["/dev/null"], "tmp": null, "cwd": "/",
             "network": false, "namespaces": false, "net_namespace": false,
             "mount_proc": false, "landlock": report["landlock_abi"].as_i64() > Some(0),
-            "seccomp": false, "cgroup_procs": null, "nproc": null,
+            "seccomp": false, "cgroup_procs": [], "nproc": null,
         });
         let output = Command::new(launcher)
             .args(["sandbox-exec", &spec.to_string(), "sh", "-c"])

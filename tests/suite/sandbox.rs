@@ -343,6 +343,92 @@ async fn a_fork_bomb_stops_at_max_processes_and_the_rest_goes_on() {
 }
 
 #[tokio::test]
+async fn a_command_over_the_memory_cap_is_killed_and_the_rest_goes_on() {
+    let app = TestApp::spawn_with(|c| c.sandbox.memory_max_mb = 256).await;
+    if !has_layers(&app, "a_command_over_the_memory_cap…", &["memory_cgroup"]).await {
+        return;
+    }
+    let mut ws = app.ws().await;
+    let hungry = ws.open().await;
+    let other = ws.open().await;
+    // dd reads 1 GiB into one buffer, touching every page of it.
+    let hog = "dd if=/dev/zero of=/dev/null bs=1G count=1";
+    let result = ws.invoke(&hungry, "shell", json!({"command": hog})).await;
+    let output = result["output"].as_str().unwrap();
+    assert_eq!(result["success"], false, "{result}");
+    assert!(
+        output.starts_with("killed: out of memory (limit 256 MiB)\nexit code: 137"),
+        "{output}"
+    );
+    assert_eq!(result["structured_metadata"]["out_of_memory"], true);
+    // A command that outlives the process the cap killed still hears of it.
+    let result = ws
+        .invoke(
+            &hungry,
+            "shell",
+            json!({"command": format!("{hog}; echo after=$?")}),
+        )
+        .await;
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("after=137"), "{output}");
+    assert!(
+        output.ends_with("killed: out of memory (limit 256 MiB): a process this command started"),
+        "{output}"
+    );
+    // Under the cap the same session, the other one and the server carry on.
+    assert!(
+        shell(
+            &mut ws,
+            &hungry,
+            "dd if=/dev/zero of=/dev/null bs=64M count=1 2>&1; echo ok"
+        )
+        .await
+        .contains("ok")
+    );
+    assert!(
+        shell(&mut ws, &other, "echo still-working")
+            .await
+            .contains("still-working")
+    );
+    assert_eq!(app.get("/healthz", None).await.0, 200);
+}
+
+#[tokio::test]
+async fn busy_loops_get_no_more_cpu_than_the_session_cap() {
+    let app = TestApp::spawn_with(|c| c.sandbox.cpu_max_percent = 20).await;
+    if !has_layers(&app, "busy_loops_get_no_more_cpu…", &["cpu_cgroup"]).await {
+        return;
+    }
+    let mut ws = app.ws().await;
+    let busy = ws.open().await;
+    let other = ws.open().await;
+    // Each loop prints the CPU time it got per second of wall time; two of them share the
+    // session's 20% of one core.
+    let spin = "import time\nw = time.monotonic(); c = time.process_time()\nwhile time.monotonic() - w < 1.5: pass\nprint('share', (time.process_time() - c) / (time.monotonic() - w))";
+    let command = format!(
+        "printf \"{spin}\" > /tmp/spin.py; python3 /tmp/spin.py & python3 /tmp/spin.py; wait"
+    );
+    let output = shell(&mut ws, &busy, &command).await;
+    let shares: Vec<f64> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("share "))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    assert_eq!(shares.len(), 2, "{output}");
+    let total: f64 = shares.iter().sum();
+    // Uncapped, two loops on a two-core machine get close to 2.0.
+    assert!(
+        total < 0.5,
+        "two loops got {total:.2} cores under a 20% cap: {output}"
+    );
+    assert!(
+        shell(&mut ws, &other, "echo still-working")
+            .await
+            .contains("still-working")
+    );
+}
+
+#[tokio::test]
 async fn read_only_mode_leaves_the_workspace_unchanged() {
     let app = TestApp::spawn_with(|c| c.sandbox.mode = agentd::config::SandboxMode::ReadOnly).await;
     std::fs::write(app.workspace().join("seen.txt"), "visible").unwrap();

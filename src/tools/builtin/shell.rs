@@ -151,6 +151,8 @@ impl Shell {
         };
 
         let started = Instant::now();
+        let sandbox = self.workspace.sandbox();
+        let oom_kills_before = sandbox.and_then(|s| s.oom_kills());
         let mut command =
             shell_command(&self.workspace, &args.command, &dir).map_err(spawn_failed)?;
         command.process_group(0).stdin(Stdio::null());
@@ -209,14 +211,39 @@ impl Shell {
         };
         let wall = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
         let mut result = report(&ending, timeout_ms, wall, &capture);
+        // The session's OOM counter moved while the command ran: the memory cap killed one
+        // of its processes. When that ended the command (the shell's 137) it is said first,
+        // as that is what to act on; when the command survived it, it is said after.
+        if let Some(sandbox) = sandbox
+            && sandbox.oom_kills() > oom_kills_before
+        {
+            let killed = format!(
+                "killed: out of memory (limit {} MiB)",
+                sandbox.memory_max_mb()
+            );
+            let ended_it = matches!(&ending, Ending::Exited(Ok(status))
+                if status.code() == Some(137) || status.signal() == Some(9));
+            result.output = if ended_it {
+                format!("{killed}\n{}", result.output)
+            } else {
+                format!(
+                    "{}\n{killed}: a process this command started",
+                    result.output
+                )
+            };
+            if let Some(metadata) = result
+                .structured_metadata
+                .as_mut()
+                .and_then(|m| m.as_object_mut())
+            {
+                metadata.insert("out_of_memory".into(), json!(true));
+            }
+        }
         // 127 (not found) and 126 (not runnable) are what a program behind a PATH entry the
         // sandbox hides gives; say which entries those are, so nobody guesses.
         if let Ending::Exited(Ok(status)) = &ending
             && matches!(status.code(), Some(126 | 127))
-            && let Some(hint) = self
-                .workspace
-                .sandbox()
-                .and_then(|s| s.unreachable_path_hint())
+            && let Some(hint) = sandbox.and_then(|s| s.unreachable_path_hint())
         {
             result.output.push('\n');
             result.output.push_str(&hint);
