@@ -17,14 +17,14 @@ const LEASE_SECS: u64 = 2;
 const SECRET: &str = "cluster-test-secret-0123456789";
 
 /// A database of its own on the test PostgreSQL, dropped at the end.
-struct Database {
-    admin: String,
-    name: String,
-    url: String,
+pub(crate) struct Database {
+    pub(crate) admin: String,
+    pub(crate) name: String,
+    pub(crate) url: String,
 }
 
 impl Database {
-    async fn create() -> Option<Self> {
+    pub(crate) async fn create() -> Option<Self> {
         let Ok(admin) = std::env::var("AGENTD_TEST_POSTGRES_URL") else {
             println!("skipped: AGENTD_TEST_POSTGRES_URL is not set");
             return None;
@@ -40,7 +40,7 @@ impl Database {
         Some(Self { admin, name, url })
     }
 
-    async fn drop_now(self) {
+    pub(crate) async fn drop_now(self) {
         let mut conn = sqlx::PgConnection::connect(&self.admin)
             .await
             .expect("postgres");

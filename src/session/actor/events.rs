@@ -100,7 +100,10 @@ impl SessionActor {
             && !turn.cancel.is_cancelled()
         {
             tracing::warn!(turn_id = %turn.turn_id, "stopping the turn: its events cannot be stored");
-            self.storage_cut_turn = Some(turn.turn_id.clone());
+            self.storage_cut_turn = Some((
+                turn.turn_id.clone(),
+                "the turn was stopped: its events could not be stored",
+            ));
             turn.cancel.cancel();
             self.kill_processes();
         }

@@ -143,9 +143,9 @@ pub(crate) struct SessionActor {
     /// any later event, and sent to nobody until stored.
     unstored: Vec<(String, Value)>,
     write_health: Arc<crate::store::WriteHealth>,
-    /// The turn stopped because its events could not be stored; it ends
-    /// `storage_unavailable`, not `interrupted`.
-    storage_cut_turn: Option<String>,
+    /// The turn stopped because the store failed it (its events, or its history), and what
+    /// failed; it ends `storage_unavailable`, not `interrupted` or `internal`.
+    storage_cut_turn: Option<(String, &'static str)>,
 }
 
 impl SessionActor {

@@ -171,13 +171,16 @@ impl SessionActor {
             TurnRequest::Emit(event) => {
                 let event = match event {
                     SessionEvent::TurnError { turn_id, .. }
-                        if self.storage_cut_turn.as_ref() == Some(&turn_id) =>
+                        if self
+                            .storage_cut_turn
+                            .as_ref()
+                            .is_some_and(|(cut, _)| *cut == turn_id) =>
                     {
-                        self.storage_cut_turn = None;
+                        let (_, message) = self.storage_cut_turn.take().unwrap_or_default();
                         SessionEvent::TurnError {
                             turn_id,
                             code: "storage_unavailable".into(),
-                            message: "the turn was stopped: its events could not be stored".into(),
+                            message: message.into(),
                         }
                     }
                     other => other,
@@ -305,12 +308,26 @@ impl SessionActor {
     }
 
     /// The conversation so far, repaired for a model; the error is said to the client.
-    async fn history(&self) -> Result<Vec<ChatMessage>, String> {
-        let stored = self.store.messages(&self.session_id).await.map_err(|err| {
-            tracing::error!(%err, "history unreadable");
-            "the conversation could not be read".to_string()
-        })?;
-        Ok(repair(model_view(stored)))
+    async fn history(&mut self) -> Result<Vec<ChatMessage>, String> {
+        match self.store.messages(&self.session_id).await {
+            Ok(stored) => Ok(repair(model_view(stored))),
+            Err(err) => {
+                tracing::error!(%err, "history unreadable");
+                self.storage_failed_turn();
+                Err(format!("the conversation could not be read: {err}"))
+            }
+        }
+    }
+
+    /// The store failed a read or write the running turn needs: the turn's error (which it
+    /// reports itself) is `storage_unavailable`, as for its events.
+    fn storage_failed_turn(&mut self) {
+        if let Some(turn) = &self.turn {
+            self.storage_cut_turn = Some((
+                turn.turn_id.clone(),
+                "the turn was stopped: its conversation could not be read or stored",
+            ));
+        }
     }
 
     /// Stores a compaction's marker after the history so far and announces it.
@@ -330,32 +347,36 @@ impl SessionActor {
 
     /// Appends one message to the stored history; the error says what failed, for the
     /// client, and was logged.
-    async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
+    async fn remember(&mut self, message: &ChatMessage) -> Result<(), String> {
         self.append_history(message).await
     }
 
     /// Appends one history entry (a message, or a compaction's marker); the error says what
     /// failed, for the client, and was logged.
-    async fn append_history(&self, entry: &impl serde::Serialize) -> Result<(), String> {
+    async fn append_history(&mut self, entry: &impl serde::Serialize) -> Result<(), String> {
         let value = serde_json::to_value(entry).map_err(|err| {
             tracing::error!(%err, "history entry does not serialise");
             format!("history entry does not serialise: {err}")
         })?;
         // The events still lingering get the next seqs; the message comes after them.
         let event_seq = self.last_seq + self.lingering.len() as i64;
-        self.store
+        match self
+            .store
             .append_message(&self.session_id, &value, event_seq)
             .await
-            .map(|_| ())
-            .map_err(|err| {
+        {
+            Ok(_) => Ok(()),
+            Err(err) => {
                 tracing::error!(%err, "history not persisted");
-                "the conversation could not be stored".to_string()
-            })
+                self.storage_failed_turn();
+                Err(format!("the conversation could not be stored: {err}"))
+            }
+        }
     }
 
     /// Adds a note to the history; the store logged why when it fails, and a lost note costs
     /// the model one line of context.
-    pub(super) async fn remember_note(&self, message: &ChatMessage) {
+    pub(super) async fn remember_note(&mut self, message: &ChatMessage) {
         let _ = self.remember(message).await;
     }
 }
