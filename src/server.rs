@@ -92,6 +92,7 @@ fn agent_settings(
         usd_per_minute: (config.budget.usd_per_minute > 0.0)
             .then_some(config.budget.usd_per_minute),
         compact_at: config.llm.compact_at,
+        reasoning_effort: None,
     })))
 }
 

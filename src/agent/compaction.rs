@@ -237,6 +237,7 @@ impl Compaction<'_> {
             ],
             tools: Arc::from(Vec::new()),
             max_tokens: settings.max_tokens,
+            reasoning_effort: None,
         };
         let labels = CostLabels {
             node_id: "compaction".into(),

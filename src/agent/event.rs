@@ -34,6 +34,14 @@ pub enum SessionEvent {
         /// The new text.
         text: String,
     },
+    /// A piece of what the model reasons (or its summary) as it streams.
+    #[serde(rename = "reasoning/delta")]
+    ReasoningDelta {
+        /// The turn.
+        turn_id: String,
+        /// The new text.
+        text: String,
+    },
     /// The model's whole text of one call.
     #[serde(rename = "message/completed")]
     MessageCompleted {

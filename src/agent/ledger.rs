@@ -224,6 +224,7 @@ impl Ledger {
                 prompt_tokens: cost.tokens_in,
                 completion_tokens: cost.tokens_out,
                 cached_tokens: cost.tokens_cached,
+                ..Usage::default()
             };
             self.metrics.record_llm_usage(usage, cost.actual_usd);
             let row = CostRow {

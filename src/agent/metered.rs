@@ -30,7 +30,7 @@ impl Provider for MeteredProvider {
     async fn stream_chat(
         &self,
         request: ChatRequest,
-        deltas: mpsc::Sender<String>,
+        deltas: mpsc::Sender<crate::llm::Delta>,
         cancel: CancellationToken,
     ) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
@@ -61,7 +61,7 @@ mod tests {
         async fn stream_chat(
             &self,
             _request: ChatRequest,
-            _deltas: mpsc::Sender<String>,
+            _deltas: mpsc::Sender<crate::llm::Delta>,
             _cancel: CancellationToken,
         ) -> Result<ChatResponse, LlmError> {
             self.answer.clone().map(|first_token| ChatResponse {
@@ -81,6 +81,7 @@ mod tests {
             messages: Vec::new(),
             tools: Vec::new().into(),
             max_tokens: 16,
+            reasoning_effort: None,
         }
     }
 

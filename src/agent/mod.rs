@@ -72,6 +72,8 @@ pub struct AgentSettings {
     pub usd_per_minute: Option<f64>,
     /// Share of the context window past which the older conversation is summarised.
     pub compact_at: f64,
+    /// How hard a reasoning model should think, when the session or turn asked.
+    pub reasoning_effort: Option<String>,
 }
 
 impl AgentSettings {
@@ -90,6 +92,7 @@ impl AgentSettings {
             max_repeated_calls: self.max_repeated_calls,
             usd_per_minute: self.usd_per_minute,
             compact_at: self.compact_at,
+            reasoning_effort: self.reasoning_effort.clone(),
         }
     }
 }

@@ -16,7 +16,7 @@ use super::context::{cap_output, fit_context};
 use super::event::SessionEvent;
 use super::{AgentSettings, TurnHost};
 use crate::llm::pricing::{CallCost, Pricing};
-use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, ToolCall, Usage};
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, ToolCall, Usage};
 use crate::metrics::Metrics;
 use crate::tools::{ConcurrencyClass, PreparedCall};
 
@@ -197,6 +197,7 @@ impl<H: TurnHost> Turn<H> {
                 messages,
                 tools: specs,
                 max_tokens: self.settings.max_tokens,
+                reasoning_effort: self.settings.reasoning_effort.clone(),
             };
             if let Some(rate) = self.settings.usd_per_minute {
                 let spent = self.scope.ledger.spent_within(RATE_WINDOW).await;
@@ -407,17 +408,18 @@ impl<H: TurnHost> Turn<H> {
         format!("{}#model", self.turn_id)
     }
 
-    /// Streams one model call, turning text deltas into `message/delta` events as they come.
+    /// Streams one model call, turning text and reasoning deltas into `message/delta` and
+    /// `reasoning/delta` events as they come.
     async fn call_model(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
-        let (deltas, mut delta_rx) = mpsc::channel::<String>(64);
+        let (deltas, mut delta_rx) = mpsc::channel::<Delta>(64);
         let forward = async {
-            while let Some(text) = delta_rx.recv().await {
-                self.host
-                    .emit(SessionEvent::MessageDelta {
-                        turn_id: self.turn_id.clone(),
-                        text,
-                    })
-                    .await;
+            while let Some(delta) = delta_rx.recv().await {
+                let turn_id = self.turn_id.clone();
+                let event = match delta {
+                    Delta::Text(text) => SessionEvent::MessageDelta { turn_id, text },
+                    Delta::Reasoning(text) => SessionEvent::ReasoningDelta { turn_id, text },
+                };
+                self.host.emit(event).await;
             }
         };
         let call = self

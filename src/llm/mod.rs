@@ -2,10 +2,12 @@
 //! and typed failures.
 //!
 //! - [`openai`]: the implementation for any OpenAI-compatible chat completions endpoint.
+//! - `transport`: the streamed POST with retries every adapter shares.
 //! - [`pricing`]: USD per token by model.
 
 pub mod openai;
 pub mod pricing;
+pub(crate) mod transport;
 
 use std::sync::Arc;
 
@@ -60,12 +62,16 @@ pub enum ChatMessage {
         /// The tool calls, in the model's order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
-        /// What the model reasoned before answering, as a chat-completions server streamed it
-        /// (`reasoning_content`, or `reasoning`); sent back with the message, since servers in
-        /// thinking mode (DeepSeek's) refuse a tool-call turn without it. `Some("")` when the
-        /// field came empty.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reasoning: Option<String>,
+        /// What the model reasoned before answering, tagged with the API it came from; sent
+        /// back with the message to that API only (DeepSeek's thinking mode refuses a
+        /// tool-call turn without it; Anthropic and the Responses API need their signed or
+        /// encrypted items back as they came).
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "Reasoning::deserialize_stored"
+        )]
+        reasoning: Option<Reasoning>,
     },
     /// The result of one tool call.
     Tool {
@@ -74,6 +80,87 @@ pub enum ChatMessage {
         /// The text the model sees.
         content: String,
     },
+}
+
+/// The wire API a provider speaks; reasoning is only ever sent back to the kind it came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ProviderKind {
+    /// OpenAI-compatible `/chat/completions` (OpenAI, DeepSeek, vLLM, Ollama, OpenRouter, …).
+    #[default]
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
+    /// OpenAI's `/responses`.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+    /// Anthropic's `/v1/messages`.
+    #[serde(rename = "anthropic")]
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// The name in the config file and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAiChat => "openai-chat",
+            Self::OpenAiResponses => "openai-responses",
+            Self::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// What a model reasoned before one answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// The API it came from.
+    pub kind: ProviderKind,
+    /// The text people may read: the reasoning itself (`reasoning_content`, thinking blocks)
+    /// or its summary (the Responses API); may be empty.
+    #[serde(default)]
+    pub text: String,
+    /// The provider's own items, to send back exactly as they came: Anthropic's `thinking` /
+    /// `redacted_thinking` blocks with their signatures, the Responses API's `reasoning`
+    /// items with their `encrypted_content`. Empty for chat completions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<Value>,
+}
+
+impl Reasoning {
+    /// Reasoning a chat-completions server streamed as text.
+    pub fn chat(text: impl Into<String>) -> Self {
+        Self {
+            kind: ProviderKind::OpenAiChat,
+            text: text.into(),
+            items: Vec::new(),
+        }
+    }
+
+    /// Reads what the store holds: this struct, or the bare text history kept before the
+    /// kind was recorded (which only chat completions wrote).
+    fn deserialize_stored<'de, D>(deserializer: D) -> Result<Option<Self>, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Stored {
+            Text(String),
+            Typed(Reasoning),
+        }
+        Ok(match Option::<Stored>::deserialize(deserializer)? {
+            None => None,
+            Some(Stored::Text(text)) => Some(Self::chat(text)),
+            Some(Stored::Typed(reasoning)) => Some(reasoning),
+        })
+    }
+}
+
+/// One piece of a streamed answer, as it arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// Answer text.
+    Text(String),
+    /// Reasoning text (or its summary), shown to people as `reasoning/delta`.
+    Reasoning(String),
 }
 
 /// Tokens one model call used.
@@ -86,6 +173,10 @@ pub struct Usage {
     /// Of the prompt tokens, those the provider served from its prompt cache.
     #[serde(default)]
     pub cached_tokens: u64,
+    /// Of the prompt tokens, those the provider wrote to its prompt cache (Anthropic bills
+    /// them apart).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 /// One request to the model.
@@ -99,18 +190,20 @@ pub struct ChatRequest {
     pub tools: Arc<[ToolSpec]>,
     /// Completion token cap.
     pub max_tokens: u32,
+    /// How hard a reasoning model should think (`low`, `medium`, `high`, …), when asked.
+    pub reasoning_effort: Option<String>,
 }
 
 /// What one streamed model call produced.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatResponse {
     /// The whole text, the concatenation of every delta.
     pub text: String,
     /// Tool calls, their fragments joined by index, in index order.
     pub tool_calls: Vec<ToolCall>,
-    /// The reasoning streamed beside the answer (`reasoning_content` or `reasoning`), when the
-    /// server sent that field at all.
-    pub reasoning: Option<String>,
+    /// The reasoning streamed beside the answer, when the server sent any (for chat
+    /// completions: when the field was there at all, even empty).
+    pub reasoning: Option<Reasoning>,
     /// Token usage from the final chunk; `None` when the server sent none.
     pub usage: Option<Usage>,
     /// Why the model stopped (`stop`, `tool_calls`, `length`, …), when it said.
@@ -162,13 +255,14 @@ impl LlmError {
 /// A model the agent loop can call.
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
-    /// Streams one chat completion: every text fragment goes to `deltas` as it arrives (the
-    /// receiver may be dropped; streaming then continues silently), and the whole response is
-    /// returned at the end. Stops with [`LlmError::Cancelled`] as soon as `cancel` fires.
+    /// Streams one chat completion: every text and reasoning fragment goes to `deltas` as it
+    /// arrives (the receiver may be dropped; streaming then continues silently), and the whole
+    /// response is returned at the end. Stops with [`LlmError::Cancelled`] as soon as `cancel`
+    /// fires.
     async fn stream_chat(
         &self,
         request: ChatRequest,
-        deltas: mpsc::Sender<String>,
+        deltas: mpsc::Sender<Delta>,
         cancel: CancellationToken,
     ) -> Result<ChatResponse, LlmError>;
 }

@@ -217,12 +217,14 @@ mod tests {
             prompt_tokens: 1_000_000,
             completion_tokens: 500_000,
             cached_tokens: 0,
+            cache_write_tokens: 0,
         };
         assert!(close(pricing().cost_usd("gpt-test", &usage).unwrap(), 7.5));
         let small = Usage {
             prompt_tokens: 1200,
             completion_tokens: 300,
             cached_tokens: 0,
+            cache_write_tokens: 0,
         };
         assert!(close(
             pricing().cost_usd("gpt-test", &small).unwrap(),
@@ -237,6 +239,7 @@ mod tests {
             prompt_tokens: 1_000_000,
             completion_tokens: 0,
             cached_tokens: 800_000,
+            cache_write_tokens: 0,
         };
         // Unset: a cached token costs what any prompt token costs.
         assert!(close(pricing().cost_usd("gpt-test", &usage).unwrap(), 2.5));

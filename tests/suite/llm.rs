@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use agentd::config::{LlmConfig, Secret};
 use agentd::llm::openai::{OpenAiOptions, OpenAiProvider};
-use agentd::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, Provider, ToolCall, Usage};
+use agentd::llm::{
+    ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Provider, ToolCall, Usage,
+};
 use agentd::tools::ToolSpec;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
@@ -50,6 +52,7 @@ fn ask(text: &str) -> ChatRequest {
         ],
         tools: Vec::new().into(),
         max_tokens: 256,
+        reasoning_effort: None,
     }
 }
 
@@ -62,7 +65,9 @@ async fn call(
     let collect = async move {
         let mut seen = Vec::new();
         while let Some(delta) = receiver.recv().await {
-            seen.push(delta);
+            if let Delta::Text(text) = delta {
+                seen.push(text);
+            }
         }
         seen
     };
@@ -90,6 +95,7 @@ async fn text_streams_in_pieces_in_order_and_usage_is_taken() {
             prompt_tokens: 12,
             completion_tokens: 4,
             cached_tokens: 0,
+            cache_write_tokens: 0,
         })
     );
 }
@@ -226,6 +232,7 @@ async fn the_request_body_carries_the_conversation_tools_and_limits() {
         ]
         .into(),
         max_tokens: 777,
+        reasoning_effort: None,
     };
     let (result, _) = call(&provider, request).await;
     result.unwrap();
@@ -479,7 +486,7 @@ async fn cancelling_while_the_stream_is_held_answers_cancelled_at_once() {
         async move { provider.stream_chat(ask("hi"), deltas, cancel).await }
     });
     let first = tokio::time::timeout(WAIT, receiver.recv()).await.unwrap();
-    assert_eq!(first.as_deref(), Some("first"));
+    assert_eq!(first, Some(Delta::Text("first".into())));
     cancel.cancel();
     let result = tokio::time::timeout(Duration::from_secs(2), task)
         .await
@@ -517,8 +524,8 @@ async fn a_held_stream_goes_on_when_released() {
         tokio::time::timeout(WAIT, async { tokio::join!(run, drive) })
             .await
             .unwrap();
-    assert_eq!(first.as_deref(), Some("first "));
-    assert_eq!(rest, ["second"]);
+    assert_eq!(first, Some(Delta::Text("first ".into())));
+    assert_eq!(rest, [Delta::Text("second".into())]);
     let answer = result.unwrap();
     assert_eq!(answer.text, "first second");
     // The first fragment is timed when it came, not when the answer ended.

@@ -10,18 +10,8 @@ use super::sse::SseEvent;
 use super::wire::{
     MAX_ERROR_MESSAGE, error_message, is_context_overflow, normalise_chunk, truncate,
 };
-use crate::llm::{ChatResponse, LlmError, ToolCall, Usage};
-
-/// What one event meant for the caller.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Step {
-    /// Text to forward.
-    Text(String),
-    /// Nothing to forward.
-    Continue,
-    /// `[DONE]`.
-    Done,
-}
+use crate::llm::transport::{Decoder, Step};
+use crate::llm::{ChatResponse, Delta, LlmError, Reasoning, ToolCall, Usage};
 
 /// A tool call whose fragments are still arriving.
 #[derive(Debug, Default)]
@@ -59,9 +49,10 @@ fn reasoning_delta(chunk: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-impl Accumulator {
-    /// Applies one event.
-    pub(super) fn apply(&mut self, event: &SseEvent) -> Result<Step, LlmError> {
+impl Decoder for Accumulator {
+    const MISSING_END: &'static str = "no [DONE] and no finish_reason";
+
+    fn apply(&mut self, event: &SseEvent) -> Result<Step, LlmError> {
         let data = event.data.trim();
         if data == "[DONE]" {
             return Ok(Step::Done);
@@ -101,15 +92,20 @@ impl Accumulator {
                     .as_ref()
                     .and_then(|details| details.cached_tokens)
                     .map_or(0, u64::from),
+                cache_write_tokens: 0,
             });
         }
         if let Some(reason) = finish_reasons.into_iter().flatten().next() {
             self.finish_reason = Some(reason);
         }
+        let mut emit = Vec::new();
         if let Some(reasoning) = reasoning {
             self.reasoning
                 .get_or_insert_with(String::new)
                 .push_str(&reasoning);
+            if !reasoning.is_empty() {
+                emit.push(Delta::Reasoning(reasoning));
+            }
         }
         let mut text = String::new();
         // One completion is asked for (n = 1); other choices would be another answer.
@@ -140,15 +136,18 @@ impl Accumulator {
                 }
             }
         }
-        if text.is_empty() {
-            return Ok(Step::Continue);
+        if !text.is_empty() {
+            self.text.push_str(&text);
+            emit.push(Delta::Text(text));
         }
-        self.text.push_str(&text);
-        Ok(Step::Text(text))
+        Ok(if emit.is_empty() {
+            Step::Continue
+        } else {
+            Step::Emit(emit)
+        })
     }
 
-    /// Whether any text, reasoning or tool-call fragment has arrived.
-    pub(super) fn has_output(&self) -> bool {
+    fn has_output(&self) -> bool {
         !self.text.is_empty()
             || !self.calls.is_empty()
             || self.reasoning.as_ref().is_some_and(|r| !r.is_empty())
@@ -156,12 +155,11 @@ impl Accumulator {
 
     /// Whether a choice carried a `finish_reason`: the model is done even if `[DONE]` never
     /// comes.
-    pub(super) fn saw_finish_reason(&self) -> bool {
+    fn saw_end(&self) -> bool {
         self.finish_reason.is_some()
     }
 
-    /// The finished answer.
-    pub(super) fn finish(&mut self) -> Result<ChatResponse, LlmError> {
+    fn finish(&mut self) -> Result<ChatResponse, LlmError> {
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (index, call) in std::mem::take(&mut self.calls) {
             if call.name.is_empty() {
@@ -184,7 +182,7 @@ impl Accumulator {
         Ok(ChatResponse {
             text: std::mem::take(&mut self.text),
             tool_calls,
-            reasoning: self.reasoning.take(),
+            reasoning: self.reasoning.take().map(Reasoning::chat),
             usage: self.usage,
             finish_reason: self.finish_reason.clone(),
             first_token: None,
@@ -245,6 +243,7 @@ mod tests {
                 prompt_tokens: 7,
                 completion_tokens: 3,
                 cached_tokens: 0,
+                cache_write_tokens: 0,
             })
         );
     }
@@ -276,7 +275,7 @@ mod tests {
                 r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":"eos"}],"service_tier":"odd"}"#,
             ))
             .unwrap();
-        assert_eq!(step, Step::Text("hi".into()));
+        assert_eq!(step, Step::Emit(vec![Delta::Text("hi".into())]));
         let response = answer.finish().unwrap();
         assert_eq!(response.text, "hi");
         assert_eq!(response.finish_reason.as_deref(), Some("eos"));
@@ -340,7 +339,10 @@ mod tests {
             answer.apply(&event(data)).unwrap();
         }
         let done = answer.finish().unwrap();
-        assert_eq!(done.reasoning.as_deref(), Some("a b"));
+        assert_eq!(
+            done.reasoning.as_ref().map(|r| r.text.as_str()),
+            Some("a b")
+        );
         assert_eq!(done.text, "done");
 
         let mut thinking_silently = Accumulator::default();
@@ -350,7 +352,12 @@ mod tests {
             ))
             .unwrap();
         assert_eq!(
-            thinking_silently.finish().unwrap().reasoning.as_deref(),
+            thinking_silently
+                .finish()
+                .unwrap()
+                .reasoning
+                .map(|r| r.text)
+                .as_deref(),
             Some("")
         );
         let mut never = Accumulator::default();

@@ -18,13 +18,14 @@ use serde_json::Value;
 
 use super::MaxTokensField;
 use crate::llm::ToolSpec;
-use crate::llm::{ChatMessage, ChatRequest};
+use crate::llm::{ChatMessage, ChatRequest, ProviderKind};
 
 /// How much of an error message ends up in [`LlmError`](crate::llm::LlmError).
-pub(super) const MAX_ERROR_MESSAGE: usize = 1000;
+pub(crate) const MAX_ERROR_MESSAGE: usize = 1000;
 
-/// The request body: `wire` as JSON, with each assistant message's reasoning put back as
-/// `reasoning_content`, which the request types have no field for. A server in thinking mode
+/// The request body: `wire` as JSON, with each assistant message's chat-completions reasoning
+/// put back as `reasoning_content` and the request's `reasoning_effort`, which the request
+/// types have no field for. A server in thinking mode
 /// (DeepSeek's) refuses a tool-call turn whose reasoning is not sent back; servers that do not
 /// think never see the field, as no message of theirs has reasoning.
 pub(super) fn request_body(
@@ -39,14 +40,17 @@ pub(super) fn request_body(
             ChatMessage::Assistant {
                 reasoning: Some(reasoning),
                 ..
-            } => Some((index, reasoning)),
+            } if reasoning.kind == ProviderKind::OpenAiChat => Some((index, &reasoning.text)),
             _ => None,
         });
     let mut reasoned = reasoned.peekable();
-    if reasoned.peek().is_none() {
+    if reasoned.peek().is_none() && request.reasoning_effort.is_none() {
         return serde_json::to_vec(wire);
     }
     let mut body = serde_json::to_value(wire)?;
+    if let (Some(effort), Some(object)) = (&request.reasoning_effort, body.as_object_mut()) {
+        object.insert("reasoning_effort".into(), Value::String(effort.clone()));
+    }
     if let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) {
         for (index, reasoning) in reasoned {
             if let Some(Value::Object(message)) = messages.get_mut(index) {
@@ -171,7 +175,7 @@ fn wire_tool(spec: &ToolSpec) -> ChatCompletionTools {
 }
 
 /// The human part of an error body: the OpenAI error object when there is one, else the text.
-pub(super) fn error_message(body: &str) -> String {
+pub(crate) fn error_message(body: &str) -> String {
     let parsed = serde_json::from_str::<Value>(body)
         .ok()
         .and_then(|mut value| {
@@ -205,7 +209,7 @@ pub(super) fn error_message(body: &str) -> String {
 }
 
 /// Whether an error message says the conversation does not fit the context window.
-pub(super) fn is_context_overflow(message: &str) -> bool {
+pub(crate) fn is_context_overflow(message: &str) -> bool {
     let lower = message.to_lowercase();
     [
         "context_length_exceeded",
@@ -215,13 +219,15 @@ pub(super) fn is_context_overflow(message: &str) -> bool {
         "context window",
         "context size",
         "exceed_context_size",
+        "prompt is too long",
+        "input is too long",
     ]
     .iter()
     .any(|needle| lower.contains(needle))
 }
 
 /// `text` cut to at most `limit` bytes on a character boundary.
-pub(super) fn truncate(text: &str, limit: usize) -> String {
+pub(crate) fn truncate(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_string();
     }
@@ -248,7 +254,7 @@ fn cached_prompt_tokens(usage: &serde_json::Map<String, Value>) -> u64 {
 /// Bends a chunk from a not-quite-OpenAI server into the shape the async-openai type accepts,
 /// and takes out each choice's `finish_reason` as raw text (servers send values outside
 /// OpenAI's enum, such as `eos` or `abort`).
-pub(super) fn normalise_chunk(value: &mut Value) -> Vec<Option<String>> {
+pub(crate) fn normalise_chunk(value: &mut Value) -> Vec<Option<String>> {
     let Some(object) = value.as_object_mut() else {
         return Vec::new();
     };

@@ -432,6 +432,7 @@ fn node_request(plan: &Plan, idx: usize, states: &[NodeState]) -> ChatRequest {
         ],
         tools: Vec::new().into(),
         max_tokens: node.max_tokens,
+        reasoning_effort: None,
     }
 }
 
@@ -786,7 +787,7 @@ mod tests {
         async fn stream_chat(
             &self,
             request: ChatRequest,
-            _deltas: mpsc::Sender<String>,
+            _deltas: mpsc::Sender<crate::llm::Delta>,
             cancel: CancellationToken,
         ) -> Result<ChatResponse, LlmError> {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -821,6 +822,7 @@ mod tests {
             prompt_tokens,
             completion_tokens,
             cached_tokens: 0,
+            cache_write_tokens: 0,
         }
     }
 
