@@ -2,11 +2,15 @@
 //! and typed failures.
 //!
 //! - [`openai`]: the implementation for any OpenAI-compatible chat completions endpoint.
+//! - [`responses`]: OpenAI's Responses API.
+//! - [`anthropic`]: Anthropic's Messages API.
 //! - `transport`: the streamed POST with retries every adapter shares.
 //! - [`pricing`]: USD per token by model.
 
+pub mod anthropic;
 pub mod openai;
 pub mod pricing;
+pub mod responses;
 pub(crate) mod transport;
 
 use std::sync::Arc;

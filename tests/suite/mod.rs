@@ -1,6 +1,7 @@
 //! Integration test modules.
 
 mod agent;
+mod anthropic;
 mod architecture;
 mod browser;
 mod cli;
@@ -12,6 +13,7 @@ mod llm;
 mod long_sessions;
 mod mcp;
 mod mcp_server;
+mod responses;
 mod sandbox;
 mod server;
 mod storage;

@@ -361,6 +361,9 @@ impl MockLlm {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(handle))
+            // The other APIs' paths answer from the same script (with `Reply::raw_sse`).
+            .route("/v1/messages", post(handle))
+            .route("/v1/responses", post(handle))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -1,0 +1,1 @@
+//! The provider for Anthropic's Messages API (`POST /v1/messages`).

@@ -1,0 +1,1 @@
+//! The provider for OpenAI's Responses API (`POST /responses`).

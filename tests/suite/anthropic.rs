@@ -1,0 +1,1 @@
+//! The Anthropic Messages adapter against a scripted server speaking its documented stream.

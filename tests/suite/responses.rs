@@ -1,0 +1,1 @@
+//! The Responses API adapter against a scripted server speaking its documented stream.
