@@ -160,6 +160,51 @@ pub struct LlmConfig {
     pub turn_timeout_secs: u64,
     /// Sub-agents one session may have open (not yet closed) at once.
     pub max_sub_agents: usize,
+    /// Named providers; models are then named `<provider>/<model>`.
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// `[[llm.providers]]`: one API endpoint models are reached through.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The name models are prefixed with (`ds` in `ds/deepseek-v4-flash`).
+    pub name: String,
+    /// The wire API it speaks.
+    #[serde(default)]
+    pub kind: crate::llm::ProviderKind,
+    /// The API's base URL, such as `https://api.deepseek.com/v1`.
+    pub base_url: String,
+    /// Environment variable holding its key; by kind, `OPENAI_API_KEY` or `ANTHROPIC_API_KEY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Models `model/list` offers for it, beside the default and the priced ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    /// The key itself; only ever filled from the environment.
+    #[serde(skip)]
+    pub api_key: Option<Secret>,
+}
+
+impl ProviderConfig {
+    /// The variable its key is read from.
+    pub fn key_variable(&self) -> &str {
+        match (&self.api_key_env, self.kind) {
+            (Some(name), _) => name,
+            (None, crate::llm::ProviderKind::Anthropic) => "ANTHROPIC_API_KEY",
+            (None, _) => "OPENAI_API_KEY",
+        }
+    }
+}
+
+impl From<&ProviderConfig> for crate::llm::openai::Endpoint {
+    fn from(config: &ProviderConfig) -> Self {
+        Self {
+            base_url: Some(config.base_url.clone()),
+            model: None,
+            api_key: config.api_key.clone(),
+        }
+    }
 }
 
 impl Default for LlmConfig {
@@ -177,6 +222,7 @@ impl Default for LlmConfig {
             max_iterations: 50,
             turn_timeout_secs: 1800,
             max_sub_agents: 4,
+            providers: Vec::new(),
         }
     }
 }
@@ -185,7 +231,7 @@ impl LlmConfig {
     /// Whether a model is configured at all; without one `turn/start` answers
     /// `llm_not_configured`.
     pub fn is_configured(&self) -> bool {
-        self.base_url.is_some() && self.model.is_some()
+        self.model.is_some() && (self.base_url.is_some() || !self.providers.is_empty())
     }
 }
 
@@ -568,6 +614,11 @@ impl Config {
             .or_else(|| env(&config.llm.api_key_env))
             .filter(|key| !key.is_empty())
             .map(Secret::new);
+        for provider in &mut config.llm.providers {
+            provider.api_key = env(provider.key_variable())
+                .filter(|key| !key.is_empty())
+                .map(Secret::new);
+        }
         if let Some(secret) = env("AGENTD_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
             config.cluster.secret = Secret::new(secret);
         }
@@ -628,6 +679,55 @@ impl Config {
         })
     }
 
+    /// `[[llm.providers]]`: unique plain names, http(s) URLs, and a default model that names
+    /// one of them.
+    fn validate_providers(&self) -> Result<(), ConfigError> {
+        let invalid = |msg: String| Err(ConfigError::Invalid(msg));
+        let providers = &self.llm.providers;
+        let mut names: Vec<&str> = Vec::new();
+        for provider in providers {
+            let name = provider.name.as_str();
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return invalid(format!(
+                    "llm.providers: name {name:?} must be letters, digits, - or _"
+                ));
+            }
+            if names.contains(&name) || (name == "default" && self.llm.base_url.is_some()) {
+                return invalid(format!("llm.providers: the name {name:?} is used twice"));
+            }
+            names.push(name);
+            if !(provider.base_url.starts_with("http://")
+                || provider.base_url.starts_with("https://"))
+            {
+                return invalid(format!(
+                    "llm.providers {name:?}: base_url {:?} must start with http:// or https://",
+                    provider.base_url
+                ));
+            }
+        }
+        if providers.is_empty() {
+            return Ok(());
+        }
+        let Some(model) = &self.llm.model else {
+            return invalid(format!(
+                "llm.model must name the default model as \"<provider>/<model>\" (providers: {})",
+                names.join(", ")
+            ));
+        };
+        let prefix = model.split_once('/').map(|(p, _)| p);
+        if self.llm.base_url.is_none() && !prefix.is_some_and(|p| names.contains(&p)) {
+            return invalid(format!(
+                "llm.model {model:?} must be \"<provider>/<model>\" with a configured provider: {}",
+                names.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks values that parse but make no sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
@@ -678,9 +778,11 @@ impl Config {
         if self.tools.max_args_bytes < 2 {
             return invalid("tools.max_args_bytes must be at least 2".into());
         }
-        if self.llm.base_url.is_some() != self.llm.model.is_some() {
+        if self.llm.providers.is_empty() && self.llm.base_url.is_some() != self.llm.model.is_some()
+        {
             return invalid("llm.base_url and llm.model must be set together".into());
         }
+        self.validate_providers()?;
         if let Some(url) = &self.llm.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -15,8 +15,12 @@ use crate::config::Config;
 use crate::http::accept::{self, ConnectionLimits};
 use crate::http::{self, AppState};
 use crate::llm::LlmError;
+use crate::llm::ProviderKind;
+use crate::llm::anthropic::AnthropicProvider;
 use crate::llm::openai::OpenAiProvider;
 use crate::llm::pricing::Pricing;
+use crate::llm::responses::ResponsesProvider;
+use crate::llm::router::{DEFAULT_PROVIDER, ModelRoute, ModelRouter};
 use crate::metrics::Metrics;
 use crate::sandbox::Sandbox;
 use crate::session::Sessions;
@@ -74,12 +78,18 @@ fn agent_settings(
     let (Some(model), true) = (&config.llm.model, config.llm.is_configured()) else {
         return Ok(None);
     };
-    let provider = OpenAiProvider::new(&config.llm)?;
+    let router = Arc::new(model_router(config)?);
+    for info in router.models(&Pricing::new(config.llm.pricing.clone()), 0) {
+        if !info.priced {
+            tracing::warn!(model = %info.id, "model has no price: its calls count toward no budget ([llm.pricing])");
+        }
+    }
     Ok(Some(Arc::new(AgentSettings {
         provider: Arc::new(MeteredProvider::new(
-            Arc::new(provider),
+            Arc::clone(&router) as Arc<dyn crate::llm::Provider>,
             Arc::clone(metrics),
         )),
+        models: router,
         model: model.clone(),
         max_tokens: config.llm.max_tokens,
         pricing: Pricing::new(config.llm.pricing.clone()),
@@ -94,6 +104,35 @@ fn agent_settings(
         compact_at: config.llm.compact_at,
         reasoning_effort: None,
     })))
+}
+
+/// Every configured provider, by name: the single `[llm] base_url` form as `default`, then
+/// each `[[llm.providers]]` entry with the adapter of its kind.
+fn model_router(config: &Config) -> Result<ModelRouter, StartupError> {
+    let mut routes = Vec::new();
+    if config.llm.base_url.is_some() {
+        routes.push(ModelRoute {
+            name: DEFAULT_PROVIDER.to_string(),
+            kind: ProviderKind::OpenAiChat,
+            provider: Arc::new(OpenAiProvider::new(&config.llm)?),
+            models: Vec::new(),
+        });
+    }
+    for entry in &config.llm.providers {
+        let provider: Arc<dyn crate::llm::Provider> = match entry.kind {
+            ProviderKind::OpenAiChat => Arc::new(OpenAiProvider::new(entry)?),
+            ProviderKind::OpenAiResponses => Arc::new(ResponsesProvider::new(entry)?),
+            ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(entry)?),
+        };
+        routes.push(ModelRoute {
+            name: entry.name.clone(),
+            kind: entry.kind,
+            provider,
+            models: entry.models.clone(),
+        });
+    }
+    let default = config.llm.model.clone().unwrap_or_default();
+    Ok(ModelRouter::new(routes, default))
 }
 
 /// A server that has finished starting: database open, tools registered, router built.

@@ -36,6 +36,7 @@ use self::compaction::{Compacted, CompactionOutcome};
 pub use self::context::{MAX_TOOL_OUTPUT_IN_HISTORY, cap_output};
 pub use self::event::SessionEvent;
 use crate::llm::pricing::Pricing;
+use crate::llm::router::ModelRouter;
 use crate::llm::{ChatMessage, Provider, ToolSpec};
 use crate::tools::{DispatchError, PreparedCall, ToolEvent, ToolResult};
 
@@ -47,8 +48,10 @@ for longer work, and answer plainly once the task is done.";
 
 /// What the turn loop needs from the server; shared by every turn of every session.
 pub struct AgentSettings {
-    /// The model.
+    /// The model: the router over every configured provider, metered.
     pub provider: Arc<dyn Provider>,
+    /// The configured providers and models, to check a chosen model and list them.
+    pub models: Arc<ModelRouter>,
     /// The model id sent with every request.
     pub model: String,
     /// Completion token cap per call.
@@ -77,10 +80,32 @@ pub struct AgentSettings {
 }
 
 impl AgentSettings {
+    /// The same settings with the model and reasoning effort a session or turn chose, checked
+    /// against the configured providers; `None` keeps what these settings have.
+    pub fn with_choice(
+        &self,
+        model: Option<&str>,
+        reasoning_effort: Option<&str>,
+    ) -> Result<Self, crate::llm::router::UnknownModel> {
+        let model = match model {
+            Some(model) => {
+                self.models.resolve(model)?;
+                model
+            }
+            None => &self.model,
+        };
+        let mut settings = self.with_model(model);
+        if let Some(effort) = reasoning_effort {
+            settings.reasoning_effort = Some(effort.to_string());
+        }
+        Ok(settings)
+    }
+
     /// The same settings calling `model` instead.
     pub fn with_model(&self, model: &str) -> Self {
         Self {
             provider: Arc::clone(&self.provider),
+            models: Arc::clone(&self.models),
             model: model.to_string(),
             max_tokens: self.max_tokens,
             pricing: self.pricing.clone(),

@@ -121,6 +121,11 @@ impl AppState {
         &self.inner.sessions
     }
 
+    /// The model settings turns run with, when a model is configured.
+    pub fn agent(&self) -> Option<&crate::agent::AgentSettings> {
+        self.inner.sessions.agent()
+    }
+
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics

@@ -4,6 +4,7 @@
 //! - [`openai`]: the implementation for any OpenAI-compatible chat completions endpoint.
 //! - [`responses`]: OpenAI's Responses API.
 //! - [`anthropic`]: Anthropic's Messages API.
+//! - [`router`]: several providers behind one, by model id.
 //! - `transport`: the streamed POST with retries every adapter shares.
 //! - [`pricing`]: USD per token by model.
 
@@ -11,6 +12,7 @@ pub mod anthropic;
 pub mod openai;
 pub mod pricing;
 pub mod responses;
+pub mod router;
 pub(crate) mod transport;
 
 use std::sync::Arc;

@@ -32,6 +32,10 @@ pub struct ModelPrice {
     /// Prompt tokens served from the provider's prompt cache; the input price when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_per_mtok: Option<f64>,
+    /// Prompt tokens written to the provider's prompt cache (Anthropic); the input price when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 impl ModelPrice {
@@ -41,6 +45,7 @@ impl ModelPrice {
             input_per_mtok,
             output_per_mtok,
             cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
         }
     }
 
@@ -124,23 +129,38 @@ impl Pricing {
         Self { prices }
     }
 
-    /// The price of `model` (exact id match), when it has one.
+    /// The price of `model`: its exact id, else its id without the `<provider>/` prefix
+    /// (so a price set for `gpt-4o` holds at every provider serving it).
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
-        self.prices.get(model)
+        self.prices.get(model).or_else(|| {
+            let (_, bare) = model.split_once('/')?;
+            self.prices.get(bare)
+        })
     }
 
     /// Whether `model` has a price; calls to other models are counted as unpriced.
     pub fn is_priced(&self, model: &str) -> bool {
-        self.prices.contains_key(model)
+        self.price(model).is_some()
+    }
+
+    /// The ids that have a price.
+    pub fn models(&self) -> impl Iterator<Item = &str> {
+        self.prices.keys().map(String::as_str)
     }
 
     /// What a finished call cost; `None` for an unpriced model.
     pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
         let price = self.price(model)?;
         let cached = usage.cached_tokens.min(usage.prompt_tokens);
+        let written = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
+        let write_price = price.cache_write_per_mtok.unwrap_or(price.input_per_mtok);
         Some(
-            usd(price, usage.prompt_tokens - cached, usage.completion_tokens)
-                + cached as f64 * price.cached_per_mtok() / 1_000_000.0,
+            usd(
+                price,
+                usage.prompt_tokens - cached - written,
+                usage.completion_tokens,
+            ) + cached as f64 * price.cached_per_mtok() / 1_000_000.0
+                + written as f64 * write_price / 1_000_000.0,
         )
     }
 

@@ -35,6 +35,19 @@ pub enum ForwardedCall {
         input: String,
         /// The caller's turn id.
         turn_id: Option<String>,
+        /// The model the turn chose.
+        #[serde(default)]
+        model: Option<String>,
+        /// The reasoning effort the turn chose.
+        #[serde(default)]
+        reasoning_effort: Option<String>,
+    },
+    /// `session/open` with a model: the owner's actor takes the stored choice.
+    SetModel {
+        /// The model.
+        model: Option<String>,
+        /// The reasoning effort.
+        reasoning_effort: Option<String>,
     },
     /// `turn/interrupt`.
     Interrupt,
@@ -137,12 +150,27 @@ impl Relay {
                     }
                 }),
             ),
+            Command::SetModel { choice, reply } => relay(
+                ForwardedCall::SetModel {
+                    model: choice.model,
+                    reasoning_effort: choice.reasoning_effort,
+                },
+                Box::new(move |_| {
+                    let _ = reply.send(());
+                }),
+            ),
             Command::StartTurn {
                 input,
                 turn_id,
+                choice,
                 reply,
             } => relay(
-                ForwardedCall::StartTurn { input, turn_id },
+                ForwardedCall::StartTurn {
+                    input,
+                    turn_id,
+                    model: choice.model,
+                    reasoning_effort: choice.reasoning_effort,
+                },
                 Box::new(move |value| {
                     let _ = reply.send(typed(value));
                 }),
@@ -247,8 +275,28 @@ pub(crate) async fn run(
             json!(handle.invoke_tool_with(name, arguments, options).await?)
         }
         ForwardedCall::ToolList => handle.tool_list().await?,
-        ForwardedCall::StartTurn { input, turn_id } => {
-            json!(handle.start_turn(input, turn_id).await?)
+        ForwardedCall::StartTurn {
+            input,
+            turn_id,
+            model,
+            reasoning_effort,
+        } => {
+            let choice = super::ModelChoice {
+                model,
+                reasoning_effort,
+            };
+            json!(handle.start_turn(input, turn_id, choice).await?)
+        }
+        ForwardedCall::SetModel {
+            model,
+            reasoning_effort,
+        } => {
+            let choice = super::ModelChoice {
+                model,
+                reasoning_effort,
+            };
+            handle.set_model(choice).await?;
+            Value::Null
         }
         ForwardedCall::Interrupt => json!(handle.interrupt().await?),
         ForwardedCall::Steer { turn_id, input } => {

@@ -166,6 +166,34 @@ impl Sessions {
         }
     }
 
+    /// The model settings turns run with, when a model is configured.
+    pub fn agent(&self) -> Option<&crate::agent::AgentSettings> {
+        self.inner.config.agent.as_deref()
+    }
+
+    /// Stores the model `choice` of the caller's session and hands it to its actor, when
+    /// loaded (or to its owner, in a cluster); checked already.
+    pub async fn set_model(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        choice: super::ModelChoice,
+    ) -> Result<(), SessionError> {
+        self.row(caller, session_id).await?;
+        self.inner
+            .store
+            .set_session_model(
+                session_id,
+                choice.model.as_deref(),
+                choice.reasoning_effort.as_deref(),
+            )
+            .await?;
+        if let Ok(handle) = self.handle(caller, session_id).await {
+            handle.set_model(choice).await?;
+        }
+        Ok(())
+    }
+
     /// The store behind the sessions.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
@@ -489,6 +517,10 @@ impl Sessions {
             ),
             unsupported: Arc::clone(&self.inner.unsupported),
             write_health: Arc::clone(&self.inner.write_health),
+            choice: crate::session::ModelChoice {
+                model: row.model.clone(),
+                reasoning_effort: row.reasoning_effort.clone(),
+            },
         });
         live.insert(
             row.session_id.clone(),

@@ -342,7 +342,12 @@ pub(crate) enum Command {
     StartTurn {
         input: String,
         turn_id: Option<String>,
+        choice: ModelChoice,
         reply: oneshot::Sender<Result<String, SessionError>>,
+    },
+    SetModel {
+        choice: ModelChoice,
+        reply: oneshot::Sender<()>,
     },
     Interrupt {
         reply: oneshot::Sender<bool>,
@@ -571,18 +576,26 @@ impl SessionHandle {
         self.ask(|reply| Command::Catalog { reply }).await
     }
 
-    /// Starts a turn on `input`; returns its id once `turn/started` is out.
+    /// Starts a turn on `input`, with the model it chose (else the session's); returns its id
+    /// once `turn/started` is out.
     pub async fn start_turn(
         &self,
         input: String,
         turn_id: Option<String>,
+        choice: ModelChoice,
     ) -> Result<String, SessionError> {
         self.ask(|reply| Command::StartTurn {
             input,
             turn_id,
+            choice,
             reply,
         })
         .await?
+    }
+
+    /// Makes `choice` the model the session's next turns use (already stored).
+    pub async fn set_model(&self, choice: ModelChoice) -> Result<(), SessionError> {
+        self.ask(|reply| Command::SetModel { choice, reply }).await
     }
 
     /// Interrupts the running turn; whether there was one.
@@ -650,5 +663,47 @@ impl SessionHandle {
         let _ = self.tx.send(Command::Close).await;
         // The actor drops its receiver when it has finished stopping.
         self.tx.closed().await;
+    }
+}
+
+/// The model (`<provider>/<model>`) and reasoning effort a session or a turn asked for; `None`
+/// leaves each to the session, then to the server's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelChoice {
+    /// The model id.
+    pub model: Option<String>,
+    /// `none`, `minimal`, `low`, `medium`, `high` or `xhigh`.
+    pub reasoning_effort: Option<String>,
+}
+
+/// The reasoning efforts the APIs know.
+pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+
+impl ModelChoice {
+    /// Whether it chooses anything.
+    pub fn is_empty(&self) -> bool {
+        self.model.is_none() && self.reasoning_effort.is_none()
+    }
+
+    /// Checks the choice against the configured models; the error names the choices.
+    pub fn check(&self, agent: Option<&crate::agent::AgentSettings>) -> Result<(), SessionError> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        if let Some(effort) = &self.reasoning_effort
+            && !REASONING_EFFORTS.contains(&effort.as_str())
+        {
+            return Err(SessionError::InvalidParams(format!(
+                "reasoning_effort {effort:?} is not one of {}",
+                REASONING_EFFORTS.join(", ")
+            )));
+        }
+        let Some(agent) = agent else {
+            return Err(SessionError::LlmNotConfigured);
+        };
+        agent
+            .with_choice(self.model.as_deref(), self.reasoning_effort.as_deref())
+            .map(drop)
+            .map_err(|unknown| SessionError::InvalidParams(unknown.to_string()))
     }
 }

@@ -243,6 +243,17 @@ impl Store for GroupCommit {
         self.inner.set_title_if_unset(session_id, title).await
     }
 
+    async fn set_session_model(
+        &self,
+        session_id: &str,
+        model: Option<&str>,
+        reasoning_effort: Option<&str>,
+    ) -> StoreResult<()> {
+        self.inner
+            .set_session_model(session_id, model, reasoning_effort)
+            .await
+    }
+
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
         self.inner.idle_sessions(before).await
     }

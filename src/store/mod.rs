@@ -138,6 +138,12 @@ pub struct SessionRow {
     pub last_seq: i64,
     /// The session it was forked from, for a fork (until that one is deleted).
     pub parent_session_id: Option<String>,
+    /// The model it uses, when it chose one (else the server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The reasoning effort it asked for, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
 }
 
 /// Which part of a session listing to read: at most `limit` rows, after the row a cursor named.
@@ -482,6 +488,14 @@ pub trait Store: Send + Sync + 'static {
     /// Sets a session's title only if it has none (a title a person gave is never replaced);
     /// whether it was set.
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool>;
+
+    /// Sets the model and reasoning effort a session uses (`None`: the server's default).
+    async fn set_session_model(
+        &self,
+        session_id: &str,
+        model: Option<&str>,
+        reasoning_effort: Option<&str>,
+    ) -> StoreResult<()>;
 
     /// Sessions whose last event is older than `before`, with no open work and no running
     /// task: what an idle-session retention may delete.

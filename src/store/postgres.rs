@@ -182,6 +182,8 @@ impl Store for PostgresStore {
             updated_at: now,
             last_seq: 0,
             parent_session_id: new.parent_session_id.clone(),
+            model: None,
+            reasoning_effort: None,
         })
     }
 
@@ -306,6 +308,22 @@ impl Store for PostgresStore {
             .await
             .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_session_model(
+        &self,
+        session_id: &str,
+        model: Option<&str>,
+        reasoning_effort: Option<&str>,
+    ) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET model = $1, reasoning_effort = $2 WHERE session_id = $3")
+            .bind(model.map(without_nul))
+            .bind(reasoning_effort.map(without_nul))
+            .bind(without_nul(session_id))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
     }
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {

@@ -8,8 +8,8 @@ use time::OffsetDateTime;
 use super::{CostRow, EventRow, Lease, SessionRow, StoreResult, TaskRow, TaskState};
 
 /// The columns `session_row` reads, in every backend's `SELECT`.
-pub(crate) const SESSION_COLUMNS: &str =
-    "session_id, user_name, title, cwd, created_at, updated_at, last_seq, parent_session_id";
+pub(crate) const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq, parent_session_id, \
+     model, reasoning_effort";
 /// The columns `task_row` reads.
 pub(crate) const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, \
      exit_code, reason, total_bytes, output_path, created_at, finished_at";
@@ -73,6 +73,8 @@ pub(crate) fn session_row(row: &impl StoredRow) -> StoreResult<SessionRow> {
         updated_at: row.time("updated_at")?,
         last_seq: row.int("last_seq")?,
         parent_session_id: row.opt_text("parent_session_id")?,
+        model: row.opt_text("model")?,
+        reasoning_effort: row.opt_text("reasoning_effort")?,
     })
 }
 

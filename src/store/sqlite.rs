@@ -502,6 +502,8 @@ impl Store for SqliteStore {
             updated_at: now,
             last_seq: 0,
             parent_session_id: new.parent_session_id.clone(),
+            model: None,
+            reasoning_effort: None,
         })
     }
 
@@ -619,6 +621,22 @@ impl Store for SqliteStore {
             .await
             .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_session_model(
+        &self,
+        session_id: &str,
+        model: Option<&str>,
+        reasoning_effort: Option<&str>,
+    ) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET model = ?, reasoning_effort = ? WHERE session_id = ?")
+            .bind(model)
+            .bind(reasoning_effort)
+            .bind(session_id)
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
+        Ok(())
     }
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {

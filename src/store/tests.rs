@@ -432,6 +432,19 @@ async fn set_session_title_changes_only_the_title(store: Arc<dyn Store>, _: Reop
             ..created
         })
     );
+    store
+        .set_session_model("s1", Some("an/claude-x"), Some("high"))
+        .await
+        .expect("model");
+    let row = store.get_session("s1").await.expect("get").expect("row");
+    assert_eq!(row.model.as_deref(), Some("an/claude-x"));
+    assert_eq!(row.reasoning_effort.as_deref(), Some("high"));
+    store
+        .set_session_model("s1", None, None)
+        .await
+        .expect("back to the default");
+    let row = store.get_session("s1").await.expect("get").expect("row");
+    assert_eq!((row.model, row.reasoning_effort), (None, None));
     let err = store
         .set_session_title("missing", "x")
         .await
@@ -1254,6 +1267,8 @@ fn rows_serialise_as_the_contract_shapes() {
         updated_at: at(0) + time::Duration::microseconds(7),
         last_seq: 3,
         parent_session_id: Some("s0".to_owned()),
+        model: None,
+        reasoning_effort: None,
     };
     assert_eq!(
         serde_json::to_value(&session).expect("session json"),

@@ -675,8 +675,20 @@ async fn reasoning_goes_back_with_its_tool_call_turn_so_a_thinking_model_goes_on
     let app = TestApp::spawn_with(with_model(&mock)).await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-    let (_, end) = run_turn(&mut ws, &session, "What is here?").await;
+    let (notes, end) = run_turn(&mut ws, &session, "What is here?").await;
     assert_eq!(end["reason"], "completed", "{end}");
+    // People see the reasoning as it streams, apart from the answer.
+    let reasoned: String = of(&notes, "reasoning/delta")
+        .iter()
+        .map(|n| n["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasoned, "The user wants the listing.");
+    assert!(
+        of(&notes, "message/delta")
+            .iter()
+            .all(|n| !n["text"].as_str().unwrap().contains("listing")),
+        "reasoning leaked into the answer"
+    );
     let requests = mock.requests();
     assert_eq!(requests.len(), 2);
     let assistant = requests[1]["messages"]

@@ -13,6 +13,7 @@ mod llm;
 mod long_sessions;
 mod mcp;
 mod mcp_server;
+mod models;
 mod responses;
 mod sandbox;
 mod server;

@@ -62,15 +62,20 @@ impl Connection {
                 })
                 .await
             }
+            Request::ModelList(_) => Dispatched::Now(Ok(self.model_list()), None),
             Request::TurnStart(params) => {
                 let input = match params.text() {
                     Ok(input) => input,
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
+                let choice = params.choice();
+                if let Err(err) = choice.check(self.app.agent()) {
+                    return Dispatched::Now(Err(err.into()), None);
+                }
                 let turn_id = params.turn_id;
                 self.with_session(&params.session_id, |handle| async move {
                     handle
-                        .start_turn(input, turn_id)
+                        .start_turn(input, turn_id, choice)
                         .await
                         .map(|turn_id| json!({"turn_id": turn_id}))
                         .map_err(RpcError::from)

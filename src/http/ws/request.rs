@@ -57,6 +57,9 @@ pub(super) enum Request {
     /// `task/cancel`.
     #[serde(rename = "task/cancel")]
     TaskCancel(TaskParams),
+    /// `model/list`.
+    #[serde(rename = "model/list")]
+    ModelList(IgnoredParams),
     /// Any other method. Its params are skipped unread, so an unknown method is answered as
     /// unknown whatever its params hold.
     #[serde(other, deserialize_with = "skip_params")]
@@ -89,6 +92,7 @@ impl Request {
             Self::TaskList(_) => "task/list",
             Self::TaskOutputRead(_) => "task/output/read",
             Self::TaskCancel(_) => "task/cancel",
+            Self::ModelList(_) => "model/list",
             Self::Unknown => return None,
         })
     }
@@ -104,7 +108,25 @@ pub(super) struct OpenParams {
     pub session_id: Option<String>,
     pub cwd: Option<String>,
     pub after_seq: Option<i64>,
+    /// The model the session uses from now on (`<provider>/<model>`).
+    pub model: Option<String>,
+    /// The reasoning effort its turns ask for.
+    pub reasoning_effort: Option<String>,
 }
+
+impl OpenParams {
+    /// The model choice it carries.
+    pub(super) fn choice(&self) -> crate::session::ModelChoice {
+        crate::session::ModelChoice {
+            model: self.model.clone(),
+            reasoning_effort: self.reasoning_effort.clone(),
+        }
+    }
+}
+
+/// Params a method does not read (`model/list {}`).
+#[derive(Deserialize)]
+pub(super) struct IgnoredParams {}
 
 /// `session/fork`: the session to fork, up to which event, and where the fork works.
 #[derive(Deserialize)]
@@ -156,9 +178,21 @@ pub(super) struct TurnParams {
     pub session_id: String,
     input: Vec<InputItem>,
     pub turn_id: Option<String>,
+    /// The model for this turn only.
+    pub model: Option<String>,
+    /// The reasoning effort for this turn only.
+    pub reasoning_effort: Option<String>,
 }
 
 impl TurnParams {
+    /// The model choice it carries.
+    pub(super) fn choice(&self) -> crate::session::ModelChoice {
+        crate::session::ModelChoice {
+            model: self.model.clone(),
+            reasoning_effort: self.reasoning_effort.clone(),
+        }
+    }
+
     /// The input's text items, one per line; refused when there are none.
     pub(super) fn text(&self) -> Result<String, RpcError> {
         input_text(&self.input)

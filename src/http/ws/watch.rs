@@ -2,7 +2,7 @@
 //! live), attaching on first use by any other session method, and handing each session's live
 //! queue to the writer.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::dispatch::Dispatched;
@@ -75,6 +75,10 @@ impl Connection {
     /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.
     pub(super) async fn open(&mut self, params: OpenParams, id: Option<RequestId>) -> Dispatched {
         let sessions = self.app.sessions().clone();
+        let choice = params.choice();
+        if let Err(err) = choice.check(self.app.agent()) {
+            return Dispatched::Now(Err(err.into()), None);
+        }
         let (session_id, resumed) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {
                 Ok(row) => (row.session_id, true),
@@ -85,6 +89,11 @@ impl Connection {
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
         };
+        if !choice.is_empty()
+            && let Err(err) = sessions.set_model(&self.caller, &session_id, choice).await
+        {
+            return Dispatched::Now(Err(err.into()), None);
+        }
         if let Some(previous) = self.attached.remove(&session_id) {
             previous.handle.detach(self.id).await;
         }
@@ -118,6 +127,12 @@ impl Connection {
         // Extension: a client can offer the tool console before a turn/start is refused.
         result["llm_configured"] = json!(self.app.config().llm.is_configured());
         result["sandbox"] = json!(sessions.sandbox_report());
+        if let Some(agent) = self.app.agent()
+            && let Ok(row) = sessions.row(&self.caller, &session_id).await
+        {
+            result["model"] = json!(row.model.as_deref().unwrap_or(&agent.model));
+            result["reasoning_effort"] = json!(row.reasoning_effort);
+        }
         result["mcp"] = view.mcp;
         result["capabilities"]["mcp"] = result["mcp"].clone();
         if let Some(frame) = answer(&id, Ok(result)) {
@@ -127,6 +142,17 @@ impl Connection {
         self.attached
             .insert(session_id, Attachment { handle, live });
         Dispatched::Answered
+    }
+
+    /// `model/list`: the default model and every configured one.
+    pub(super) fn model_list(&self) -> Value {
+        let Some(agent) = self.app.agent() else {
+            return json!({"default": null, "models": []});
+        };
+        json!({
+            "default": agent.models.default_model(),
+            "models": agent.models.models(&agent.pricing, agent.context_window),
+        })
     }
 
     /// Sends stored events with `after_seq < seq <= up_to`, in order.

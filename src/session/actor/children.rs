@@ -201,7 +201,12 @@ impl SessionActor {
                         ),
                     ));
                 }
-                Arc::new(settings.with_model(&model))
+                match settings.with_choice(Some(&model), None) {
+                    Ok(chosen) => Arc::new(chosen),
+                    Err(unknown) => {
+                        return Err(ToolError::model("unknown_model", unknown.to_string()));
+                    }
+                }
             }
             _ => settings,
         };

@@ -72,6 +72,8 @@ pub(crate) struct ActorSetup {
     pub unsupported: Arc<[String]>,
     /// Whether the store takes writes, shared by every session of the server.
     pub write_health: Arc<crate::store::WriteHealth>,
+    /// The model the session chose, as stored.
+    pub choice: crate::session::ModelChoice,
 }
 
 /// The turn a session is running.
@@ -146,6 +148,8 @@ pub(crate) struct SessionActor {
     /// The turn stopped because the store failed it (its events, or its history), and what
     /// failed; it ends `storage_unavailable`, not `interrupted` or `internal`.
     storage_cut_turn: Option<(String, &'static str)>,
+    /// The model and reasoning effort the session chose; a turn may choose its own.
+    choice: crate::session::ModelChoice,
 }
 
 impl SessionActor {
@@ -201,6 +205,7 @@ impl SessionActor {
             unstored: Vec::new(),
             write_health: setup.write_health,
             storage_cut_turn: None,
+            choice: setup.choice,
         }
     }
 
@@ -316,10 +321,15 @@ impl SessionActor {
             Command::StartTurn {
                 input,
                 turn_id,
+                choice,
                 reply,
             } => {
-                let outcome = self.start_turn(input, turn_id).await;
+                let outcome = self.start_turn(input, turn_id, choice).await;
                 let _ = reply.send(outcome);
+            }
+            Command::SetModel { choice, reply } => {
+                self.choice = choice;
+                let _ = reply.send(());
             }
             Command::Interrupt { reply } => match &mut self.turn {
                 Some(turn) => {

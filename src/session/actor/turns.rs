@@ -23,6 +23,7 @@ impl SessionActor {
         &mut self,
         input: String,
         turn_id: Option<String>,
+        choice: crate::session::ModelChoice,
     ) -> Result<String, SessionError> {
         if self.write_health.is_failing() {
             return Err(SessionError::StorageUnavailable(
@@ -31,6 +32,22 @@ impl SessionActor {
         }
         let turn_id = turn_id.unwrap_or_else(|| format!("turn_{}", uuid::Uuid::new_v4().simple()));
         let (settings, cancel) = self.claim_turn_slot(&turn_id)?;
+        let model = choice.model.as_deref().or(self.choice.model.as_deref());
+        let effort = choice
+            .reasoning_effort
+            .as_deref()
+            .or(self.choice.reasoning_effort.as_deref());
+        let settings = if model.is_none() && effort.is_none() {
+            settings
+        } else {
+            match settings.with_choice(model, effort) {
+                Ok(chosen) => Arc::new(chosen),
+                Err(unknown) => {
+                    self.turn = None;
+                    return Err(SessionError::InvalidParams(unknown.to_string()));
+                }
+            }
+        };
         self.emit(SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
         })

@@ -38,6 +38,7 @@ fn params_error<T: DeserializeOwned>(method: &str, params: Value) -> Value {
 fn method_of(request: &Request) -> &'static str {
     match request {
         Request::SessionOpen(_) => "session/open",
+        Request::ModelList(_) => "model/list",
         Request::SessionFork(_) => "session/fork",
         Request::SessionCompact(_) => "session/compact",
         Request::SessionUpdate(_) => "session/update",
@@ -86,6 +87,7 @@ fn every_method_reads_as_its_variant() {
         ("task/list", session),
         ("task/output/read", task.clone()),
         ("task/cancel", task),
+        ("model/list", Value::Null),
     ];
     for (method, params) in cases {
         let request = Request::read(method, params).unwrap_or_else(|err| {
@@ -116,6 +118,7 @@ fn every_method_reads_as_its_variant() {
             Request::TaskOutputRead(p) | Request::TaskCancel(p) => {
                 p.task_id == "t1" && p.output.mode.as_deref() == Some("tail")
             }
+            Request::ModelList(_) => true,
             Request::Unknown => false,
         };
         assert!(read, "{method}");

@@ -1,1 +1,0 @@
-//! The provider for Anthropic's Messages API (`POST /v1/messages`).

@@ -1,1 +1,0 @@
-//! The provider for OpenAI's Responses API (`POST /responses`).
