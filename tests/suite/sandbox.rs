@@ -375,6 +375,9 @@ async fn a_command_over_the_memory_cap_is_killed_and_the_rest_goes_on() {
         output.ends_with("killed: out of memory (limit 256 MiB): a process this command started"),
         "{output}"
     );
+    // A session's first command, with no kill, says nothing of memory.
+    let first = shell(&mut ws, &other, "echo first").await;
+    assert!(!first.contains("out of memory"), "{first}");
     // Under the cap the same session, the other one and the server carry on.
     assert!(
         shell(

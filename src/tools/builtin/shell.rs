@@ -152,7 +152,8 @@ impl Shell {
 
         let started = Instant::now();
         let sandbox = self.workspace.sandbox();
-        let oom_kills_before = sandbox.and_then(|s| s.oom_kills());
+        // A session's cgroup is made at its first command: no counter yet reads as none.
+        let oom_kills_before = sandbox.and_then(|s| s.oom_kills()).unwrap_or(0);
         let mut command =
             shell_command(&self.workspace, &args.command, &dir).map_err(spawn_failed)?;
         command.process_group(0).stdin(Stdio::null());
@@ -215,7 +216,7 @@ impl Shell {
         // of its processes. When that ended the command (the shell's 137) it is said first,
         // as that is what to act on; when the command survived it, it is said after.
         if let Some(sandbox) = sandbox
-            && sandbox.oom_kills() > oom_kills_before
+            && sandbox.oom_kills().unwrap_or(0) > oom_kills_before
         {
             let killed = format!(
                 "killed: out of memory (limit {} MiB)",
