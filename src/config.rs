@@ -129,6 +129,7 @@ pub struct UserConfig {
     pub token: Secret,
 }
 
+pub use crate::llm::catalog::ModelCard;
 pub use crate::llm::pricing::ModelPrice;
 
 /// `[llm]`: the OpenAI-compatible model sessions talk to.
@@ -152,8 +153,8 @@ pub struct LlmConfig {
     pub context_window: u32,
     /// Share of the context window past which the older conversation is summarised.
     pub compact_at: f64,
-    /// Prices by model id.
-    pub pricing: BTreeMap<String, ModelPrice>,
+    /// Prices and limits by model id, over the embedded catalog's.
+    pub pricing: BTreeMap<String, ModelCard>,
     /// Model calls one turn may make before it stops with `iteration_limit`.
     pub max_iterations: u32,
     /// Seconds one turn may run before it stops with `turn_timeout`.
@@ -808,15 +809,9 @@ impl Config {
         if self.llm.max_iterations == 0 {
             return invalid("llm.max_iterations must be at least 1".into());
         }
-        for (model, price) in &self.llm.pricing {
-            let valid = |p: f64| p.is_finite() && p >= 0.0;
-            if !valid(price.input_per_mtok)
-                || !valid(price.output_per_mtok)
-                || !price.cached_input_per_mtok.is_none_or(valid)
-            {
-                return invalid(format!(
-                    "llm.pricing.{model:?}: prices must be non-negative numbers"
-                ));
+        for (model, card) in &self.llm.pricing {
+            if let Some(problem) = card.invalid() {
+                return invalid(format!("llm.pricing.{model:?}: {problem}"));
             }
         }
         let mut tokens = std::collections::BTreeSet::new();
@@ -969,6 +964,8 @@ compact_at = 0.5
 input_per_mtok = 2.5
 output_per_mtok = 10.0
 cached_input_per_mtok = 0.25
+images = false
+context_window = 32000
 [tools]
 max_active = 9
 [tool_policy]
@@ -1002,7 +999,9 @@ usd_per_minute = 0.5
             config.llm.api_key.as_ref().map(Secret::expose),
             Some("sk-test")
         );
-        assert_eq!(config.llm.pricing["file-model"].output_per_mtok, 10.0);
+        assert_eq!(config.llm.pricing["file-model"].output_per_mtok, Some(10.0));
+        assert_eq!(config.llm.pricing["file-model"].images, Some(false));
+        assert_eq!(config.llm.pricing["file-model"].context_window, Some(32000));
         assert_eq!(config.llm.max_sub_agents, 2);
         assert_eq!(config.tools.max_active, 9);
         assert_eq!(config.tools.idle_threshold, 5, "unset keys keep defaults");

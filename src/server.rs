@@ -79,7 +79,8 @@ fn agent_settings(
         return Ok(None);
     };
     let router = Arc::new(model_router(config)?);
-    for info in router.models(&Pricing::new(config.llm.pricing.clone()), 0) {
+    let pricing = Pricing::with_catalog(config.llm.pricing.clone());
+    for info in router.models(&pricing, config.llm.context_window) {
         if !info.priced {
             tracing::warn!(model = %info.id, "model has no price: its calls count toward no budget ([llm.pricing])");
         }
@@ -92,12 +93,13 @@ fn agent_settings(
         models: router,
         model: model.clone(),
         max_tokens: config.llm.max_tokens,
-        pricing: Pricing::new(config.llm.pricing.clone()),
+        context_window: pricing.context_window(model, config.llm.context_window),
+        context_limit: config.llm.context_window,
+        pricing,
         budget_usd: config.budget.session_usd,
         max_iterations: config.llm.max_iterations,
         turn_timeout: Duration::from_secs(config.llm.turn_timeout_secs),
         max_sub_agents: config.llm.max_sub_agents,
-        context_window: config.llm.context_window,
         max_repeated_calls: config.agent.max_repeated_calls,
         usd_per_minute: (config.budget.usd_per_minute > 0.0)
             .then_some(config.budget.usd_per_minute),
@@ -116,6 +118,10 @@ fn model_router(config: &Config) -> Result<ModelRouter, StartupError> {
             kind: ProviderKind::OpenAiChat,
             provider: Arc::new(OpenAiProvider::new(&config.llm)?),
             models: Vec::new(),
+            vendor: crate::llm::catalog::vendor_of(
+                &config.llm.provider,
+                config.llm.base_url.as_deref().unwrap_or_default(),
+            ),
         });
     }
     for entry in &config.llm.providers {
@@ -129,6 +135,7 @@ fn model_router(config: &Config) -> Result<ModelRouter, StartupError> {
             kind: entry.kind,
             provider,
             models: entry.models.clone(),
+            vendor: crate::llm::catalog::vendor_of(&entry.name, &entry.base_url),
         });
     }
     let default = config.llm.model.clone().unwrap_or_default();

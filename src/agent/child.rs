@@ -264,10 +264,7 @@ impl TurnHost for ChildHost {
         for text in &mail {
             self.write_user(text).await;
         }
-        let mail: Vec<ChatMessage> = mail
-            .into_iter()
-            .map(|content| ChatMessage::User { content })
-            .collect();
+        let mail: Vec<ChatMessage> = mail.into_iter().map(ChatMessage::user).collect();
         for message in &mail {
             lock(&self.journal).append(message);
         }
@@ -277,7 +274,7 @@ impl TurnHost for ChildHost {
     }
 
     async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
-        if let ChatMessage::User { content } = message {
+        if let ChatMessage::User { content, .. } = message {
             self.write_user(content).await;
         }
         lock(&self.journal).append(message);
@@ -381,6 +378,7 @@ mod tests {
     fn user(text: &str) -> ChatMessage {
         ChatMessage::User {
             content: text.into(),
+            images: Vec::new(),
         }
     }
 
@@ -437,7 +435,7 @@ mod tests {
         drop(journal);
         let reopened = HistoryJournal::open(dir.path(), "agent-3").unwrap();
         assert_eq!(reopened.messages.len(), 4, "{:?}", reopened.messages);
-        let ChatMessage::User { content } = &reopened.messages[0] else {
+        let ChatMessage::User { content, .. } = &reopened.messages[0] else {
             panic!("the summary comes first: {:?}", reopened.messages);
         };
         assert!(content.ends_with("a and b"));

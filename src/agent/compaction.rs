@@ -134,9 +134,7 @@ pub fn apply(view: &mut Vec<ChatMessage>, marker: &Marker) {
 
 /// The message sent in place of the replaced part.
 fn summary_message(summary: &str) -> ChatMessage {
-    ChatMessage::User {
-        content: format!("{SUMMARY_HEADER}\n\n{summary}"),
-    }
+    ChatMessage::user(format!("{SUMMARY_HEADER}\n\n{summary}"))
 }
 
 /// Where the verbatim tail of `view` starts: the latest point that keeps at least
@@ -157,7 +155,13 @@ fn transcript(messages: &[ChatMessage]) -> String {
     for message in messages {
         let line = match message {
             ChatMessage::System { content } => format!("[system] {content}"),
-            ChatMessage::User { content } => format!("[user] {content}"),
+            ChatMessage::User { content, images } if images.is_empty() => {
+                format!("[user] {content}")
+            }
+            // The summary call is text only; the model is told an image was there.
+            ChatMessage::User { content, images } => {
+                format!("[user, with {} image(s)] {content}", images.len())
+            }
             ChatMessage::Assistant {
                 content,
                 tool_calls,
@@ -229,11 +233,9 @@ impl Compaction<'_> {
                 ChatMessage::System {
                     content: COMPACTION_PROMPT.to_string(),
                 },
-                ChatMessage::User {
-                    content: format!(
-                        "{COMPACTION_REQUEST} into one summary that will replace it.\n\n{text}"
-                    ),
-                },
+                ChatMessage::user(format!(
+                    "{COMPACTION_REQUEST} into one summary that will replace it.\n\n{text}"
+                )),
             ],
             tools: Arc::from(Vec::new()),
             max_tokens: settings.max_tokens,
@@ -334,6 +336,7 @@ mod tests {
     fn user(text: &str) -> ChatMessage {
         ChatMessage::User {
             content: text.into(),
+            images: Vec::new(),
         }
     }
 

@@ -29,7 +29,7 @@ pub(crate) fn fit_context(
             tools.len(),
         )
     };
-    let sizes: Vec<u64> = history.iter().map(Pricing::json_bytes).collect();
+    let sizes: Vec<u64> = history.iter().map(Pricing::message_bytes).collect();
     // after[i]: the bytes of history[i..].
     let mut after = vec![0u64; sizes.len() + 1];
     for at in (0..sizes.len()).rev() {
@@ -177,6 +177,7 @@ mod tests {
     fn a_history_cut_by_a_crash_is_repaired() {
         let user = |text: &str| ChatMessage::User {
             content: text.into(),
+            images: Vec::new(),
         };
         let assistant = |ids: &[&str]| ChatMessage::Assistant {
             reasoning: None,
@@ -211,6 +212,7 @@ mod tests {
     fn the_oldest_exchanges_give_way_to_the_context_window() {
         let user = |text: &str| ChatMessage::User {
             content: text.into(),
+            images: Vec::new(),
         };
         let assistant = |ids: &[&str]| ChatMessage::Assistant {
             reasoning: None,

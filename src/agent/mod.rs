@@ -66,8 +66,11 @@ pub struct AgentSettings {
     pub turn_timeout: Duration,
     /// Most sub-agents one session may have open at once.
     pub max_sub_agents: usize,
-    /// The model's context window in tokens: prompt and completion together.
+    /// The model's context window in tokens, prompt and completion together: the catalog's
+    /// (or `[llm.pricing]`'s) for the model, at most `context_limit`.
     pub context_window: u32,
+    /// `[llm] context_window`: the most any model's window is taken to be.
+    pub context_limit: u32,
     /// Identical calls in a row before the model is told so; twice that ends the turn.
     pub max_repeated_calls: u32,
     /// Most a session may spend in any minute before its turn ends `budget_rate_exceeded`;
@@ -113,7 +116,8 @@ impl AgentSettings {
             max_iterations: self.max_iterations,
             turn_timeout: self.turn_timeout,
             max_sub_agents: self.max_sub_agents,
-            context_window: self.context_window,
+            context_window: self.pricing.context_window(model, self.context_limit),
+            context_limit: self.context_limit,
             max_repeated_calls: self.max_repeated_calls,
             usd_per_minute: self.usd_per_minute,
             compact_at: self.compact_at,

@@ -15,6 +15,7 @@ use super::compaction::{self, Compaction, CompactionError};
 use super::context::{cap_output, fit_context};
 use super::event::SessionEvent;
 use super::{AgentSettings, TurnHost};
+use crate::llm::ImageData;
 use crate::llm::pricing::{CallCost, Pricing};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, ToolCall, Usage};
 use crate::metrics::Metrics;
@@ -27,7 +28,7 @@ const RATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 pub(crate) struct Turn<H: TurnHost> {
     pub turn_id: String,
     /// The user message the turn starts with; `None` continues from the history as it is.
-    pub input: Option<String>,
+    pub input: Option<ChatMessage>,
     pub settings: Arc<AgentSettings>,
     pub metrics: Arc<Metrics>,
     /// Where the turn's state lives.
@@ -158,11 +159,7 @@ impl<H: TurnHost> Turn<H> {
 
     async fn turn_loop(&self, spend: &mut Spend) -> Ending {
         if let Some(input) = &self.input
-            && let Err(ending) = self
-                .remember(&ChatMessage::User {
-                    content: input.clone(),
-                })
-                .await
+            && let Err(ending) = self.remember(input).await
         {
             return ending;
         }
@@ -260,7 +257,10 @@ impl<H: TurnHost> Turn<H> {
             if response.tool_calls.is_empty() {
                 return Ending::Completed("completed");
             }
-            let results = self.run_batch(&response.tool_calls, spend).await;
+            let mut images = Vec::new();
+            let results = self
+                .run_batch(&response.tool_calls, spend, &mut images)
+                .await;
             let repeated = repeats.observe(&response.tool_calls, &results);
             let limit = self.settings.max_repeated_calls.max(1);
             let stuck = repeated >= limit.saturating_mul(2);
@@ -281,6 +281,13 @@ impl<H: TurnHost> Turn<H> {
                 if let Err(ending) = self.remember(&message).await {
                     return ending;
                 }
+            }
+            // Tool messages carry text only in the chat API, so what a call gave to look at
+            // follows the batch as the user's.
+            if !images.is_empty()
+                && let Err(ending) = self.remember(&self.shown_images(images)).await
+            {
+                return ending;
             }
             if self.cancel.is_cancelled() {
                 return interrupted();
@@ -318,7 +325,7 @@ impl<H: TurnHost> Turn<H> {
         let system_bytes = Pricing::json_bytes(&ChatMessage::System {
             content: system.to_string(),
         });
-        let history_bytes: u64 = history.iter().map(Pricing::json_bytes).sum();
+        let history_bytes: u64 = history.iter().map(Pricing::message_bytes).sum();
         let tool_bytes: u64 = specs.iter().map(Pricing::json_bytes).sum();
         let estimate = Pricing::tokens_from_parts(
             system_bytes + history_bytes,
@@ -430,8 +437,35 @@ impl<H: TurnHost> Turn<H> {
         outcome
     }
 
-    /// Runs one batch of tool calls and returns the text each gives the model, in order.
-    async fn run_batch(&self, calls: &[ToolCall], spend: &mut Spend) -> Vec<String> {
+    /// The message showing the model the images its calls returned, or saying it cannot see
+    /// them when its model takes none.
+    fn shown_images(&self, images: Vec<ImageData>) -> ChatMessage {
+        if self.settings.pricing.takes_images(&self.settings.model) {
+            ChatMessage::User {
+                content: format!(
+                    "[agentd] The {} image(s) the tool calls above returned, in order.",
+                    images.len()
+                ),
+                images,
+            }
+        } else {
+            ChatMessage::user(format!(
+                "[agentd] The tool calls above returned {} image(s), but the model in use ({}) \
+                 takes no image input, so they are not shown.",
+                images.len(),
+                self.settings.model
+            ))
+        }
+    }
+
+    /// Runs one batch of tool calls and returns the text each gives the model, in order; the
+    /// images they returned are added to `images`.
+    async fn run_batch(
+        &self,
+        calls: &[ToolCall],
+        spend: &mut Spend,
+        images: &mut Vec<ImageData>,
+    ) -> Vec<String> {
         // Every call is checked first, in the model's order; refusals answer without running.
         let mut prepared: Vec<Result<(PreparedCall, Value), String>> = Vec::new();
         for call in calls {
@@ -455,8 +489,9 @@ impl<H: TurnHost> Turn<H> {
                 .await
                 .into_iter()
                 .map(|outcome| match outcome {
-                    Ok((text, _, costs)) => {
+                    Ok((text, _, costs, shown)) => {
                         spend.node_costs.extend(costs);
+                        images.extend(shown);
                         text
                     }
                     Err(refusal) => refusal,
@@ -475,8 +510,9 @@ impl<H: TurnHost> Turn<H> {
             }
             match prepared {
                 Ok((ready, arguments)) => {
-                    let (text, success, costs) = self.execute(call, ready, arguments).await;
+                    let (text, success, costs, shown) = self.execute(call, ready, arguments).await;
                     spend.node_costs.extend(costs);
+                    images.extend(shown);
                     failed = !success;
                     results.push(text);
                 }
@@ -512,13 +548,13 @@ impl<H: TurnHost> Turn<H> {
     }
 
     /// Runs one prepared call through the call path; returns the model's text, whether it
-    /// succeeded, and the cost rows it reported.
+    /// succeeded, the cost rows it reported and the images it returned.
     async fn execute(
         &self,
         call: &ToolCall,
         ready: PreparedCall,
         arguments: Value,
-    ) -> (String, bool, Vec<CallCost>) {
+    ) -> (String, bool, Vec<CallCost>, Vec<ImageData>) {
         let call = Call {
             approved: false,
             // Call ids are the model's and may repeat across agents; turn ids do not.
@@ -529,7 +565,12 @@ impl<H: TurnHost> Turn<H> {
             cancel: self.cancel.child_token(),
         };
         let result = call::run(self.host.as_ref(), &self.scope, call).await;
-        (cap_output(&result.output), result.success, result.costs)
+        (
+            cap_output(&result.output),
+            result.success,
+            result.costs,
+            result.images,
+        )
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`pricing`]: USD per token by model.
 
 pub mod anthropic;
+pub mod catalog;
 pub mod openai;
 pub mod pricing;
 pub mod responses;
@@ -59,6 +60,9 @@ pub enum ChatMessage {
     User {
         /// The text.
         content: String,
+        /// Images given with it, after the text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageData>,
     },
     /// What the model answered: text, tool calls, or both.
     Assistant {
@@ -86,6 +90,104 @@ pub enum ChatMessage {
         /// The text the model sees.
         content: String,
     },
+}
+
+impl ChatMessage {
+    /// A user message of text alone.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User {
+            content: content.into(),
+            images: Vec::new(),
+        }
+    }
+}
+
+/// An image given to the model: its media type and its bytes, base64-encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageData {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub mime: String,
+    /// The bytes, standard base64 with padding.
+    pub data: String,
+}
+
+impl ImageData {
+    /// The media types every API that takes images accepts.
+    pub const MIME_TYPES: [&'static str; 4] =
+        ["image/png", "image/jpeg", "image/gif", "image/webp"];
+    /// Tokens an image is counted as in prompt estimates: about what the APIs charge for one
+    /// of about a megapixel (they scale images down to about that size).
+    pub const ESTIMATED_TOKENS: u64 = 1600;
+
+    /// The largest image taken, decoded: Anthropic's limit per image, and well under the
+    /// OpenAI APIs'.
+    pub const MAX_BYTES: usize = 5 * 1024 * 1024;
+
+    /// An image from a file's bytes; refused when it is too large or not a PNG, JPEG, GIF or
+    /// WebP image.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+        use base64::Engine as _;
+        if bytes.len() > Self::MAX_BYTES {
+            return Err(format!(
+                "the image is {} bytes, over the limit of {} bytes",
+                bytes.len(),
+                Self::MAX_BYTES
+            ));
+        }
+        let mime = Self::sniff_mime(bytes)
+            .ok_or("not a PNG, JPEG, GIF or WebP image (by its first bytes)")?;
+        Ok(Self {
+            mime: mime.to_string(),
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+        })
+    }
+
+    /// An image sent inline as base64; refused unless `mime` is one the APIs take, `data`
+    /// decodes, fits [`ImageData::MAX_BYTES`] and really is an image of that type.
+    pub fn from_base64(mime: &str, data: &str) -> Result<Self, String> {
+        use base64::Engine as _;
+        if !Self::MIME_TYPES.contains(&mime) {
+            return Err(format!(
+                "mime {mime:?} is not one of {}",
+                Self::MIME_TYPES.join(", ")
+            ));
+        }
+        // Checked before decoding, so an oversized image costs no allocation.
+        if data.len() / 4 * 3 > Self::MAX_BYTES + 2 {
+            return Err(format!(
+                "the image is over the limit of {} bytes",
+                Self::MAX_BYTES
+            ));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|err| format!("data is not standard base64: {err}"))?;
+        let image = Self::from_bytes(&bytes)?;
+        if image.mime != mime {
+            return Err(format!("data is a {} image, not {mime}", image.mime));
+        }
+        Ok(image)
+    }
+
+    /// The image as a `data:` URL, the form the OpenAI APIs take.
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.mime, self.data)
+    }
+
+    /// The media type of an image file from its first bytes; `None` for anything else.
+    pub fn sniff_mime(bytes: &[u8]) -> Option<&'static str> {
+        if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some("image/png")
+        } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+            Some("image/jpeg")
+        } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+            Some("image/gif")
+        } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+            Some("image/webp")
+        } else {
+            None
+        }
+    }
 }
 
 /// The wire API a provider speaks; reasoning is only ever sent back to the kind it came from.

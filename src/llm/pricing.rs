@@ -1,4 +1,4 @@
-//! USD per token by model, from `[llm.pricing."MODEL"]`: what a call cost, what to reserve
+//! USD per token by model, from `[llm.pricing."MODEL"]` over the embedded catalog: what a call cost, what to reserve
 //! before making one, and a conservative estimate of a prompt's size.
 //!
 //! Models without a price are "unpriced": [`Pricing::cost_usd`] and [`Pricing::reserve_usd`]
@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ChatMessage, ToolSpec, Usage};
+use super::catalog::{Catalog, ModelCard};
+use super::{ChatMessage, ImageData, ToolSpec, Usage};
 
 /// Bytes of serialised JSON counted as one token. Real tokenisers average about 4 bytes per
 /// token on English prose and about 3 on code and JSON; 3 over-estimates both, which is the
@@ -117,25 +118,53 @@ impl Allowance {
     }
 }
 
-/// Prices of the configured models.
+/// Prices and limits of models: `[llm.pricing]` over the embedded catalog.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pricing {
-    prices: BTreeMap<String, ModelPrice>,
+    cards: BTreeMap<String, ModelCard>,
+    /// The catalog under the configured cards; `None` prices only what is configured.
+    catalog: Option<&'static Catalog>,
 }
 
 impl Pricing {
-    /// Prices from a table of model id → price.
+    /// Prices from a table of model id → price, without the catalog.
     pub fn new(prices: BTreeMap<String, ModelPrice>) -> Self {
-        Self { prices }
+        Self {
+            cards: prices
+                .into_iter()
+                .map(|(id, price)| (id, ModelCard::priced(price)))
+                .collect(),
+            catalog: None,
+        }
     }
 
-    /// The price of `model`: its exact id, else its id without the `<provider>/` prefix
-    /// (so a price set for `gpt-4o` holds at every provider serving it).
-    pub fn price(&self, model: &str) -> Option<&ModelPrice> {
-        self.prices.get(model).or_else(|| {
+    /// The configured cards over the embedded catalog: what a server runs with.
+    pub fn with_catalog(cards: BTreeMap<String, ModelCard>) -> Self {
+        Self {
+            cards,
+            catalog: Some(Catalog::embedded()),
+        }
+    }
+
+    /// Everything known of `model`: the configured card (its exact id, else its id without
+    /// the `<provider>/` prefix, so a price set for `gpt-4o` holds at every provider serving
+    /// it) over the catalog's.
+    pub fn card(&self, model: &str) -> ModelCard {
+        let configured = self.cards.get(model).or_else(|| {
             let (_, bare) = model.split_once('/')?;
-            self.prices.get(bare)
-        })
+            self.cards.get(bare)
+        });
+        let listed = self.catalog.and_then(|catalog| catalog.card(model));
+        match (configured, listed) {
+            (Some(configured), Some(listed)) => configured.over(listed),
+            (Some(card), None) | (None, Some(card)) => card.clone(),
+            (None, None) => ModelCard::default(),
+        }
+    }
+
+    /// The price of `model`, when both its input and output prices are known.
+    pub fn price(&self, model: &str) -> Option<ModelPrice> {
+        self.card(model).price()
     }
 
     /// Whether `model` has a price; calls to other models are counted as unpriced.
@@ -143,14 +172,34 @@ impl Pricing {
         self.price(model).is_some()
     }
 
-    /// The ids that have a price.
+    /// The ids configured in `[llm.pricing]`.
     pub fn models(&self) -> impl Iterator<Item = &str> {
-        self.prices.keys().map(String::as_str)
+        self.cards.keys().map(String::as_str)
+    }
+
+    /// The context window to plan `model`'s prompts by: what its card says, at most `limit`
+    /// (`[llm] context_window`), which is also the answer when the card says nothing.
+    pub fn context_window(&self, model: &str, limit: u32) -> u32 {
+        self.card(model)
+            .context_window
+            .map_or(limit, |window| window.min(limit))
+    }
+
+    /// Whether a request to `model` may carry images: unless its card says it takes none
+    /// (a model nothing is known of is given the benefit of the doubt; its API answers).
+    pub fn takes_images(&self, model: &str) -> bool {
+        self.card(model).images.unwrap_or(true)
+    }
+
+    /// The catalog under the configured cards, if any.
+    pub fn catalog(&self) -> Option<&'static Catalog> {
+        self.catalog
     }
 
     /// What a finished call cost; `None` for an unpriced model.
     pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
         let price = self.price(model)?;
+        let price = &price;
         let cached = usage.cached_tokens.min(usage.prompt_tokens);
         let written = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
         let write_price = price.cache_write_per_mtok.unwrap_or(price.input_per_mtok);
@@ -174,7 +223,7 @@ impl Pricing {
         max_tokens: u32,
     ) -> Option<f64> {
         let price = self.price(model)?;
-        Some(usd(price, prompt_tokens_estimate, u64::from(max_tokens)))
+        Some(usd(&price, prompt_tokens_estimate, u64::from(max_tokens)))
     }
 
     /// A conservative estimate of the prompt tokens a request will use: the serialised JSON of
@@ -183,9 +232,22 @@ impl Pricing {
     /// [`TOKENS_PER_REQUEST`] once. UTF-8 bytes rather than characters, so non-Latin text
     /// (about one token per character, three bytes each) is not under-counted either.
     pub fn estimate_prompt_tokens(messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
-        let message_bytes: u64 = messages.iter().map(Self::json_bytes).sum();
+        let message_bytes: u64 = messages.iter().map(Self::message_bytes).sum();
         let tool_bytes: u64 = tools.iter().map(Self::json_bytes).sum();
         Self::tokens_from_parts(message_bytes, messages.len(), tool_bytes, tools.len())
+    }
+
+    /// The size one message counts as: its serialised JSON, except that each image counts as
+    /// [`ImageData::ESTIMATED_TOKENS`] rather than its base64 bytes (the APIs charge by
+    /// pixels, not by bytes).
+    pub fn message_bytes(message: &ChatMessage) -> u64 {
+        match message {
+            ChatMessage::User { content, images } if !images.is_empty() => {
+                Self::json_bytes(&ChatMessage::user(content.as_str()))
+                    + images.len() as u64 * ImageData::ESTIMATED_TOKENS * BYTES_PER_TOKEN
+            }
+            _ => Self::json_bytes(message),
+        }
     }
 
     /// The serialised size of one message or tool spec, as the estimate counts it.
@@ -322,6 +384,7 @@ mod tests {
 
         let message = ChatMessage::User {
             content: "a".repeat(300),
+            images: Vec::new(),
         };
         let bytes = serde_json::to_string(&message).unwrap().len() as u64;
         assert_eq!(
@@ -366,6 +429,7 @@ mod tests {
         );
         let cjk = ChatMessage::User {
             content: "漢".repeat(100),
+            images: Vec::new(),
         };
         // About one token per CJK character; the estimate must not fall below that.
         assert!(Pricing::estimate_prompt_tokens(&[cjk], &[]) >= 100);

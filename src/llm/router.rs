@@ -25,6 +25,8 @@ pub struct ModelRoute {
     pub provider: Arc<dyn Provider>,
     /// The models it offers by configuration (empty: any model id is passed through).
     pub models: Vec<String>,
+    /// The catalog vendor whose API it reaches, whose models `model/list` offers for it.
+    pub vendor: Option<&'static str>,
 }
 
 impl std::fmt::Debug for ModelRoute {
@@ -33,6 +35,7 @@ impl std::fmt::Debug for ModelRoute {
             .field("name", &self.name)
             .field("kind", &self.kind)
             .field("models", &self.models)
+            .field("vendor", &self.vendor)
             .finish_non_exhaustive()
     }
 }
@@ -151,12 +154,16 @@ impl ModelRouter {
         }
     }
 
-    /// Every model worth offering: the default, each provider's listed models and every priced
-    /// model a provider serves, once each, the default first.
-    pub fn models(&self, pricing: &Pricing, context_window: u32) -> Vec<ModelInfo> {
+    /// Every model worth offering, once each, the default first: each provider's listed
+    /// models, the catalog's models of the vendor it reaches, and every model priced in
+    /// `[llm.pricing]` that a provider serves. `context_limit` is `[llm] context_window`.
+    pub fn models(&self, pricing: &Pricing, context_limit: u32) -> Vec<ModelInfo> {
         let mut ids: Vec<String> = vec![self.default_model.clone()];
         for route in &self.routes {
             ids.extend(route.models.iter().map(|m| self.full_id(route, m)));
+            if let (Some(vendor), Some(catalog)) = (route.vendor, pricing.catalog()) {
+                ids.extend(catalog.models_of(vendor).map(|m| self.full_id(route, m)));
+            }
         }
         ids.extend(pricing.models().map(str::to_string));
         let mut seen = std::collections::BTreeSet::new();
@@ -164,13 +171,14 @@ impl ModelRouter {
             .filter(|id| seen.insert(id.clone()))
             .filter_map(|id| {
                 let (route, _) = self.resolve(&id).ok()?;
-                let prices = pricing.price(&id).copied();
+                let card = pricing.card(&id);
+                let prices = card.price();
                 Some(ModelInfo {
                     provider: route.name.clone(),
                     kind: route.kind,
-                    context_window,
-                    images: false,
-                    reasoning: true,
+                    context_window: pricing.context_window(&id, context_limit),
+                    images: card.images.unwrap_or(true),
+                    reasoning: card.reasoning.unwrap_or(true),
                     priced: prices.is_some(),
                     prices,
                     id,
@@ -224,6 +232,7 @@ mod tests {
             kind,
             provider: Arc::new(Named),
             models: models.iter().map(|m| m.to_string()).collect(),
+            vendor: None,
         }
     }
 

@@ -33,6 +33,9 @@ pub enum ForwardedCall {
     StartTurn {
         /// The input.
         input: String,
+        /// Its images.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<super::ImageInput>,
         /// The caller's turn id.
         turn_id: Option<String>,
         /// The model the turn chose.
@@ -161,12 +164,14 @@ impl Relay {
             ),
             Command::StartTurn {
                 input,
+                images,
                 turn_id,
                 choice,
                 reply,
             } => relay(
                 ForwardedCall::StartTurn {
                     input,
+                    images: images.into_vec(),
                     turn_id,
                     model: choice.model,
                     reasoning_effort: choice.reasoning_effort,
@@ -277,6 +282,7 @@ pub(crate) async fn run(
         ForwardedCall::ToolList => handle.tool_list().await?,
         ForwardedCall::StartTurn {
             input,
+            images,
             turn_id,
             model,
             reasoning_effort,
@@ -285,7 +291,7 @@ pub(crate) async fn run(
                 model,
                 reasoning_effort,
             };
-            json!(handle.start_turn(input, turn_id, choice).await?)
+            json!(handle.start_turn(input, images, turn_id, choice).await?)
         }
         ForwardedCall::SetModel {
             model,

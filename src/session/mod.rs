@@ -341,6 +341,8 @@ pub(crate) enum Command {
     },
     StartTurn {
         input: String,
+        // Boxed: a Vec would make every command larger.
+        images: Box<[ImageInput]>,
         turn_id: Option<String>,
         choice: ModelChoice,
         reply: oneshot::Sender<Result<String, SessionError>>,
@@ -576,16 +578,18 @@ impl SessionHandle {
         self.ask(|reply| Command::Catalog { reply }).await
     }
 
-    /// Starts a turn on `input`, with the model it chose (else the session's); returns its id
-    /// once `turn/started` is out.
+    /// Starts a turn on `input` and `images`, with the model it chose (else the session's);
+    /// returns its id once `turn/started` is out.
     pub async fn start_turn(
         &self,
         input: String,
+        images: Vec<ImageInput>,
         turn_id: Option<String>,
         choice: ModelChoice,
     ) -> Result<String, SessionError> {
         self.ask(|reply| Command::StartTurn {
             input,
+            images: images.into_boxed_slice(),
             turn_id,
             choice,
             reply,
@@ -665,6 +669,22 @@ impl SessionHandle {
         self.tx.closed().await;
     }
 }
+
+/// An image a turn starts with, as the client gave it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum ImageInput {
+    /// Sent inline, already checked.
+    Inline(crate::llm::ImageData),
+    /// A file of the session's workspace, read when the turn starts.
+    Path {
+        /// Relative to the workspace root.
+        path: String,
+    },
+}
+
+/// Most images one input may carry.
+pub const MAX_INPUT_IMAGES: usize = 20;
 
 /// The model (`<provider>/<model>`) and reasoning effort a session or a turn asked for; `None`
 /// leaves each to the session, then to the server's default.

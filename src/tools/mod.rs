@@ -91,6 +91,10 @@ pub struct ToolResult {
     /// Model calls the tool made on the session's behalf; the session's ledger records them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub costs: Vec<CallCost>,
+    /// Images for the model to look at (`view_image`); the turn shows them to the model
+    /// after the batch's results. Never in events: they would bloat every replay.
+    #[serde(skip)]
+    pub images: Vec<crate::llm::ImageData>,
 }
 
 impl ToolResult {

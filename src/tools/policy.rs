@@ -17,6 +17,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
             "edit_file",
             "diff_edit",
             "apply_patch",
+            "view_image",
         ],
     ),
     ("search", &["glob", "grep", "list_dir"]),

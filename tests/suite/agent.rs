@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use agentd::config::{Config, ModelPrice};
+use agentd::config::{Config, ModelCard, ModelPrice};
 use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ pub(crate) fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
         c.llm.model = Some(MODEL.into());
         c.llm
             .pricing
-            .insert(MODEL.into(), ModelPrice::new(1.0, 2.0));
+            .insert(MODEL.into(), ModelCard::priced(ModelPrice::new(1.0, 2.0)));
     }
 }
 
@@ -39,7 +39,9 @@ pub(crate) fn with_tight_budget(mock: &MockLlm, also: &[&str]) -> impl FnOnce(&m
         configure(c);
         c.llm.max_tokens = 100;
         for model in models {
-            c.llm.pricing.insert(model, ModelPrice::new(1.0, 10_000.0));
+            c.llm
+                .pricing
+                .insert(model, ModelCard::priced(ModelPrice::new(1.0, 10_000.0)));
         }
         c.budget.session_usd = Some(1.5);
     }

@@ -48,6 +48,7 @@ fn ask(text: &str) -> ChatRequest {
             },
             ChatMessage::User {
                 content: text.into(),
+                images: Vec::new(),
             },
         ],
         tools: vec![ToolSpec {
@@ -382,6 +383,7 @@ async fn no_request_carries_more_than_four_cache_breakpoints() {
         if response.tool_calls.is_empty() {
             request.messages.push(ChatMessage::User {
                 content: format!("round {round}"),
+                images: Vec::new(),
             });
         } else {
             for call in &response.tool_calls {

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use agentd::config::{Config, ModelPrice, PluginConfig};
+use agentd::config::{Config, ModelCard, ModelPrice, PluginConfig};
 use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -263,7 +263,7 @@ fn with_model(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
         c.llm.model = Some(MODEL.into());
         c.llm
             .pricing
-            .insert(MODEL.into(), ModelPrice::new(3.0, 15.0));
+            .insert(MODEL.into(), ModelCard::priced(ModelPrice::new(3.0, 15.0)));
     }
 }
 

@@ -48,6 +48,7 @@ fn ask(text: &str) -> ChatRequest {
             },
             ChatMessage::User {
                 content: text.into(),
+                images: Vec::new(),
             },
         ],
         tools: Vec::new().into(),
@@ -192,6 +193,7 @@ async fn the_request_body_carries_the_conversation_tools_and_limits() {
             },
             ChatMessage::User {
                 content: "Read a.txt and find x".into(),
+                images: Vec::new(),
             },
             ChatMessage::Assistant {
                 reasoning: None,

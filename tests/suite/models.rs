@@ -1,7 +1,7 @@
 //! Several providers: models named `<provider>/<model>`, a model per session (kept across a
 //! restart) and per turn, `model/list`, and clear refusals for models nobody serves.
 
-use agentd::config::{Config, ModelPrice, ProviderConfig};
+use agentd::config::{Config, ModelCard, ModelPrice, ProviderConfig};
 use agentd::llm::ProviderKind;
 use serde_json::json;
 
@@ -28,9 +28,10 @@ fn two_providers(alpha: &MockLlm, beta: &MockLlm) -> impl FnOnce(&mut Config) + 
     move |c: &mut Config| {
         c.llm.model = Some("alpha/a-default".into());
         c.llm.providers = vec![a, b];
-        c.llm
-            .pricing
-            .insert("beta/b-large".into(), ModelPrice::new(3.0, 15.0));
+        c.llm.pricing.insert(
+            "beta/b-large".into(),
+            ModelCard::priced(ModelPrice::new(3.0, 15.0)),
+        );
     }
 }
 
@@ -178,4 +179,194 @@ async fn an_anthropic_provider_runs_a_turn_with_its_reasoning_shown() {
         .await;
     assert_eq!(cost["rows"][0]["model"], "an/claude-x");
     assert_eq!(cost["tokens_cached"], 90, "{cost}");
+}
+
+/// A 1×1 PNG.
+const PIXEL_PNG: &[u8] = &[
+    0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n', 0, 0, 0, 13, b'I', b'H', b'D', b'R', 0, 0,
+    0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89, 0, 0, 0, 13, b'I', b'D', b'A', b'T',
+    0x78, 0x9c, 0x63, 0, 1, 0, 0, 5, 0, 1, 0x0d, 0x0a, 0x2d, 0xb4, 0, 0, 0, 0, b'I', b'E', b'N',
+    b'D', 0xae, 0x42, 0x60, 0x82,
+];
+
+/// The `data:` URLs of the images in one chat request's user messages, in order.
+fn image_urls(request: &serde_json::Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|part| part["type"] == "image_url")
+        .map(|part| part["image_url"]["url"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn images_reach_the_model_inline_from_the_workspace_and_through_view_image() {
+    use crate::support::mock_llm::ScriptedCall;
+    use base64::Engine as _;
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text(&["a pixel"]),
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "view_image",
+            &json!({"path": "shots/pixel.png"}),
+        )]),
+        Reply::text(&["seen twice"]),
+        Reply::text(&["still here"]),
+    ]))
+    .await;
+    let vision = provider("p", &mock, &[]);
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.model = Some("p/vision".into());
+        c.llm.providers = vec![vision];
+        c.llm.pricing.insert(
+            "p/blind".into(),
+            ModelCard {
+                images: Some(false),
+                ..ModelCard::default()
+            },
+        );
+    })
+    .await;
+    std::fs::create_dir_all(app.workspace().join("shots")).unwrap();
+    std::fs::write(app.workspace().join("shots/pixel.png"), PIXEL_PNG).unwrap();
+    std::fs::write(app.workspace().join("notes.txt"), "not an image").unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(PIXEL_PNG);
+    let url = format!("data:image/png;base64,{data}");
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let list = ws.result("model/list", json!({})).await;
+    let blind = list["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "p/blind")
+        .unwrap();
+    assert_eq!(blind["images"], false, "{list}");
+
+    // Inline: the image follows the text in the user message, as the chat API takes it.
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": [
+            {"kind": "text", "text": "what is this?"},
+            {"kind": "image", "mime": "image/png", "data": data},
+        ]}),
+    )
+    .await;
+    let end = ws.notification("turn/completed").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let first = &mock.requests()[0];
+    let user = first["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(user["content"][0]["text"], "what is this?", "{user}");
+    assert_eq!(image_urls(first), [url.clone()]);
+
+    // From the workspace, then once more through view_image: the stored history keeps the
+    // first turn's image, and the tool's image follows the tool result.
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": [{"kind": "image", "path": "shots/pixel.png"}]}),
+    )
+    .await;
+    let end = ws.notification("turn/completed").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let requests = mock.requests();
+    assert_eq!(image_urls(&requests[1]), [url.clone(), url.clone()]);
+    let last = &requests[2];
+    assert_eq!(image_urls(last), [url.clone(), url.clone(), url.clone()]);
+    let messages = last["messages"].as_array().unwrap();
+    let tool_at = messages.iter().position(|m| m["role"] == "tool").unwrap();
+    assert!(
+        messages[tool_at]["content"]
+            .as_str()
+            .unwrap()
+            .contains("image/png"),
+        "{}",
+        messages[tool_at]
+    );
+    assert_eq!(messages[tool_at + 1]["role"], "user");
+    assert_eq!(
+        messages[tool_at + 1]["content"][1]["image_url"]["url"],
+        url.as_str()
+    );
+    let before = mock.request_count();
+
+    // Refusals, each before the turn starts and naming what is wrong.
+    let refusals = [
+        (
+            json!({"kind": "image", "mime": "image/png", "data": data}),
+            Some("p/blind"),
+            "takes no image input",
+        ),
+        (
+            json!({"kind": "image", "mime": "image/svg+xml", "data": data}),
+            None,
+            "not one of",
+        ),
+        (
+            json!({"kind": "image", "mime": "image/jpeg", "data": data}),
+            None,
+            "image/png image",
+        ),
+        (
+            json!({"kind": "image", "mime": "image/png", "data": "%%%"}),
+            None,
+            "base64",
+        ),
+        (json!({"kind": "image"}), None, "either {mime, data}"),
+        (
+            json!({"kind": "image", "path": "notes.txt"}),
+            None,
+            "not a PNG",
+        ),
+        (
+            json!({"kind": "image", "path": "../outside.png"}),
+            None,
+            "escapes",
+        ),
+        (
+            json!({"kind": "image", "path": "missing.png"}),
+            None,
+            "does not exist",
+        ),
+    ];
+    for (item, model, expected) in refusals {
+        let mut params = json!({"session_id": session, "input": [item.clone()]});
+        if let Some(model) = model {
+            params["model"] = json!(model);
+        }
+        let (_, refused) = ws.call("turn/start", params).await;
+        assert_eq!(
+            refused["error"]["data"]["kind"], "invalid_params",
+            "{item}: {refused}"
+        );
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{item}: {message}");
+    }
+    let (_, refused) = ws
+        .call(
+            "turn/steer",
+            json!({"session_id": session, "turn_id": "t", "input": [
+                {"kind": "image", "mime": "image/png", "data": data}]}),
+        )
+        .await;
+    assert_eq!(
+        refused["error"]["data"]["kind"], "invalid_params",
+        "{refused}"
+    );
+    assert_eq!(
+        mock.request_count(),
+        before,
+        "a refused turn reached the model"
+    );
+    // The session is free for the next turn after every refusal.
+    let (_, end) = run_turn(&mut ws, &session, "still here").await;
+    assert_eq!(end["reason"], "completed", "{end}");
 }

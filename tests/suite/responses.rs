@@ -129,6 +129,7 @@ fn opening() -> Vec<ChatMessage> {
         },
         ChatMessage::User {
             content: "What is in a.txt?".into(),
+            images: Vec::new(),
         },
     ]
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentd::config::{Config, ModelPrice, PluginConfig};
+use agentd::config::{Config, ModelCard, ModelPrice, PluginConfig};
 use serde_json::{Value, json};
 
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
@@ -55,9 +55,10 @@ fn priced_model(url: String, price: (f64, f64), budget_usd: f64) -> impl FnOnce(
         c.llm.base_url = Some(url);
         c.llm.model = Some("m".into());
         c.llm.max_tokens = 100;
-        c.llm
-            .pricing
-            .insert("m".into(), ModelPrice::new(price.0, price.1));
+        c.llm.pricing.insert(
+            "m".into(),
+            ModelCard::priced(ModelPrice::new(price.0, price.1)),
+        );
         c.budget.session_usd = Some(budget_usd);
     }
 }
@@ -382,7 +383,7 @@ async fn a_pipeline_diamond_bills_every_node() {
         c.llm.model = Some("m".into());
         c.llm
             .pricing
-            .insert("m".into(), ModelPrice::new(10.0, 20.0));
+            .insert("m".into(), ModelCard::priced(ModelPrice::new(10.0, 20.0)));
     })
     .await;
     let mut ws = app.ws().await;

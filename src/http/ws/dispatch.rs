@@ -64,7 +64,7 @@ impl Connection {
             }
             Request::ModelList(_) => Dispatched::Now(Ok(self.model_list()), None),
             Request::TurnStart(params) => {
-                let input = match params.text() {
+                let (input, images) = match params.input() {
                     Ok(input) => input,
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
@@ -75,7 +75,7 @@ impl Connection {
                 let turn_id = params.turn_id;
                 self.with_session(&params.session_id, |handle| async move {
                     handle
-                        .start_turn(input, turn_id, choice)
+                        .start_turn(input, images, turn_id, choice)
                         .await
                         .map(|turn_id| json!({"turn_id": turn_id}))
                         .map_err(RpcError::from)

@@ -1,6 +1,8 @@
 //! The requests a client can send: one enum variant per JSON-RPC method, each with its own
 //! params type, read straight from the envelope's `method` and `params`.
 
+use crate::llm::ImageData;
+use crate::session::{ImageInput, MAX_INPUT_IMAGES};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -193,9 +195,55 @@ impl TurnParams {
         }
     }
 
-    /// The input's text items, one per line; refused when there are none.
-    pub(super) fn text(&self) -> Result<String, RpcError> {
-        input_text(&self.input)
+    /// The input's text items, one per line, and its images; refused when it has neither
+    /// or an image is unusable.
+    pub(super) fn input(&self) -> Result<(String, Vec<ImageInput>), RpcError> {
+        let mut images = Vec::new();
+        let mut text = Vec::new();
+        for item in &self.input {
+            match item {
+                InputItem::Text { text: line } => text.push(line.as_str()),
+                InputItem::Image { mime, data, path } => images.push(image_input(
+                    images.len(),
+                    mime.as_deref(),
+                    data.as_deref(),
+                    path.as_deref(),
+                )?),
+            }
+        }
+        if text.is_empty() && images.is_empty() {
+            return Err(RpcError::params(
+                "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item",
+            ));
+        }
+        if images.len() > MAX_INPUT_IMAGES {
+            return Err(RpcError::params(format!(
+                "input has {} images; at most {MAX_INPUT_IMAGES} are taken",
+                images.len()
+            )));
+        }
+        Ok((text.join("\n"), images))
+    }
+}
+
+/// One image item, checked: `{mime, data}` inline or `{path}` in the workspace, not both.
+fn image_input(
+    index: usize,
+    mime: Option<&str>,
+    data: Option<&str>,
+    path: Option<&str>,
+) -> Result<ImageInput, RpcError> {
+    let refuse = |problem: String| RpcError::params(format!("input image {index}: {problem}"));
+    match (mime, data, path) {
+        (Some(mime), Some(data), None) => ImageData::from_base64(mime, data)
+            .map(ImageInput::Inline)
+            .map_err(refuse),
+        (None, None, Some(path)) if !path.is_empty() => Ok(ImageInput::Path {
+            path: path.to_string(),
+        }),
+        _ => Err(refuse(
+            "give either {mime, data} (base64) or {path} (relative to the workspace)".into(),
+        )),
     }
 }
 
@@ -214,12 +262,20 @@ impl SteerParams {
     }
 }
 
-/// Text items, one per line; refused when there are none.
+/// Text items, one per line; refused when there are none or there is an image (steering
+/// takes text only).
 fn input_text(input: &[InputItem]) -> Result<String, RpcError> {
-    let text: Vec<&str> = input
-        .iter()
-        .map(|InputItem::Text { text }| text.as_str())
-        .collect();
+    let mut text = Vec::new();
+    for item in input {
+        match item {
+            InputItem::Text { text: line } => text.push(line.as_str()),
+            InputItem::Image { .. } => {
+                return Err(RpcError::params(
+                    "turn/steer takes text items only; send images with turn/start",
+                ));
+            }
+        }
+    }
     if text.is_empty() {
         return Err(RpcError::params(
             "input needs at least one {kind: \"text\", text} item",
@@ -231,7 +287,14 @@ fn input_text(input: &[InputItem]) -> Result<String, RpcError> {
 #[derive(Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum InputItem {
-    Text { text: String },
+    Text {
+        text: String,
+    },
+    Image {
+        mime: Option<String>,
+        data: Option<String>,
+        path: Option<String>,
+    },
 }
 
 /// `user_input/respond`: the answers to a pending user-input request.

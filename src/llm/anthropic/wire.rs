@@ -104,7 +104,20 @@ fn wire_messages(messages: &[ChatMessage]) -> Vec<Turn> {
     for message in messages {
         let (role, blocks) = match message {
             ChatMessage::System { .. } => continue,
-            ChatMessage::User { content } => ("user", text_block(content).into_iter().collect()),
+            ChatMessage::User { content, images } => {
+                let mut blocks: Vec<Value> = images
+                    .iter()
+                    .map(|image| {
+                        json!({
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": image.mime, "data": image.data},
+                        })
+                    })
+                    .collect();
+                // Images first: Anthropic's guidance puts them before the text about them.
+                blocks.extend(text_block(content));
+                ("user", blocks)
+            }
             ChatMessage::Tool {
                 tool_call_id,
                 content,
@@ -242,6 +255,7 @@ mod tests {
     fn user(text: &str) -> ChatMessage {
         ChatMessage::User {
             content: text.into(),
+            images: Vec::new(),
         }
     }
 
@@ -533,5 +547,28 @@ mod tests {
             );
             assert_eq!(body["max_tokens"], cap, "{effort} {asked_cap}");
         }
+    }
+
+    #[test]
+    fn images_are_base64_blocks_before_the_text() {
+        let image = crate::llm::ImageData {
+            mime: "image/png".into(),
+            data: "iVBORw0K".into(),
+        };
+        let body = request_body(
+            &request(vec![ChatMessage::User {
+                content: "what is this?".into(),
+                images: vec![image],
+            }]),
+            Some("claude-x"),
+        );
+        let content = without_cache_control(body["messages"][0]["content"].clone());
+        assert_eq!(
+            content,
+            json!([
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}},
+                {"type": "text", "text": "what is this?"},
+            ])
+        );
     }
 }

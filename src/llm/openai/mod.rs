@@ -287,6 +287,7 @@ mod tests {
                 },
                 ChatMessage::User {
                     content: "hi".into(),
+                    images: Vec::new(),
                 },
                 ChatMessage::Assistant {
                     reasoning: None,

@@ -7,12 +7,13 @@ use async_openai::error::WrappedError;
 use async_openai::types::chat::{
     ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
     ChatCompletionRequestAssistantMessage, ChatCompletionRequestAssistantMessageContent,
-    ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestMessage, ChatCompletionRequestMessageContentPartImage,
+    ChatCompletionRequestMessageContentPartText, ChatCompletionRequestSystemMessage,
     ChatCompletionRequestSystemMessageContent, ChatCompletionRequestToolMessage,
     ChatCompletionRequestToolMessageContent, ChatCompletionRequestUserMessage,
-    ChatCompletionRequestUserMessageContent, ChatCompletionStreamOptions,
-    ChatCompletionToolChoiceOption, ChatCompletionTools, CreateChatCompletionRequest, FunctionCall,
-    FunctionObject, ToolChoiceOptions,
+    ChatCompletionRequestUserMessageContent, ChatCompletionRequestUserMessageContentPart,
+    ChatCompletionStreamOptions, ChatCompletionToolChoiceOption, ChatCompletionTools,
+    CreateChatCompletionRequest, FunctionCall, FunctionObject, ImageUrl, ToolChoiceOptions,
 };
 use serde_json::Value;
 
@@ -117,9 +118,32 @@ fn wire_message(message: &ChatMessage) -> ChatCompletionRequestMessage {
                 name: None,
             })
         }
-        ChatMessage::User { content } => {
+        ChatMessage::User { content, images } if images.is_empty() => {
             ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
                 content: ChatCompletionRequestUserMessageContent::Text(content.clone()),
+                name: None,
+            })
+        }
+        ChatMessage::User { content, images } => {
+            let mut parts = vec![ChatCompletionRequestUserMessageContentPart::Text(
+                ChatCompletionRequestMessageContentPartText {
+                    text: content.clone(),
+                    prompt_cache_breakpoint: None,
+                },
+            )];
+            parts.extend(images.iter().map(|image| {
+                ChatCompletionRequestUserMessageContentPart::ImageUrl(
+                    ChatCompletionRequestMessageContentPartImage {
+                        image_url: ImageUrl {
+                            url: image.data_url(),
+                            detail: None,
+                        },
+                        prompt_cache_breakpoint: None,
+                    },
+                )
+            }));
+            ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
+                content: ChatCompletionRequestUserMessageContent::Array(parts),
                 name: None,
             })
         }

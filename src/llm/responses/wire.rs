@@ -57,11 +57,13 @@ pub(super) fn request_body(request: &ChatRequest, default_model: Option<&str>) -
 fn input_items(message: &ChatMessage) -> Vec<Value> {
     match message {
         ChatMessage::System { .. } => Vec::new(),
-        ChatMessage::User { content } => vec![json!({
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": content}],
-        })],
+        ChatMessage::User { content, images } => {
+            let mut parts = vec![json!({"type": "input_text", "text": content})];
+            parts.extend(images.iter().map(|image| {
+                json!({"type": "input_image", "image_url": image.data_url(), "detail": "auto"})
+            }));
+            vec![json!({"type": "message", "role": "user", "content": parts})]
+        }
         ChatMessage::Assistant {
             content,
             tool_calls,
@@ -165,6 +167,7 @@ mod tests {
             },
             ChatMessage::User {
                 content: "hi".into(),
+                images: Vec::new(),
             },
             ChatMessage::System {
                 content: "Use tools.".into(),
@@ -216,6 +219,7 @@ mod tests {
                 },
                 ChatMessage::User {
                     content: "read a and b".into(),
+                    images: Vec::new(),
                 },
                 ChatMessage::Assistant {
                     content: Some("Reading.".into()),
@@ -242,6 +246,7 @@ mod tests {
                 },
                 ChatMessage::User {
                     content: "thanks".into(),
+                    images: Vec::new(),
                 },
                 // Reasoning with nothing after it would be refused; empty text is no message.
                 ChatMessage::Assistant {
@@ -295,6 +300,28 @@ mod tests {
         assert_eq!(
             body["input"],
             json!([{"type":"function_call","call_id":"c","name":"x","arguments":"{}"}])
+        );
+    }
+
+    #[test]
+    fn images_are_input_image_parts_after_the_text() {
+        let image = crate::llm::ImageData {
+            mime: "image/jpeg".into(),
+            data: "/9j/4AAQ".into(),
+        };
+        let body = request_body(
+            &request(vec![ChatMessage::User {
+                content: "and this?".into(),
+                images: vec![image],
+            }]),
+            Some("gpt-5"),
+        );
+        assert_eq!(
+            body["input"][0],
+            json!({"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "and this?"},
+                {"type": "input_image", "image_url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "auto"},
+            ]})
         );
     }
 }

@@ -438,7 +438,7 @@ impl SessionActor {
         scope.exclusivity = Some(child.host.exclusivity());
         let turn = Turn {
             turn_id: format!("{agent_id}-{}", child.run),
-            input,
+            input: input.map(crate::llm::ChatMessage::user),
             settings: Arc::clone(&child.settings),
             metrics: Arc::clone(&self.metrics),
             host: Arc::clone(&child.host),

@@ -320,11 +320,14 @@ impl SessionActor {
             }
             Command::StartTurn {
                 input,
+                images,
                 turn_id,
                 choice,
                 reply,
             } => {
-                let outcome = self.start_turn(input, turn_id, choice).await;
+                let outcome = self
+                    .start_turn(input, images.into_vec(), turn_id, choice)
+                    .await;
                 let _ = reply.send(outcome);
             }
             Command::SetModel { choice, reply } => {

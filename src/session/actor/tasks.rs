@@ -203,12 +203,10 @@ impl SessionActor {
         for waiter in task.cancel_waiters {
             let _ = waiter.send(Some(state));
         }
-        let note = ChatMessage::User {
-            content: format!(
-                "[background task {task_id} ({}) {state}]\n{content}",
-                task.tool_name
-            ),
-        };
+        let note = ChatMessage::user(format!(
+            "[background task {task_id} ({}) {state}]\n{content}",
+            task.tool_name
+        ));
         if self.turn.is_some() {
             self.pending_notes.push(note);
         } else {

@@ -22,6 +22,7 @@ impl SessionActor {
     pub(super) async fn start_turn(
         &mut self,
         input: String,
+        images: Vec<crate::session::ImageInput>,
         turn_id: Option<String>,
         choice: crate::session::ModelChoice,
     ) -> Result<String, SessionError> {
@@ -48,6 +49,13 @@ impl SessionActor {
                 }
             }
         };
+        let images = match self.load_images(images, &settings) {
+            Ok(images) => images,
+            Err(refusal) => {
+                self.turn = None;
+                return Err(refusal);
+            }
+        };
         self.emit(SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
         })
@@ -64,7 +72,10 @@ impl SessionActor {
         scope.turn_id = Some(turn_id.clone());
         let turn = Turn {
             turn_id: turn_id.clone(),
-            input: Some(input),
+            input: Some(ChatMessage::User {
+                content: input,
+                images,
+            }),
             settings,
             metrics: Arc::clone(&self.metrics),
             host: Arc::new(ActorLink {
@@ -76,6 +87,46 @@ impl SessionActor {
         let span = tracing::info_span!("turn", turn_id = %turn_id);
         self.tracker.spawn(turn.run().instrument(span));
         Ok(turn_id)
+    }
+
+    /// The images a turn starts with, workspace files read; refused when the turn's model
+    /// takes no images or a file is missing, unsafe to follow, too large or not an image.
+    fn load_images(
+        &self,
+        images: Vec<crate::session::ImageInput>,
+        settings: &crate::agent::AgentSettings,
+    ) -> Result<Vec<crate::llm::ImageData>, SessionError> {
+        use crate::llm::ImageData;
+        use crate::session::ImageInput;
+        if images.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !settings.pricing.takes_images(&settings.model) {
+            return Err(SessionError::InvalidParams(format!(
+                "model {:?} takes no image input (model/list says which models do); send text \
+                 only or choose another model",
+                settings.model
+            )));
+        }
+        images
+            .into_iter()
+            .map(|image| match image {
+                ImageInput::Inline(data) => Ok(data),
+                ImageInput::Path { path } => {
+                    let workspace = self.registry.workspace().ok_or_else(|| {
+                        SessionError::InvalidParams("the session has no workspace".into())
+                    })?;
+                    let bad = |problem: String| {
+                        SessionError::InvalidParams(format!("image {path:?}: {problem}"))
+                    };
+                    let rel = workspace.resolve(&path).map_err(|e| bad(e.to_string()))?;
+                    let bytes = workspace
+                        .read(&rel, ImageData::MAX_BYTES as u64)
+                        .map_err(|e| bad(e.to_string()))?;
+                    ImageData::from_bytes(&bytes).map_err(bad)
+                }
+            })
+            .collect()
     }
 
     /// Names an untitled session after the first line of its first message (a title a person
@@ -249,7 +300,7 @@ impl SessionActor {
                     .map(|turn| std::mem::take(&mut turn.steers))
                     .unwrap_or_default();
                 for content in steers {
-                    if let Err(err) = self.remember(&ChatMessage::User { content }).await {
+                    if let Err(err) = self.remember(&ChatMessage::user(content)).await {
                         let _ = reply.send(Err(err));
                         return;
                     }
@@ -307,7 +358,7 @@ impl SessionActor {
                     // A steer that came after the model's last request is not lost: the next
                     // turn reads it.
                     for content in turn.steers {
-                        if let Err(err) = self.remember(&ChatMessage::User { content }).await {
+                        if let Err(err) = self.remember(&ChatMessage::user(content)).await {
                             tracing::warn!(%err, "steering input not kept");
                         }
                     }

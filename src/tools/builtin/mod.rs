@@ -106,6 +106,7 @@ pub fn with_builtins(
         Arc::new(discovery::ToolSearch),
         Arc::new(discovery::ToolSuggest),
         Arc::new(image::ImageGeneration),
+        Arc::new(image::ViewImage::new(ws())),
     ];
     let mut registry = ToolRegistry::default();
     for name in DEFAULT_BASE_TOOLS {
@@ -137,6 +138,7 @@ mod tests {
         "tool_search",
         "tool_suggest",
         "image_generation",
+        "view_image",
     ];
     const TAGS: &[&str] = &["fs", "search", "runtime", "web", "plan", "agents", "meta"];
 
@@ -163,6 +165,7 @@ mod tests {
                 "tool_search",
                 "tool_suggest",
                 "update_plan",
+                "view_image",
                 "web_fetch",
                 "web_search",
                 "workspace_diff",

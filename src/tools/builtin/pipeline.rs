@@ -428,7 +428,7 @@ fn node_request(plan: &Plan, idx: usize, states: &[NodeState]) -> ChatRequest {
             ChatMessage::System {
                 content: SYSTEM_LINE.to_string(),
             },
-            ChatMessage::User { content },
+            ChatMessage::user(content),
         ],
         tools: Vec::new().into(),
         max_tokens: node.max_tokens,
@@ -776,7 +776,7 @@ mod tests {
             .messages
             .iter()
             .find_map(|m| match m {
-                ChatMessage::User { content } => Some(content.as_str()),
+                ChatMessage::User { content, .. } => Some(content.as_str()),
                 _ => None,
             })
             .unwrap()

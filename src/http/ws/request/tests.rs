@@ -103,7 +103,7 @@ fn every_method_reads_as_its_variant() {
             }
             Request::SessionUpdate(p) => p.session_id == "s1" && p.title == "T",
             Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null() && !p.skip_approval,
-            Request::TurnStart(p) => p.text().unwrap() == "hi" && p.turn_id.is_none(),
+            Request::TurnStart(p) => p.input().unwrap().0 == "hi" && p.turn_id.is_none(),
             Request::TurnSteer(p) => p.text().unwrap() == "more" && p.turn_id == "t1",
             Request::UserInputRespond(p) => p.request_id == "r1" && p.answers == json!({"q": "a"}),
             Request::ApprovalRespond(p) => {
@@ -162,9 +162,12 @@ fn params_errors_read_as_the_params_type_alone() {
     params_error::<TurnParams>("turn/start", json!({"session_id": "s1"}));
     let error = params_error::<TurnParams>(
         "turn/start",
-        json!({"session_id": "s1", "input": [{"kind": "image"}]}),
+        json!({"session_id": "s1", "input": [{"kind": "video"}]}),
     );
-    assert_eq!(error["message"], "unknown variant `image`, expected `text`");
+    assert_eq!(
+        error["message"],
+        "unknown variant `video`, expected `text` or `image`"
+    );
     params_error::<TurnParams>("turn/start", json!({"session_id": "s1", "input": "hi"}));
     params_error::<RespondParams>(
         "user_input/respond",
@@ -201,12 +204,12 @@ fn a_turn_needs_text() {
     else {
         panic!("an empty input still reads");
     };
-    let error = frame(Err(params.text().unwrap_err()));
+    let error = frame(Err(params.input().unwrap_err()));
     assert_eq!(
         error["error"],
         json!({
             "code": -32602,
-            "message": "input needs at least one {kind: \"text\", text} item",
+            "message": "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item",
             "data": {"kind": "invalid_params"},
         })
     );
@@ -216,5 +219,5 @@ fn a_turn_needs_text() {
     ) else {
         panic!("two text items read");
     };
-    assert_eq!(params.text().unwrap(), "a\nb");
+    assert_eq!(params.input().unwrap().0, "a\nb");
 }
