@@ -1,8 +1,9 @@
-// The conversation: one entry per turn (the user's text and what was steered into it, the
-// model's streamed text as Markdown, a card per tool call, how the turn ended — with a notice
-// when the server stopped it — and a button that forks the session there), cards for tool
-// calls made outside a turn, a note when a background task ends, and a divider where the
-// server summarised the older conversation for the model.
+// The conversation: one entry per turn (the user's text, the images sent with it and what
+// was steered into it, the model's reasoning folded away at the head of each step, its
+// streamed text as Markdown, a card per tool call, how the turn ended — with a notice when
+// the server stopped it — and a button that forks the session there), cards for tool calls
+// made outside a turn, a note when a background task ends, and a divider where the server
+// summarised the older conversation for the model.
 
 import { h, clear, coalesce, duration, pretty, replace, tokenSummary, usd } from './dom.js';
 import { renderMarkdown } from './markdown.js';
@@ -28,6 +29,11 @@ function compactedText(p) {
   const count = Number(p.replaced_messages) || 0;
   const messages = `${count} message${count === 1 ? '' : 's'}`;
   return `Earlier conversation summarised: ${messages}, ~${p.tokens_before ?? 0} → ~${p.tokens_after ?? 0} tokens`;
+}
+
+/** "1 character", "27 characters". */
+function characters(count) {
+  return `${count} character${count === 1 ? '' : 's'}`;
 }
 
 /** Most characters of live tool output kept on a card. */
@@ -105,10 +111,12 @@ export class Conversation {
     });
     this.refreshUserTexts = coalesce(() => this.loadUserTexts(), 50);
     this.sentTexts = new Map();
+    this.sentImages = new Map();
     this.reset();
 
     state.on('state/reset', () => this.reset());
     state.on('turn/started', (p) => this.turn(p.turn_id));
+    state.on('reasoning/delta', (p) => this.reasoning(p));
     state.on('message/delta', (p) => this.delta(p));
     state.on('message/completed', (p) => this.completed(p));
     state.on('tool/started', (p) => this.toolStarted(p));
@@ -135,9 +143,13 @@ export class Conversation {
     );
   }
 
-  /** Remembers what was typed for a turn this page starts, before its turn/started arrives. */
-  expectUserText(turnId, text) {
+  /**
+   * Remembers what was typed for a turn this page starts, before its turn/started arrives,
+   * and the images sent with it (`{mime, data}`, shown beside the text).
+   */
+  expectUserText(turnId, text, images = []) {
     this.sentTexts.set(turnId, text);
+    if (images.length) this.sentImages.set(turnId, images);
   }
 
   /** The entry of a turn, created on first sight. */
@@ -149,16 +161,36 @@ export class Conversation {
     const user = h('div', { class: 'user-message', testid: 'user-message' });
     if (text !== undefined) user.textContent = text;
     else user.classList.add('unknown');
+    const images = this.sentImages.get(turnId) ?? [];
+    const gallery = images.length
+      ? h(
+          'div',
+          { class: 'user-images', testid: 'user-images' },
+          images.map((image) =>
+            h('img', {
+              class: 'thumbnail',
+              testid: 'user-image',
+              alt: 'an image sent with this message',
+              src: `data:${image.mime};base64,${image.data}`,
+            }),
+          ),
+        )
+      : null;
     const footer = h('footer', { class: 'turn-footer', testid: 'turn-footer' }, h('span', { class: 'working' }, 'working…'));
-    const el = h('li', { class: 'turn', testid: 'turn', dataset: { turnId, state: 'running' } }, user, footer);
+    const el = h('li', { class: 'turn', testid: 'turn', dataset: { turnId, state: 'running' } }, user, gallery, footer);
     this.list.append(el);
-    entry = { el, user, footer, textBlock: null, hasText: text !== undefined, steers: [] };
+    // `reasoning` holds the reasoning block of the step under way, per agent ('' the turn's
+    // own model, else a sub-agent's id); whatever the step shows next closes it.
+    entry = { el, user, footer, textBlock: null, reasoning: new Map(), hasText: text !== undefined, steers: [] };
     this.turns.set(turnId, entry);
     this.turnOrder.push(turnId);
     return entry;
   }
 
-  /** Appends to the turn's body, before its footer. */
+  /**
+   * Appends to the turn's body, before its footer. Anything but reasoning ends the step's
+   * reasoning: what the model reasons next belongs to its next step and gets a block there.
+   */
   place(turnId, node) {
     if (!turnId) {
       this.list.querySelector('.placeholder')?.remove();
@@ -166,7 +198,59 @@ export class Conversation {
       return;
     }
     const entry = this.turn(turnId);
+    if (!node.classList.contains('reasoning')) this.endReasoning(entry);
     entry.el.insertBefore(node, entry.footer);
+  }
+
+  /**
+   * The block of reasoning the model (or the sub-agent `agentId`) is writing in this step of
+   * the turn, created closed on its first delta: reasoning can be long, and people read the
+   * answer first.
+   */
+  reasoningBlock(turnId, agentId) {
+    const entry = this.turn(turnId);
+    const key = agentId ?? '';
+    let block = entry.reasoning.get(key);
+    if (block) return block;
+    const body = h('div', { class: 'reasoning-text', testid: 'reasoning-text' });
+    const size = h('span', { class: 'reasoning-size', testid: 'reasoning-size' });
+    const el = h(
+      'details',
+      { class: 'reasoning', testid: 'reasoning', dataset: { streaming: 'true', ...(agentId ? { agentId } : {}) } },
+      h('summary', {}, agentId ? `Reasoning of sub-agent ${agentId}` : 'Reasoning', ' · ', size),
+      body,
+    );
+    block = { el, body, size, source: '', characters: 0, render: () => this.showReasoning(block) };
+    this.place(turnId, el);
+    entry.reasoning.set(key, block);
+    return block;
+  }
+
+  reasoning(p) {
+    const block = this.reasoningBlock(p.turn_id, p.agent_id);
+    const text = p.text ?? '';
+    block.source += text;
+    // Counted in code points, as people count characters; kept as it grows, not recounted.
+    block.characters += Array.from(text).length;
+    this.dirty.add(block);
+    this.flushText();
+  }
+
+  /** Shows a reasoning block's text and size; as plain text, for it is thinking, not prose. */
+  showReasoning(block) {
+    block.body.textContent = block.source;
+    block.size.textContent = characters(block.characters);
+    block.el.dataset.characters = String(block.characters);
+  }
+
+  /** The step's reasoning is over: show it whole and start the next step's afresh. */
+  endReasoning(entry) {
+    for (const block of entry.reasoning.values()) {
+      this.dirty.delete(block);
+      this.showReasoning(block);
+      block.el.dataset.streaming = 'false';
+    }
+    entry.reasoning.clear();
   }
 
   /**
@@ -215,6 +299,8 @@ export class Conversation {
 
   delta(p) {
     const block = this.textBlock(p.turn_id);
+    // The model writes its answer: the reasoning before it is complete.
+    this.endReasoning(this.turn(p.turn_id));
     block.source += p.text ?? '';
     this.dirty.add(block);
     this.flushText();
@@ -222,6 +308,7 @@ export class Conversation {
 
   completed(p) {
     const block = this.textBlock(p.turn_id);
+    this.endReasoning(this.turn(p.turn_id));
     block.source = p.text ?? block.source;
     // The whole text is known: show it now, so a finished block never shows a partial one.
     this.dirty.delete(block);
@@ -231,7 +318,10 @@ export class Conversation {
   }
 
   renderDirty() {
-    for (const block of this.dirty) block.el.replaceChildren(renderMarkdown(block.source));
+    for (const block of this.dirty) {
+      if (block.render) block.render();
+      else block.el.replaceChildren(renderMarkdown(block.source));
+    }
     this.dirty.clear();
     this.scrollSoon();
   }
@@ -370,6 +460,7 @@ export class Conversation {
   turnEnded(p, error) {
     const entry = this.turn(p.turn_id);
     entry.textBlock = null;
+    this.endReasoning(entry);
     this.renderDirty();
     for (const block of entry.el.querySelectorAll('[data-streaming="true"]')) block.dataset.streaming = 'false';
     entry.el.dataset.state = error ? 'error' : 'completed';
@@ -402,6 +493,7 @@ export class Conversation {
     const entry = this.turns.get(turnId);
     if (!entry || entry.el.dataset.state !== 'running') return;
     entry.textBlock = null;
+    this.endReasoning(entry);
     this.renderDirty();
     for (const block of entry.el.querySelectorAll('[data-streaming="true"]')) block.dataset.streaming = 'false';
     for (const { card, status } of this.cards.values()) {

@@ -1,6 +1,8 @@
 // The cost panel: the session's total and tokens, a row per turn (and per background task or
-// direct call that paid for model calls) and a row per cost-ledger entry (node). The ledger
+// direct call that paid for model calls), a row per model (a session may use several: its
+// own choice, a turn's, a pipeline's nodes) and a row per cost-ledger entry (node). The ledger
 // over REST is the source; turn/completed moves the total at once, before the ledger is read.
+// A model `model/list` says is unpriced is marked so: its $0.00 means "not counted", not free.
 // Prompt tokens show their cached share ("1200 (800 cached)"): those are priced lower, so
 // they explain a turn that cost less than its token count suggests. A fork shows apart what
 // its parent had spent up to the fork (`inherited_usd`): the copied turns' footers carry
@@ -23,7 +25,12 @@ export class Cost {
     this.inherited = byTestId('cost-inherited', panel);
     this.tokens = byTestId('cost-tokens', panel);
     this.turnRows = byTestId('cost-turns', panel).tBodies[0];
+    this.modelRows = byTestId('cost-models', panel).tBodies[0];
     this.nodeRows = byTestId('cost-nodes', panel).tBodies[0];
+    /** What `model/list` says of each model, by id; the ledger's rows name models so. */
+    this.models = new Map();
+    /** The ledger last read, redrawn when the model list arrives after it. */
+    this.ledger = null;
     this.refresh = coalesce(() => this.load(), 100);
     this.reset();
     state.on('state/reset', () => this.reset());
@@ -47,8 +54,16 @@ export class Cost {
     this.setTotal(0);
     this.setInherited(0);
     this.setTokens({});
+    this.ledger = null;
     this.turnRows.replaceChildren();
+    this.modelRows.replaceChildren();
     this.nodeRows.replaceChildren();
+  }
+
+  /** Takes the server's models (`model/list`), to say which ones are unpriced. */
+  setModels(models) {
+    this.models = new Map((models ?? []).map((model) => [model.id, model]));
+    if (this.ledger) this.showModels(this.ledger.rows);
   }
 
   setTotal(amount) {
@@ -82,6 +97,7 @@ export class Cost {
       return;
     }
     if (sessionId !== this.state.sessionId) return;
+    this.ledger = ledger;
     this.setTotal(ledger.session_cost_usd);
     this.setInherited(ledger.inherited_usd);
     this.setTokens(ledger);
@@ -106,6 +122,7 @@ export class Cost {
         ),
       ),
     );
+    this.showModels(ledger.rows);
     this.nodeRows.replaceChildren(
       ...ledger.rows.map((row) =>
         h(
@@ -122,6 +139,46 @@ export class Cost {
           h('td', { class: 'num', text: usd(row.actual_usd) }),
         ),
       ),
+    );
+  }
+
+  /** A row per model the ledger names, in the order each was first used. */
+  showModels(rows) {
+    const byModel = new Map();
+    for (const row of rows) {
+      const model = row.model || 'unknown';
+      const group = byModel.get(model) ?? { calls: 0, usd: 0, tokensIn: 0, tokensOut: 0, tokensCached: 0 };
+      // A call the budget refused was never made: it spent nothing and counts as no call.
+      if (row.committed) group.calls += 1;
+      group.usd += row.actual_usd;
+      group.tokensIn += row.tokens_in;
+      group.tokensOut += row.tokens_out;
+      group.tokensCached += row.tokens_cached ?? 0;
+      byModel.set(model, group);
+    }
+    this.modelRows.replaceChildren(
+      ...[...byModel.entries()].map(([model, group]) => {
+        const unpriced = this.models.get(model)?.priced === false;
+        return h(
+          'tr',
+          {
+            testid: 'cost-model-row',
+            class: unpriced ? 'unpriced' : null,
+            dataset: { model, usd: String(group.usd), calls: String(group.calls), priced: String(!unpriced) },
+          },
+          h('td', { class: 'cost-model', text: model, title: model }),
+          h('td', { class: 'num', text: String(group.calls) }),
+          h('td', { text: `${promptTokens(group.tokensIn, group.tokensCached)} / ${group.tokensOut}` }),
+          unpriced
+            ? h('td', {
+                class: 'num',
+                testid: 'cost-model-unpriced',
+                title: 'This model has no price ([llm.pricing]): its calls are counted as $0 and toward no budget',
+                text: 'unpriced',
+              })
+            : h('td', { class: 'num', text: usd(group.usd) }),
+        );
+      }),
     );
   }
 

@@ -1,8 +1,10 @@
 // The AppUI's entry point: reads the token and the session from the URL, connects, opens the
 // session (a fresh one when the URL names none) and wires the panels to the session state.
 // The session id is kept in the URL (`?session=`), so a reload returns to it. The composer
-// starts a turn, or steers the one running; Compact asks the server to summarise the older
-// conversation between turns.
+// starts a turn with the images pasted, dropped or picked into it (or steers the one running,
+// with its text only); the next turn may use another model or reasoning effort than the
+// session's. Compact
+// asks the server to summarise the older conversation between turns.
 
 import { Approvals } from './approvals.js';
 import { storeToken, takeToken, token } from './auth.js';
@@ -10,16 +12,155 @@ import { Connection, socketUrl } from './connection.js';
 import { Conversation } from './conversation.js';
 import { Cost } from './cost.js';
 import { ToolConsole } from './console.js';
-import { byTestId } from './dom.js';
+import { h, byTestId, bytes } from './dom.js';
 import { Plan } from './plan.js';
 import { Questions } from './questions.js';
 import { getJson } from './rest.js';
-import { Sessions } from './sessions.js';
+import { Sessions, effortOptions, modelOptions } from './sessions.js';
 import { SessionState } from './state.js';
 import { Tasks } from './tasks.js';
 import { Tools } from './tools.js';
 
 const SESSION_PARAM = 'session';
+
+/** The image types the server takes as `{kind: "image", mime, data}` input items. */
+const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+/** The largest image the composer takes. */
+const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
+/**
+ * The server closes the connection on a message over 4 MiB (close code 1009). Images go in
+ * base64, a third larger than their files, so together they must stay under that, with room
+ * left for the text.
+ */
+const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+const ROOM_FOR_TEXT = 64 * 1024;
+
+/** A file's content in base64, without the `data:…;base64,` prefix a data URL has. */
+function readBase64(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.addEventListener('load', () => {
+      const url = String(reader.result);
+      resolve(url.slice(url.indexOf(',') + 1));
+    });
+    reader.addEventListener('error', () => reject(reader.error ?? new Error('unreadable')));
+    reader.readAsDataURL(file);
+  });
+}
+
+/** Bytes a JSON-RPC request takes on the wire, in UTF-8 as the socket sends it. */
+function wireBytes(method, params) {
+  return new Blob([JSON.stringify({ jsonrpc: '2.0', id: 0, method, params })]).size;
+}
+
+/**
+ * The images waiting in the composer, shown as thumbnails with a remove button. A file that
+ * is not an image of a type the server takes, or is too large, is refused with a message
+ * that says why, and never read.
+ */
+class Attachments {
+  /**
+   * @param {HTMLElement} composer the composer form
+   * @param {() => void} changed called after every addition and removal
+   */
+  constructor(composer, changed) {
+    this.list = byTestId('attachments', composer);
+    this.refusal = byTestId('attach-refused', composer);
+    this.changed = changed;
+    /** `{name, mime, data, size, url}`: `data` in base64, `url` the thumbnail's blob URL. */
+    this.images = [];
+    /** The additions under way: each waits for the one before, so images keep their order. */
+    this.adding = Promise.resolve();
+  }
+
+  /** Base64 bytes the images add to a message. */
+  encodedBytes() {
+    return this.images.reduce((sum, image) => sum + image.data.length, 0);
+  }
+
+  /** Reads and attaches `files`, after those given before; says which were refused and why. */
+  add(files) {
+    this.adding = this.adding.then(() => this.read(files));
+    return this.adding;
+  }
+
+  async read(files) {
+    const refused = [];
+    for (const file of files) {
+      const name = file.name || 'the pasted file';
+      if (!IMAGE_TYPES.includes(file.type)) {
+        refused.push(`${name} is not a PNG, JPEG, GIF or WebP image`);
+        continue;
+      }
+      if (file.size > MAX_IMAGE_BYTES) {
+        refused.push(`${name} is larger than the 5 MiB an image may be (${bytes(file.size)})`);
+        continue;
+      }
+      if (this.encodedBytes() + Math.ceil(file.size / 3) * 4 > MAX_MESSAGE_BYTES - ROOM_FOR_TEXT) {
+        refused.push(`${name} (${bytes(file.size)}) would make the message larger than the 4 MiB the server takes at once`);
+        continue;
+      }
+      let data;
+      try {
+        data = await readBase64(file);
+      } catch (err) {
+        refused.push(`${name} could not be read (${err.message})`);
+        continue;
+      }
+      this.images.push({ name, mime: file.type, data, size: file.size, url: URL.createObjectURL(file) });
+    }
+    this.refuse(refused.length ? `Not attached: ${refused.join('; ')}.` : '');
+    this.render();
+  }
+
+  /** Shows why something was not attached or sent; '' hides it. */
+  refuse(text) {
+    this.refusal.textContent = text;
+    this.refusal.hidden = !text;
+  }
+
+  remove(image) {
+    URL.revokeObjectURL(image.url);
+    this.images = this.images.filter((other) => other !== image);
+    this.render();
+  }
+
+  /** Empties the composer's images (they were sent). */
+  clear() {
+    for (const image of this.images) URL.revokeObjectURL(image.url);
+    this.images = [];
+    this.refuse('');
+    this.render();
+  }
+
+  /** The images as they are sent and shown in the conversation: `{mime, data}`. */
+  forSending() {
+    return this.images.map(({ mime, data }) => ({ mime, data }));
+  }
+
+  render() {
+    this.list.replaceChildren(
+      ...this.images.map((image) =>
+        h(
+          'li',
+          { class: 'attachment', testid: 'attachment', dataset: { name: image.name, mime: image.mime, bytes: String(image.size) } },
+          h('img', { class: 'thumbnail', src: image.url, alt: image.name, title: `${image.name} · ${bytes(image.size)}` }),
+          h('button', {
+            type: 'button',
+            class: 'attachment-remove',
+            testid: 'attachment-remove',
+            'aria-label': `Remove ${image.name}`,
+            title: 'Remove this image',
+            text: '×',
+            onclick: () => this.remove(image),
+          }),
+        ),
+      ),
+    );
+    this.list.hidden = this.images.length === 0;
+    this.changed();
+  }
+}
 
 function sessionInUrl() {
   return new URL(window.location.href).searchParams.get(SESSION_PARAM);
@@ -110,6 +251,12 @@ async function boot() {
   const interrupt = byTestId('interrupt');
   const compact = byTestId('compact');
   const banner = byTestId('no-model-banner');
+  const composer = byTestId('composer');
+  const turnChoice = byTestId('turn-choice');
+  const turnModel = byTestId('turn-model');
+  const turnEffort = byTestId('turn-effort');
+  const imageWarning = byTestId('image-warning');
+  const attachments = new Attachments(composer, () => showImageWarning());
 
   const connection = new Connection({
     url: socketUrl(token()),
@@ -143,7 +290,90 @@ async function boot() {
     select: (sessionId) => switchTo(sessionId, { push: true }),
     create: () => switchTo(null, { push: true }),
     notice: (text, kind, code) => conversation.notice(text, kind, code),
+    chooseModel: (choice) => chooseModel(choice),
   });
+
+  /** `model/list`'s answer while the server has models; null otherwise. */
+  let modelList = null;
+  /**
+   * The model and effort last chosen for a session on this page: "+ New session" opens the
+   * next one with them, so a choice made once holds for the sessions that follow.
+   */
+  let chosenForNewSessions = null;
+
+  /** Reads the server's models anew (a restart may have changed them) and shows them. */
+  async function loadModels() {
+    let list = null;
+    if (state.llmConfigured !== false) {
+      try {
+        list = await connection.request('model/list', {});
+      } catch {
+        // A server without model/list offers no choice; the pickers stay hidden.
+      }
+    }
+    modelList = list?.models?.length ? list : null;
+    sessions.showModels(modelList);
+    cost.setModels(modelList?.models ?? []);
+    showTurnChoice();
+  }
+
+  /**
+   * The composer's choice for the next turn: "the session's" (not sent) or a model, and an
+   * effort or "unchanged" (not sent). What was chosen stays while the list still offers it.
+   */
+  function showTurnChoice() {
+    turnChoice.hidden = !modelList;
+    if (!modelList) return;
+    const model = turnModel.value;
+    const sessionModel = sessions.sessionModel?.model;
+    // Rebuilt only when they change, like the session's picker.
+    const offered = JSON.stringify([modelList, sessionModel]);
+    if (turnModel.dataset.offered !== offered) {
+      turnModel.replaceChildren(
+        h('option', { value: '', text: `this message: the session's model${sessionModel ? ` (${sessionModel})` : ''}` }),
+        ...modelOptions(modelList),
+      );
+      turnModel.dataset.offered = offered;
+      turnModel.value = modelList.models.some((m) => m.id === model) ? model : '';
+    }
+    if (!turnEffort.options.length) turnEffort.replaceChildren(...effortOptions('effort: unchanged'));
+    showImageWarning();
+  }
+
+  /** The turn choice's params: only what differs from the session's. */
+  function chosenForTurn() {
+    return { model: turnModel.value || undefined, reasoning_effort: turnEffort.value || undefined };
+  }
+
+  /**
+   * Says, before anything is sent, when the model the next turn would use takes no images
+   * while some are attached: the server would refuse the message.
+   */
+  function showImageWarning() {
+    const id = turnModel.value || sessions.sessionModel?.model || modelList?.default;
+    const model = modelList?.models.find((m) => m.id === id);
+    const refuses = attachments.images.length > 0 && model?.images === false;
+    imageWarning.hidden = !refuses;
+    imageWarning.dataset.model = refuses ? id : '';
+    imageWarning.textContent = refuses
+      ? `${id} takes no images: the server will refuse this message. Remove the images, or choose a model that takes them.`
+      : '';
+  }
+  turnModel.addEventListener('change', showImageWarning);
+
+  /** Makes `choice` the shown session's model and effort (a new session's, before it exists). */
+  async function chooseModel(choice) {
+    if (!state.sessionId) {
+      chosenForNewSessions = choice;
+      return;
+    }
+    try {
+      await openSession(choice);
+      chosenForNewSessions = choice;
+    } catch (err) {
+      conversation.notice(`The model was not changed: ${err.message}`, 'error', err.kind);
+    }
+  }
 
   /**
    * Shows whether the server has a model. Every open says so anew, so a server restarted
@@ -184,15 +414,18 @@ async function boot() {
   state.on('turn/error', turnEnded);
   state.on('state/reset', () => showRunning(null));
 
-  /** Opens (or resumes, after a reconnect) the session the page shows; creates one if none. */
-  async function openSession() {
+  /**
+   * Opens (or resumes, after a reconnect) the session the page shows; creates one if none.
+   * `choice` (`{model, reasoning_effort}`) sets the session's model as it opens.
+   */
+  async function openSession(choice = null) {
     const sessionId = state.sessionId;
     let opened;
     if (sessionId) {
       try {
         state.beginOpen();
         try {
-          opened = await connection.request('session/open', { session_id: sessionId, after_seq: state.lastSeq });
+          opened = await connection.request('session/open', { session_id: sessionId, after_seq: state.lastSeq, ...choice });
         } finally {
           if (state.sessionId === sessionId) state.endOpen();
         }
@@ -203,7 +436,16 @@ async function boot() {
         return openSession();
       }
     } else {
-      opened = await connection.request('session/open', {});
+      const creating = choice ?? chosenForNewSessions;
+      try {
+        opened = await connection.request('session/open', { ...creating });
+      } catch (err) {
+        // A remembered model the server no longer offers (it restarted with another
+        // configuration) must not keep the page from opening a session.
+        if (!creating || choice || !['invalid_params', 'llm_not_configured'].includes(err.kind)) throw err;
+        chosenForNewSessions = null;
+        opened = await connection.request('session/open', {});
+      }
       if (state.sessionId !== null) return;
       state.adopt(opened.session_id);
       putSessionInUrl(opened.session_id, { push: false });
@@ -211,6 +453,8 @@ async function boot() {
     if (opened.session_id !== state.sessionId) return;
     const configured = opened.llm_configured ?? opened.capabilities?.llm_configured;
     if (typeof configured === 'boolean') showModel(configured);
+    sessions.showSessionModel(opened.model ?? null, opened.reasoning_effort ?? null);
+    loadModels();
     // What the server offers may have changed while the page was away (a restart with
     // another configuration): tools, costs and the session's row are read on every open.
     tools.refresh();
@@ -279,14 +523,14 @@ async function boot() {
 
   window.addEventListener('popstate', () => switchTo(sessionInUrl(), { push: false }));
 
-  /** Adds the text to the running turn; false when that turn is over already. */
-  async function steer(turnId, text) {
+  /** Adds the input to the running turn; false when that turn is over already. */
+  async function steer(turnId, text, input) {
     const shown = conversation.steered(turnId, text);
     try {
       await connection.request('turn/steer', {
         session_id: state.sessionId,
         turn_id: turnId,
-        input: [{ kind: 'text', text }],
+        input,
       });
       shown.sent();
       return true;
@@ -297,14 +541,32 @@ async function boot() {
     }
   }
 
-  byTestId('composer').addEventListener('submit', async (event) => {
+  composer.addEventListener('submit', async (event) => {
     event.preventDefault();
     const text = input.value.trim();
-    if (!text || !state.sessionId) return;
+    const images = attachments.forSending();
+    if (!state.sessionId) return;
+    if (!text) {
+      if (images.length) attachments.refuse('Write a message to go with the images.');
+      return;
+    }
+    const items = [{ kind: 'text', text }, ...images.map((image) => ({ kind: 'image', ...image }))];
+    // Sent, a message over the limit would close the connection: refuse it here instead.
+    const size = wireBytes('turn/start', { session_id: state.sessionId, input: items, turn_id: newTurnId(), ...chosenForTurn() });
+    if (size > MAX_MESSAGE_BYTES) {
+      attachments.refuse(`Not sent: the message is ${bytes(size)}, more than the 4 MiB the server takes at once. Remove an image or shorten the text.`);
+      return;
+    }
     if (runningTurn !== null) {
       input.value = '';
       try {
-        if (await steer(runningTurn, text)) return;
+        // Steering takes text only: images stay attached and go with the next message.
+        if (await steer(runningTurn, text, [{ kind: 'text', text }])) {
+          if (images.length) {
+            attachments.refuse('The text went to the running turn; the images stay attached for your next message.');
+          }
+          return;
+        }
       } catch (err) {
         if (!input.value) input.value = text;
         conversation.notice(`The message was not added to the turn: ${err.message}`);
@@ -313,14 +575,20 @@ async function boot() {
       // The turn ended just before the steer arrived: the text starts the next one instead.
     }
     const turnId = newTurnId();
-    conversation.expectUserText(turnId, text);
+    conversation.expectUserText(turnId, text, images);
     input.value = '';
     try {
       await connection.request('turn/start', {
         session_id: state.sessionId,
-        input: [{ kind: 'text', text }],
+        input: items,
         turn_id: turnId,
+        ...chosenForTurn(),
       });
+      // The images went with the turn, and the choice was for this turn only.
+      attachments.clear();
+      turnModel.value = '';
+      turnEffort.value = '';
+      showImageWarning();
     } catch (err) {
       if (!input.value) input.value = text;
       if (err.kind === 'llm_not_configured') {
@@ -331,10 +599,49 @@ async function boot() {
       }
     }
   });
+  // Images come in by paste, by drop onto the composer, or by the Attach button.
+  input.addEventListener('paste', (event) => {
+    const files = [...(event.clipboardData?.files ?? [])];
+    if (!files.length) return;
+    // What holds text too (a spreadsheet's cells come with a picture of them) pastes both;
+    // an image alone must not paste its file name as well.
+    if (!Array.from(event.clipboardData.types).includes('text/plain')) event.preventDefault();
+    attachments.add(files);
+  });
+  const carriesFiles = (event) => Array.from(event.dataTransfer?.types ?? []).includes('Files');
+  composer.addEventListener('dragover', (event) => {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    event.dataTransfer.dropEffect = 'copy';
+    composer.classList.add('dropping');
+  });
+  composer.addEventListener('dragleave', (event) => {
+    if (!composer.contains(event.relatedTarget)) composer.classList.remove('dropping');
+  });
+  composer.addEventListener('drop', (event) => {
+    composer.classList.remove('dropping');
+    const files = [...(event.dataTransfer?.files ?? [])];
+    if (!files.length) return;
+    event.preventDefault();
+    attachments.add(files);
+  });
+  // A file dropped beside the composer would make the browser leave the page to show it.
+  for (const type of ['dragover', 'drop']) {
+    window.addEventListener(type, (event) => {
+      if (carriesFiles(event) && !composer.contains(event.target)) event.preventDefault();
+    });
+  }
+  const attachInput = byTestId('attach-input');
+  byTestId('attach-image').addEventListener('click', () => attachInput.click());
+  attachInput.addEventListener('change', () => {
+    attachments.add([...attachInput.files]);
+    attachInput.value = '';
+  });
+
   input.addEventListener('keydown', (event) => {
     if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      byTestId('composer').requestSubmit();
+      composer.requestSubmit();
     }
   });
   interrupt.addEventListener('click', async () => {
@@ -361,7 +668,21 @@ async function boot() {
   });
 
   // Exposed for the browser tests and for poking at from the developer console.
-  window.agentd = { connection, state, conversation, approvals, tasks, cost, plan, questions, tools, console: toolConsole, sessions };
+  window.agentd = {
+    connection,
+    state,
+    conversation,
+    approvals,
+    tasks,
+    cost,
+    plan,
+    questions,
+    tools,
+    console: toolConsole,
+    sessions,
+    attachments,
+    models: () => modelList,
+  };
 
   state.reset(sessionInUrl());
   connection.start();

@@ -1,12 +1,59 @@
 // The sessions: the caller's sessions from REST, newest first, with a button for a new one,
 // and the heading of the session shown — its title, which a click makes editable
-// (`session/update`), and the session it was forked from. A fork is marked in the list and
-// links to its parent. Choosing a session is the page's job (it changes the URL and
-// re-opens). The shown session's event count follows its notifications' `seq`, so the list
-// never lags behind the conversation.
+// (`session/update`), the session it was forked from, and the model and reasoning effort its
+// turns use (from `model/list`; a change is a `session/open` with `model`, which the server
+// stores). A fork is marked in the list and links to its parent. Choosing a session is the
+// page's job (it changes the URL and re-opens). The shown session's event count follows its
+// notifications' `seq`, so the list never lags behind the conversation.
 
 import { h, byTestId, coalesce, when } from './dom.js';
 import { getJson } from './rest.js';
+
+/** The reasoning efforts the server takes (`REASONING_EFFORTS` in src/session/). */
+export const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh'];
+
+/** What an option says of a model beyond its id: its provider's API, window, prices. */
+function modelDetails(model) {
+  const parts = [model.kind, `${model.context_window}-token context`];
+  const prices = model.prices;
+  if (model.priced && prices) {
+    parts.push(`$${prices.input_per_mtok} in / $${prices.output_per_mtok} out per million tokens`);
+  } else {
+    parts.push('unpriced: its calls count as $0 and toward no budget');
+  }
+  parts.push(model.images ? 'takes images' : 'takes no images');
+  return parts.join(' · ');
+}
+
+/**
+ * The options of a model select: one per model of `model/list`, the default marked, an
+ * unpriced one said to be so; `current` is added when the list lacks it (a model the
+ * session chose that the configuration no longer lists), so the select never shows a lie.
+ */
+export function modelOptions(list, current = null) {
+  const models = [...(list?.models ?? [])];
+  if (current && !models.some((m) => m.id === current)) models.push({ id: current, unknown: true });
+  return models.map((model) => {
+    const marks = [];
+    if (model.id === list?.default) marks.push('default');
+    if (model.unknown) marks.push('not listed');
+    else if (!model.priced) marks.push('unpriced');
+    return h('option', {
+      value: model.id,
+      title: model.unknown ? 'This server does not list this model' : modelDetails(model),
+      dataset: { priced: String(Boolean(model.priced)), images: String(model.images !== false) },
+      text: marks.length ? `${model.id} (${marks.join(', ')})` : model.id,
+    });
+  });
+}
+
+/** The options of a reasoning-effort select, after one meaning "none chosen" (value ''). */
+export function effortOptions(unchosen) {
+  return [
+    h('option', { value: '', text: unchosen }),
+    ...REASONING_EFFORTS.map((effort) => h('option', { value: effort, text: `effort: ${effort}` })),
+  ];
+}
 
 /** The name a session goes by before it has a title. */
 function untitled(sessionId) {
@@ -21,7 +68,8 @@ export class Sessions {
    * @param {import('./state.js').SessionState} state
    * @param {import('./connection.js').Connection} connection
    * @param {{select: (id: string) => void, create: () => void,
-   *   notice: (text: string, kind: string, code?: string) => void}} actions
+   *   notice: (text: string, kind: string, code?: string) => void,
+   *   chooseModel: (choice: {model: string, reasoning_effort?: string}) => Promise<void>}} actions
    */
   constructor(nav, heading, state, connection, actions) {
     this.list = byTestId('session-list', nav);
@@ -43,13 +91,25 @@ export class Sessions {
     };
     /** The session whose title is being edited, or null. */
     this.editing = null;
+    this.picker = {
+      root: byTestId('session-model-picker'),
+      model: byTestId('session-model'),
+      effort: byTestId('session-effort'),
+    };
+    /** `model/list`'s answer, or null while unknown (or without a model). */
+    this.modelList = null;
+    /** The shown session's model and effort, as its last open said; null until then. */
+    this.sessionModel = null;
+    this.wireModelPicker();
     this.refreshSoon = coalesce(() => this.refresh(), 200);
     byTestId('new-session', nav).addEventListener('click', () => actions.create());
     this.wireTitleEditor();
     state.on('state/reset', () => {
       this.stopEditing();
+      this.sessionModel = null;
       this.render();
       this.renderHeading();
+      this.renderModelPicker();
     });
     state.on('state/session', () => this.refreshSoon());
     // The server titles a session from its first message.
@@ -185,6 +245,60 @@ export class Sessions {
       forkOf.replaceChildren('⑂ forked ', this.parentLink(row.parent_session_id, 'session-parent'));
       forkOf.hidden = false;
     }
+  }
+
+  /** Takes `model/list`'s answer (null: the server has no model, or no model/list). */
+  showModels(list) {
+    this.modelList = list?.models?.length ? list : null;
+    this.renderModelPicker();
+  }
+
+  /** Takes the model and effort the session's open answered with. */
+  showSessionModel(model, reasoningEffort) {
+    this.sessionModel = model ? { model, reasoning_effort: reasoningEffort ?? null } : null;
+    this.renderModelPicker();
+  }
+
+  /**
+   * The session's model and effort in the top bar; hidden until both the list and the
+   * session's choice are known.
+   */
+  renderModelPicker() {
+    const { root, model, effort } = this.picker;
+    const current = this.sessionModel;
+    root.hidden = !this.modelList || !current;
+    if (root.hidden) return;
+    // Options are rebuilt only when they change: a reconnect must not close a list someone
+    // has open.
+    const offered = JSON.stringify([this.modelList, current.model]);
+    if (model.dataset.offered !== offered) {
+      model.replaceChildren(...modelOptions(this.modelList, current.model));
+      model.dataset.offered = offered;
+    }
+    if (!effort.options.length) effort.replaceChildren(...effortOptions('effort: model default'));
+    model.value = current.model;
+    effort.value = current.reasoning_effort ?? '';
+    model.disabled = false;
+    effort.disabled = false;
+  }
+
+  wireModelPicker() {
+    const { model, effort } = this.picker;
+    const choose = async () => {
+      // The server stores model and effort together (a choice without an effort clears it),
+      // so both always go.
+      const choice = { model: model.value, reasoning_effort: effort.value || undefined };
+      model.disabled = true;
+      effort.disabled = true;
+      try {
+        await this.actions.chooseModel(choice);
+      } finally {
+        // Shows what the session uses now: the new choice, or the old one when refused.
+        this.renderModelPicker();
+      }
+    };
+    model.addEventListener('change', choose);
+    effort.addEventListener('change', choose);
   }
 
   wireTitleEditor() {

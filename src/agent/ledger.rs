@@ -64,6 +64,10 @@ pub(crate) struct Ledger {
     held: Arc<std::sync::Mutex<HashMap<String, f64>>>,
     /// Serialises reading the spend with holding, and writing rows with releasing.
     lock: Arc<tokio::sync::Mutex<()>>,
+    /// Rows the store refused (it was down or full), written again before the next row and
+    /// counted against the cap meanwhile: a failing store must neither lose a bill nor lift
+    /// the cap.
+    unsaved: Arc<std::sync::Mutex<Vec<CostRow>>>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -92,7 +96,23 @@ impl Ledger {
             cap_usd,
             held: Arc::default(),
             lock: Arc::default(),
+            unsaved: Arc::default(),
         }
+    }
+
+    fn unsaved(&self) -> std::sync::MutexGuard<'_, Vec<CostRow>> {
+        self.unsaved
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What the rows not yet stored add up to, as the store would count them.
+    fn unsaved_usd(&self, since: Option<time::OffsetDateTime>) -> f64 {
+        self.unsaved()
+            .iter()
+            .filter(|row| since.is_none_or(|since| row.committed && row.created_at >= since))
+            .map(|row| row.actual_usd)
+            .sum()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, f64>> {
@@ -116,11 +136,13 @@ impl Ledger {
     pub(crate) async fn spent_within(&self, window: std::time::Duration) -> f64 {
         let since = time::OffsetDateTime::now_utc() - window;
         match self.store.cost_rows(&self.session_id).await {
-            Ok(rows) => rows
-                .iter()
-                .filter(|row| row.committed && row.created_at >= since)
-                .map(|row| row.actual_usd)
-                .sum(),
+            Ok(rows) => {
+                rows.iter()
+                    .filter(|row| row.committed && row.created_at >= since)
+                    .map(|row| row.actual_usd)
+                    .sum::<f64>()
+                    + self.unsaved_usd(Some(since))
+            }
             Err(err) => {
                 tracing::error!(%err, "cost rows unreadable");
                 0.0
@@ -131,7 +153,9 @@ impl Ledger {
     async fn committed(&self) -> Option<f64> {
         match self.store.cost_rows(&self.session_id).await {
             // A float sum of nothing is -0.0; clients should read 0.
-            Ok(rows) => Some(rows.iter().fold(0.0, |sum, row| sum + row.actual_usd)),
+            Ok(rows) => Some(
+                rows.iter().fold(0.0, |sum, row| sum + row.actual_usd) + self.unsaved_usd(None),
+            ),
             Err(err) => {
                 tracing::error!(%err, "cost rows unreadable");
                 None
@@ -274,9 +298,14 @@ impl Ledger {
         }
     }
 
+    /// Stores `row`, after any the store refused before; a refused row is kept to try again.
     async fn insert(&self, row: &CostRow) {
-        if let Err(err) = self.store.insert_cost_row(row).await {
-            tracing::error!(%err, "cost row not persisted");
+        let earlier = std::mem::take(&mut *self.unsaved());
+        for row in earlier.iter().chain(std::iter::once(row)) {
+            if let Err(err) = self.store.insert_cost_row(row).await {
+                tracing::error!(%err, "cost row not stored yet; it is kept and written again with the next");
+                self.unsaved().push(row.clone());
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use agentd::config::{Config, ModelCard, ModelPrice, PluginConfig};
+use agentd::config::{Config, ModelCard, ModelPrice, PluginConfig, ProviderConfig};
 use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -2038,5 +2038,422 @@ async fn a_fork_is_marked_links_to_its_parent_and_shows_what_it_inherited() {
         )
         .await;
     })
+    .await;
+}
+
+/// An OpenAI-style stream that first reasons in `reasoning` chunks (as `reasoning_content`,
+/// the way DeepSeek streams it), then sends the deltas `then`, then ends with `finish`.
+fn reasoning_then(reasoning: &[&str], then: &[Value], finish: &str) -> Reply {
+    let chunk = |delta: &Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    };
+    let mut body = chunk(&json!({"role": "assistant", "content": null}));
+    for piece in reasoning {
+        body += &chunk(&json!({"reasoning_content": piece}));
+    }
+    for delta in then {
+        body += &chunk(delta);
+    }
+    body += &format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+               "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+    );
+    Reply::raw_sse(&body)
+}
+
+/// What each turn on the page holds, in order: the `data-testid` of every child.
+const TURN_LAYOUT: &str =
+    "$$(tid('turn')).map((turn) => Array.from(turn.children, (child) => child.dataset.testid))";
+
+/// Each reasoning block: `[open, summary, text, still streaming]`.
+const REASONING_BLOCKS: &str = "$$(tid('reasoning')).map((r) => [r.open, r.querySelector('summary').textContent, r.querySelector(tid('reasoning-text')).textContent, r.dataset.streaming])";
+
+#[tokio::test]
+async fn reasoning_shows_folded_before_each_steps_answer_live_after_a_reconnect_and_a_reload() {
+    let listing = json!({"tool_calls": [{"index": 0, "id": "call_look", "type": "function",
+        "function": {"name": "list_dir", "arguments": "{\"path\":\".\"}"}}]});
+    let mock = MockLlm::start(Script::sequence(vec![
+        reasoning_then(&["Looking at ", "the files."], &[listing], "tool_calls"),
+        reasoning_then(
+            &["Now I can answer."],
+            &[json!({"content": "One file."})],
+            "stop",
+        ),
+        reasoning_then(
+            &["Still ", "one."],
+            &[json!({"content": "Still one file."})],
+            "stop",
+        ),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    std::fs::create_dir_all(app.workspace()).unwrap();
+    std::fs::write(app.workspace().join("notes.txt"), "remember\n").unwrap();
+    let url = app.url("/");
+    in_browser(
+        "reasoning_shows_folded_before_each_steps_answer_live_after_a_reconnect_and_a_reload",
+        async |b| {
+            b.goto(&url).await;
+            let session = b.live_session().await;
+            b.fill("[data-testid=composer-input]", "What is in here?").await;
+            b.click("[data-testid=send]").await;
+            b.wait("the end of the turn", "document.querySelector('[data-testid=turn][data-state=completed]')").await;
+
+            // Each step's reasoning comes first in it, folded, with its size; its deltas
+            // make one block, and none of it leaks into the answer.
+            let first_turn = json!([
+                "user-message", "reasoning", "tool-card", "reasoning", "assistant-message", "turn-footer"
+            ]);
+            assert_eq!(b.js(&format!("return {TURN_LAYOUT}")).await, json!([first_turn]));
+            let first_blocks = json!([
+                [false, "Reasoning · 21 characters", "Looking at the files.", "false"],
+                [false, "Reasoning · 17 characters", "Now I can answer.", "false"]
+            ]);
+            assert_eq!(b.js(&format!("return {REASONING_BLOCKS}")).await, first_blocks);
+            assert_eq!(
+                b.js("return texts(tid('assistant-message'))").await,
+                json!(["One file."])
+            );
+            // Opened, it shows its text.
+            b.click("[data-testid=reasoning] summary").await;
+            assert_eq!(
+                b.js("return document.querySelector(tid('reasoning-text')).checkVisibility()").await,
+                true
+            );
+
+            // A turn while the page is away reaches it on the reconnect, drawn the same way.
+            b.js("window.agentd.connection.dropForTest({ hold: true })").await;
+            b.wait(
+                "the lost connection",
+                "document.querySelector(tid('connection-status')).dataset.status === 'reconnecting'",
+            )
+            .await;
+            let mut ws = app.ws().await;
+            ws.result(
+                "turn/start",
+                json!({"session_id": session, "input": [{"kind": "text", "text": "And now?"}]}),
+            )
+            .await;
+            ws.notification("turn/completed").await;
+            b.js("window.agentd.connection.resumeForTest()").await;
+            b.live_session().await;
+            let second_turn = json!(["user-message", "reasoning", "assistant-message", "turn-footer"]);
+            let layout = b
+                .wait(
+                    "the missed turn",
+                    &format!("$$('[data-testid=turn][data-state=completed]').length === 2 && {TURN_LAYOUT}"),
+                )
+                .await;
+            assert_eq!(layout, json!([first_turn, second_turn]));
+            let missed_block = json!([false, "Reasoning · 10 characters", "Still one.", "false"]);
+            let blocks = b.js(&format!("return {REASONING_BLOCKS}")).await;
+            assert_eq!(blocks[2], missed_block, "{blocks}");
+            assert_eq!(b.js("return window.agentd.state.repeated").await, 0);
+
+            // A reload replays the whole history: the same blocks, folded again.
+            b.client.refresh().await.unwrap();
+            assert_eq!(b.live_session().await, session);
+            let layout = b
+                .wait(
+                    "the history",
+                    &format!("$$('[data-testid=turn][data-state=completed]').length === 2 && {TURN_LAYOUT}"),
+                )
+                .await;
+            assert_eq!(layout, json!([first_turn, second_turn]));
+            let mut all_blocks = first_blocks.as_array().unwrap().clone();
+            all_blocks.push(missed_block);
+            assert_eq!(b.js(&format!("return {REASONING_BLOCKS}")).await, json!(all_blocks));
+        },
+    )
+    .await;
+}
+
+/// A provider `mock` serving three models: `m-large` (the default, priced, takes images),
+/// `m-small` (unpriced) and `m-blind` (takes no images).
+fn three_models(mock: &MockLlm) -> impl FnOnce(&mut Config) + use<> {
+    let provider = ProviderConfig {
+        name: "mock".into(),
+        kind: agentd::llm::ProviderKind::OpenAiChat,
+        base_url: mock.base_url(),
+        api_key_env: None,
+        models: vec!["m-large".into(), "m-small".into(), "m-blind".into()],
+        api_key: None,
+    };
+    move |c: &mut Config| {
+        c.llm.model = Some("mock/m-large".into());
+        c.llm.providers = vec![provider];
+        c.llm.pricing.insert(
+            "mock/m-large".into(),
+            ModelCard {
+                images: Some(true),
+                ..ModelCard::priced(ModelPrice::new(3.0, 15.0))
+            },
+        );
+        c.llm.pricing.insert(
+            "mock/m-blind".into(),
+            ModelCard {
+                images: Some(false),
+                ..ModelCard::default()
+            },
+        );
+    }
+}
+
+/// The values of a select's options.
+fn options_of(select: &str) -> String {
+    format!("$$(tid('{select}') + ' option').map((o) => o.value)")
+}
+
+#[tokio::test]
+async fn models_are_picked_per_session_and_per_turn_and_their_cost_is_shown_per_model() {
+    let mock = MockLlm::start(Script::always(Reply::text(&["ok"]).with_usage(1000, 10))).await;
+    let app = TestApp::spawn_with(three_models(&mock)).await;
+    let url = app.url("/");
+    in_browser(
+        "models_are_picked_per_session_and_per_turn_and_their_cost_is_shown_per_model",
+        async |b| {
+            b.goto(&url).await;
+            let session = b.live_session().await;
+            let mut ws = app.ws().await;
+            let listed = ws.result("model/list", json!({})).await;
+            let ids: Vec<Value> = listed["models"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].clone())
+                .collect();
+            assert_eq!(ids, ["mock/m-large", "mock/m-small", "mock/m-blind"]);
+
+            // The session's picker offers what model/list offers, unpriced ones said so.
+            let picker = b
+                .wait(
+                    "the session's model picker",
+                    "!document.querySelector(tid('session-model-picker')).hidden && [document.querySelector(tid('session-model')).value, texts(tid('session-model') + ' option')]",
+                )
+                .await;
+            assert_eq!(
+                picker,
+                json!(["mock/m-large", ["mock/m-large (default)", "mock/m-small (unpriced)", "mock/m-blind (unpriced)"]])
+            );
+            assert_eq!(b.js(&format!("return {}", options_of("session-model"))).await, json!(ids));
+            let mut turn_models = vec![json!("")];
+            turn_models.extend(ids.iter().cloned());
+            assert_eq!(b.js(&format!("return {}", options_of("turn-model"))).await, json!(turn_models));
+            let efforts = json!(["", "none", "minimal", "low", "medium", "high", "xhigh"]);
+            assert_eq!(b.js(&format!("return {}", options_of("turn-effort"))).await, efforts);
+            assert_eq!(b.js(&format!("return {}", options_of("session-effort"))).await, efforts);
+            assert_eq!(b.js("return document.querySelector(tid('turn-effort')).value").await, "");
+
+            // The session's choice is stored by the server and reaches the model.
+            b.find("[data-testid=session-model]").await.select_by_value("mock/m-small").await.unwrap();
+            b.wait(
+                "the session on m-small",
+                "!document.querySelector(tid('session-model')).disabled && document.querySelector(tid('session-model')).value === 'mock/m-small'",
+            )
+            .await;
+            b.find("[data-testid=session-effort]").await.select_by_value("low").await.unwrap();
+            b.wait(
+                "the session's effort",
+                "!document.querySelector(tid('session-effort')).disabled && document.querySelector(tid('session-effort')).value === 'low'",
+            )
+            .await;
+            let opened = ws.result("session/open", json!({"session_id": session})).await;
+            assert_eq!((&opened["model"], &opened["reasoning_effort"]), (&json!("mock/m-small"), &json!("low")));
+            let send = async |text: &str, turns: usize| {
+                b.fill("[data-testid=composer-input]", text).await;
+                b.click("[data-testid=send]").await;
+                b.wait(
+                    "the end of the turn",
+                    &format!("$$('[data-testid=turn][data-state=completed]').length === {turns}"),
+                )
+                .await;
+            };
+            send("first", 1).await;
+            let asked = |n: usize| {
+                let request = &mock.requests()[n];
+                (request["model"].clone(), request["reasoning_effort"].clone())
+            };
+            assert_eq!(asked(0), (json!("m-small"), json!("low")));
+
+            // One turn may use another model and effort; the choice is for that turn only.
+            b.find("[data-testid=turn-model]").await.select_by_value("mock/m-large").await.unwrap();
+            b.find("[data-testid=turn-effort]").await.select_by_value("high").await.unwrap();
+            send("second", 2).await;
+            assert_eq!(asked(1), (json!("m-large"), json!("high")));
+            assert_eq!(
+                b.js("return [document.querySelector(tid('turn-model')).value, document.querySelector(tid('turn-effort')).value]").await,
+                json!(["", ""])
+            );
+            send("third", 3).await;
+            assert_eq!(asked(2), (json!("m-small"), json!("low")));
+
+            // The cost per model, from the ledger: the unpriced model says so rather than $0.
+            let ledger = app.get_json(&format!("/api/sessions/{session}/cost"), None).await;
+            let large_usd: f64 = ledger["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["model"] == "mock/m-large")
+                .map(|r| r["actual_usd"].as_f64().unwrap())
+                .sum();
+            assert!(large_usd > 0.0, "{ledger}");
+            let rows = b
+                .wait(
+                    "a cost row per model, with every call",
+                    "$$(tid('cost-model-row')).reduce((calls, r) => calls + Number(r.dataset.calls), 0) === 3 && $$(tid('cost-model-row')).map((r) => [r.dataset.model, r.dataset.calls, r.dataset.priced, r.lastElementChild.textContent, Number(r.dataset.usd)])",
+                )
+                .await;
+            let row = |n: usize| rows[n].as_array().unwrap().clone();
+            assert_eq!(row(0)[..4], [json!("mock/m-small"), json!("2"), json!("false"), json!("unpriced")], "{rows}");
+            assert_eq!(row(0)[4].as_f64(), Some(0.0), "{rows}");
+            assert_eq!(row(1)[..4], [json!("mock/m-large"), json!("1"), json!("true"), json!(format!("${large_usd:.6}"))], "{rows}");
+            assert!((row(1)[4].as_f64().unwrap() - large_usd).abs() < 1e-12, "{rows}");
+
+            // A reload shows the session's stored choice.
+            b.client.refresh().await.unwrap();
+            assert_eq!(b.live_session().await, session);
+            b.wait(
+                "the stored choice",
+                "!document.querySelector(tid('session-model-picker')).hidden && document.querySelector(tid('session-model')).value === 'mock/m-small' && document.querySelector(tid('session-effort')).value === 'low'",
+            )
+            .await;
+        },
+    )
+    .await;
+}
+
+/// A 1×1 PNG and a 1×1 GIF, in base64.
+const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const GIF_1X1: &str = "R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw==";
+
+/// Script helpers that hand the composer files the way a person's drop or paste does.
+const FILE_EVENTS: &str = r#"
+const fromBase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+const transfer = (files) => { const dt = new DataTransfer(); for (const f of files) dt.items.add(f); return dt; };
+const composerInput = () => document.querySelector(tid('composer-input'));
+const drop = (files) => composerInput().dispatchEvent(new DragEvent('drop', { dataTransfer: transfer(files), bubbles: true, cancelable: true }));
+const paste = (files) => composerInput().dispatchEvent(new ClipboardEvent('paste', { clipboardData: transfer(files), bubbles: true, cancelable: true }));
+"#;
+
+#[tokio::test]
+async fn images_pasted_or_dropped_show_as_thumbnails_and_go_with_the_message() {
+    let mock = MockLlm::start(Script::always(Reply::text(&["A dot."]))).await;
+    let app = TestApp::spawn_with(three_models(&mock)).await;
+    let url = app.url("/");
+    in_browser(
+        "images_pasted_or_dropped_show_as_thumbnails_and_go_with_the_message",
+        async |b| {
+            b.goto(&url).await;
+            b.live_session().await;
+            b.wait("the model list", "!document.querySelector(tid('turn-choice')).hidden").await;
+            // Every frame the page sends, as sent.
+            b.js("const send = WebSocket.prototype.send; window.__frames = []; WebSocket.prototype.send = function (data) { window.__frames.push(String(data)); return send.call(this, data); };").await;
+
+            b.js(&format!(
+                "{FILE_EVENTS} drop([new File([fromBase64('{PNG_1X1}')], 'dot.png', {{ type: 'image/png' }})]);
+                 paste([new File([fromBase64('{GIF_1X1}')], 'dot.gif', {{ type: 'image/gif' }})]);"
+            ))
+            .await;
+            // Thumbnails of both, decoded (the page's policy lets it show its own blob: URLs).
+            let shown = b
+                .wait(
+                    "two thumbnails",
+                    "$$(tid('attachment')).length === 2 && $$(tid('attachment') + ' img').every((i) => i.complete && i.naturalWidth === 1) && $$(tid('attachment')).map((a) => `${a.dataset.name}:${a.dataset.mime}`)",
+                )
+                .await;
+            assert_eq!(shown, json!(["dot.png:image/png", "dot.gif:image/gif"]));
+            assert_eq!(b.js("return document.querySelector(tid('attach-refused')).hidden").await, true);
+
+            // Other files and too large images are refused, visibly, and not attached.
+            b.js(&format!(
+                "{FILE_EVENTS} drop([new File(['just text'], 'notes.txt', {{ type: 'text/plain' }})]);"
+            ))
+            .await;
+            let refused = b
+                .wait(
+                    "the refusal of a text file",
+                    "!document.querySelector(tid('attach-refused')).hidden && document.querySelector(tid('attach-refused')).textContent",
+                )
+                .await;
+            assert_eq!(refused, "Not attached: notes.txt is not a PNG, JPEG, GIF or WebP image.");
+            b.js(&format!(
+                "{FILE_EVENTS} paste([new File([new Uint8Array(5 * 1024 * 1024 + 1)], 'huge.png', {{ type: 'image/png' }})]);"
+            ))
+            .await;
+            b.wait(
+                "the refusal of a large image",
+                "document.querySelector(tid('attach-refused')).textContent.startsWith('Not attached: huge.png is larger than the 5 MiB an image may be')",
+            )
+            .await;
+            assert_eq!(b.js("return $$(tid('attachment')).length").await, 2);
+
+            // The remove button takes one away.
+            b.click("[data-testid=attachment][data-name='dot.gif'] [data-testid=attachment-remove]").await;
+            b.wait("one thumbnail", "$$(tid('attachment')).length === 1").await;
+
+            // A model that takes no images is said to, before anything is sent; sent anyway,
+            // the server refuses the message, and the page keeps its text and image.
+            b.find("[data-testid=session-model]").await.select_by_value("mock/m-blind").await.unwrap();
+            let warning = b
+                .wait(
+                    "the warning",
+                    "!document.querySelector(tid('image-warning')).hidden && document.querySelector(tid('image-warning')).dataset.model",
+                )
+                .await;
+            assert_eq!(warning, "mock/m-blind");
+            b.fill("[data-testid=composer-input]", "What is this?").await;
+            b.click("[data-testid=send]").await;
+            b.wait(
+                "the refusal",
+                "texts(tid('conversation-notice')).some((t) => t.startsWith('The message was not sent') && t.includes('takes no image input'))",
+            )
+            .await;
+            assert_eq!(
+                b.js("return [document.querySelector(tid('composer-input')).value, $$(tid('attachment')).length, $$(tid('turn')).length]").await,
+                json!(["What is this?", 1, 0])
+            );
+            assert_eq!(mock.request_count(), 0);
+
+            // This message uses a model that takes images: the warning goes, and the image
+            // goes after the text, in base64 as it was read.
+            b.find("[data-testid=turn-model]").await.select_by_value("mock/m-large").await.unwrap();
+            b.wait("no warning", "document.querySelector(tid('image-warning')).hidden").await;
+            b.js("window.__frames = []").await;
+            b.click("[data-testid=send]").await;
+            let sent = b
+                .wait(
+                    "the turn/start frame",
+                    "window.__frames.map((f) => JSON.parse(f)).find((m) => m.method === 'turn/start')?.params",
+                )
+                .await;
+            assert_eq!(
+                sent["input"],
+                json!([
+                    {"kind": "text", "text": "What is this?"},
+                    {"kind": "image", "mime": "image/png", "data": PNG_1X1}
+                ])
+            );
+            assert_eq!(sent["model"], "mock/m-large");
+            assert!(sent.get("reasoning_effort").is_none(), "{sent}");
+
+            // The turn shows the image beside the text; the composer is empty again.
+            b.wait("the end of the turn", "document.querySelector('[data-testid=turn][data-state=completed]')").await;
+            b.wait(
+                "the image in the turn",
+                "$$(tid('turn') + ' ' + tid('user-image')).map((i) => i.naturalWidth).join() === '1'",
+            )
+            .await;
+            assert_eq!(
+                b.js("return [$$(tid('attachment')).length, document.querySelector(tid('attachments')).hidden, document.querySelector(tid('composer-input')).value]").await,
+                json!([0, true, ""])
+            );
+            let request = mock.requests()[0].to_string();
+            assert!(request.contains(PNG_1X1), "the image reaches the model: {request}");
+        },
+    )
     .await;
 }

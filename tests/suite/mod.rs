@@ -9,6 +9,7 @@ mod cluster;
 mod first_hour;
 mod human;
 mod limits;
+mod litellm;
 mod llm;
 mod long_sessions;
 mod mcp;

@@ -266,7 +266,7 @@ async fn images_reach_the_model_inline_from_the_workspace_and_through_view_image
         .unwrap()
         .clone();
     assert_eq!(user["content"][0]["text"], "what is this?", "{user}");
-    assert_eq!(image_urls(first), [url.clone()]);
+    assert_eq!(image_urls(first), std::slice::from_ref(&url));
 
     // From the workspace, then once more through view_image: the stored history keeps the
     // first turn's image, and the tool's image follows the tool result.

@@ -248,6 +248,12 @@ async fn postgres_lost_mid_turn_ends_it_storage_unavailable_and_work_resumes_by_
         .map(|e| e["params"]["seq"].as_i64().unwrap())
         .collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // The first turn's model call was billed while the database was away: its row was kept
+    // and written with the next one.
+    let cost = app
+        .get_json(&format!("/api/sessions/{session}/cost"), None)
+        .await;
+    assert_eq!(cost["rows"].as_array().unwrap().len(), 2, "{cost}");
     drop(other);
     drop(ws);
     app.stop().await;
