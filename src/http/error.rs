@@ -1,4 +1,7 @@
-//! The one error shape every REST route answers with: `{"error":{"code","message"}}`.
+//! The one error shape every REST route answers with: `{"error":{"kind","code","message"}}`,
+//! where `kind` is the vocabulary the WebSocket's `data.kind` uses (`unknown_session`,
+//! `turn_in_progress`, …) and `code` the coarser class of the first version, kept for its
+//! clients.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -46,11 +49,42 @@ pub enum ApiError {
     /// Something broke on our side; the message is logged, not sent.
     #[error("internal error")]
     Internal(String),
+    /// A session's refusal, with the kind the WebSocket gives it.
+    #[error("{message}")]
+    Session {
+        /// The kind, as in the WebSocket's `data.kind`.
+        kind: &'static str,
+        /// What to tell the caller.
+        message: String,
+    },
 }
 
 impl ApiError {
+    /// The error's kind, the WebSocket's vocabulary where both have the error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "not_found",
+            Self::BadRequest(_) => "invalid_params",
+            Self::Session { kind, .. } => kind,
+            other => other.parts().1,
+        }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
+            Self::Session { kind, .. } => match *kind {
+                "unknown_session" | "unknown_task" | "unknown_approval" | "unknown_request" => {
+                    (StatusCode::NOT_FOUND, "not_found")
+                }
+                "turn_in_progress" | "no_active_turn" => (StatusCode::CONFLICT, "conflict"),
+                "overloaded" => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+                "quota_exceeded" => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+                "storage_unavailable" | "session_unavailable" => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+                }
+                "internal" => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+                _ => (StatusCode::BAD_REQUEST, "bad_request"),
+            },
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::ForbiddenOrigin => (StatusCode::FORBIDDEN, "forbidden_origin"),
             Self::ForbiddenHost => (StatusCode::FORBIDDEN, "forbidden_host"),
@@ -72,7 +106,18 @@ impl IntoResponse for ApiError {
         if let Self::Internal(detail) = &self {
             tracing::error!(%detail, "request failed");
         }
-        let body = json!({"error": {"code": code, "message": self.to_string()}});
+        let message = match &self {
+            // A stored failure's detail is for the log, not the caller.
+            Self::Session {
+                kind: "internal",
+                message,
+            } => {
+                tracing::error!(detail = %message, "request failed");
+                "internal error".to_string()
+            }
+            other => other.to_string(),
+        };
+        let body = json!({"error": {"kind": self.kind(), "code": code, "message": message}});
         (status, Json(body)).into_response()
     }
 }
@@ -107,25 +152,15 @@ impl From<StoreError> for ApiError {
 
 impl From<SessionError> for ApiError {
     fn from(err: SessionError) -> Self {
-        match err {
-            SessionError::UnknownSession(id) => Self::NotFound(format!("unknown session {id}")),
-            SessionError::UnknownTask(id) => Self::NotFound(format!("unknown task {id}")),
-            SessionError::InvalidParams(message) => Self::BadRequest(message),
-            SessionError::ActorGone => Self::Unavailable("the session stopped; retry".into()),
-            SessionError::Overloaded(_) => Self::Overloaded(err.to_string()),
-            SessionError::QuotaExceeded(message) => Self::QuotaExceeded(message),
-            SessionError::StorageUnavailable(_) => Self::Unavailable(err.to_string()),
-            SessionError::Store(err) => Self::Internal(err.to_string()),
-            SessionError::Remote { kind, message } => match kind {
-                "unknown_session" | "unknown_task" => Self::NotFound(message),
-                "session_unavailable" => Self::Unavailable(message),
-                "overloaded" => Self::Overloaded(message),
-                "quota_exceeded" => Self::QuotaExceeded(message),
-                "storage_unavailable" => Self::Unavailable(message),
-                "internal" => Self::Internal(message),
-                _ => Self::BadRequest(message),
-            },
-            other => Self::BadRequest(other.to_string()),
-        }
+        let kind = err.kind();
+        let message = match err {
+            SessionError::UnknownSession(id) => format!("unknown session {id}"),
+            SessionError::UnknownTask(id) => format!("unknown task {id}"),
+            SessionError::InvalidParams(message) | SessionError::Remote { message, .. } => message,
+            SessionError::ActorGone => "the session stopped; retry".into(),
+            SessionError::Store(err) => return Self::Internal(err.to_string()),
+            other => other.to_string(),
+        };
+        Self::Session { kind, message }
     }
 }

@@ -680,12 +680,17 @@ async fn rest_routes_answer_with_one_error_shape() {
             .any(|t| t["name"] == "apply_patch" && t["state"] == "active")
     );
 
+    // REST and the WebSocket name an error alike: `kind` is the WebSocket's `data.kind`.
     let (status, body) = app.get("/api/sessions/nope", None).await;
     assert_eq!(status, 404);
-    assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
-        "not_found"
-    );
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], "not_found");
+    assert_eq!(error["error"]["kind"], "unknown_session", "{error}");
+    let mut ws = app.ws().await;
+    let (_, answer) = ws
+        .call("turn/interrupt", json!({"session_id": "nope"}))
+        .await;
+    assert_eq!(answer["error"]["data"]["kind"], error["error"]["kind"]);
     let (status, _) = app.get("/api/tasks/nope", None).await;
     assert_eq!(status, 404);
     let (status, _) = app
@@ -901,6 +906,7 @@ async fn notifications_get_no_answer_and_bad_queries_get_the_error_shape() {
         assert_eq!(got, status, "{path}");
         let error: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(error["error"]["code"], "bad_request", "{path}");
+        assert_eq!(error["error"]["kind"], "invalid_params", "{path}");
     }
     let (status, body) = app
         .request(reqwest::Method::PUT, "/api/sessions", None)
