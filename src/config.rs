@@ -400,6 +400,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
+    /// `[instructions]`: the operator's and the repositories' instructions to the agent.
+    pub instructions: crate::session::instructions::InstructionsConfig,
     /// The file this configuration was read from, which sandboxed commands must not read.
     #[serde(skip)]
     pub file: Option<PathBuf>,

@@ -36,6 +36,9 @@ use crate::tools::{RegistryError, Tool, ToolRegistry, Workspace};
 /// Why the server could not start; `main` prints it on one line and exits with code 2.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
+    /// `[instructions] file` cannot be read.
+    #[error("{0}")]
+    Instructions(String),
     /// A directory could not be created.
     #[error("cannot create {what} {path}: {source}")]
     Directory {
@@ -485,6 +488,10 @@ impl Server {
                 cluster,
                 max_sessions_per_user: config.server.max_sessions_per_user,
                 session_creates_per_minute: config.server.session_creates_per_minute,
+                instructions: config
+                    .instructions
+                    .load()
+                    .map_err(StartupError::Instructions)?,
             },
             Arc::clone(&metrics),
             cancel.clone(),

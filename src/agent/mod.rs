@@ -196,7 +196,7 @@ pub(crate) enum TurnRequest {
 /// sub-agent's. The loop is one; the host decides where history, events and tools live.
 pub(crate) trait TurnHost: CallHost + 'static {
     /// The instructions the conversation starts with.
-    fn system_prompt(&self) -> &'static str {
+    fn system_prompt(&self) -> &str {
         SYSTEM_PROMPT
     }
 
@@ -236,9 +236,22 @@ pub(crate) trait TurnHost: CallHost + 'static {
 #[derive(Clone)]
 pub(crate) struct ActorLink {
     pub actor: mpsc::Sender<TurnRequest>,
+    /// The session's system prompt for this turn: the built-in one with the operator's and
+    /// the repository's instructions.
+    pub system: Arc<str>,
 }
 
 impl ActorLink {
+    /// A link to `actor` whose turns are told only the built-in prompt.
+    pub(crate) fn new(actor: mpsc::Sender<TurnRequest>) -> Self {
+        static BUILT_IN: std::sync::LazyLock<Arc<str>> =
+            std::sync::LazyLock::new(|| SYSTEM_PROMPT.into());
+        Self {
+            actor,
+            system: Arc::clone(&BUILT_IN),
+        }
+    }
+
     async fn ask<T>(&self, request: impl FnOnce(oneshot::Sender<T>) -> TurnRequest) -> Option<T> {
         let (reply, answer) = oneshot::channel();
         self.actor.send(request(reply)).await.ok()?;
@@ -280,6 +293,10 @@ impl CallHost for ActorLink {
 }
 
 impl TurnHost for ActorLink {
+    fn system_prompt(&self) -> &str {
+        &self.system
+    }
+
     async fn begin_iteration(&self, turn_start: bool) -> Option<Arc<[ToolSpec]>> {
         self.ask(|reply| TurnRequest::BeginIteration { turn_start, reply })
             .await

@@ -96,6 +96,9 @@ pub struct SessionsConfig {
     pub max_sessions_per_user: u64,
     /// New sessions one user may make a minute (0: no limit).
     pub session_creates_per_minute: u32,
+    /// The operator's instructions (`[instructions] text`, then `file`'s), and the
+    /// `AGENTS.md` budget.
+    pub instructions: super::instructions::OperatorInstructions,
 }
 
 struct Live {
@@ -521,6 +524,11 @@ impl Sessions {
                 model: row.model.clone(),
                 reasoning_effort: row.reasoning_effort.clone(),
             },
+            instructions: self.inner.config.instructions.clone(),
+            user_root: user_root
+                .strip_prefix(&self.inner.config.workspace)
+                .unwrap_or(Path::new(""))
+                .to_path_buf(),
         });
         live.insert(
             row.session_id.clone(),

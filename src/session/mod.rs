@@ -5,6 +5,7 @@ pub mod actor;
 mod follower;
 pub mod forwarding;
 pub mod hub;
+pub mod instructions;
 pub mod open_work;
 mod quota;
 pub mod retention;
@@ -213,6 +214,10 @@ pub struct SessionView {
     pub tools: ToolNames,
     /// Each configured MCP server's state, by name.
     pub mcp: Value,
+    /// Where the agent's instructions come from: the operator's and each `AGENTS.md`, with
+    /// its size and whether it was cut.
+    #[serde(default)]
+    pub instructions: Vec<instructions::InstructionSource>,
 }
 
 /// Visible and deferred tool names.

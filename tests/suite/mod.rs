@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod first_hour;
 mod human;
+mod instructions;
 mod limits;
 mod litellm;
 mod llm;

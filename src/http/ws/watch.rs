@@ -134,6 +134,7 @@ impl Connection {
             result["reasoning_effort"] = json!(row.reasoning_effort);
         }
         result["mcp"] = view.mcp;
+        result["instructions"] = json!(view.instructions);
         result["capabilities"]["mcp"] = result["mcp"].clone();
         if let Some(frame) = answer(&id, Ok(result)) {
             let _ = self.out.send(frame).await;

@@ -244,9 +244,7 @@ impl SessionActor {
             spool,
             journal,
             self.reports.sender(),
-            ActorLink {
-                actor: self.turns.sender(),
-            },
+            ActorLink::new(self.turns.sender()),
         ));
         self.children.insert(
             agent_id.clone(),
@@ -342,9 +340,7 @@ impl SessionActor {
             spool,
             journal,
             self.reports.sender(),
-            ActorLink {
-                actor: self.turns.sender(),
-            },
+            ActorLink::new(self.turns.sender()),
         ));
         tracing::info!(agent_id, "sub-agent reopened from its history");
         self.children.insert(

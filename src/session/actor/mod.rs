@@ -74,6 +74,11 @@ pub(crate) struct ActorSetup {
     pub write_health: Arc<crate::store::WriteHealth>,
     /// The model the session chose, as stored.
     pub choice: crate::session::ModelChoice,
+    /// The operator's instructions and the `AGENTS.md` budget.
+    pub instructions: crate::session::instructions::OperatorInstructions,
+    /// The user's workspace root, relative to the anchor of the session's root: where the
+    /// walk for `AGENTS.md` and skills starts.
+    pub user_root: std::path::PathBuf,
 }
 
 /// The turn a session is running.
@@ -150,6 +155,8 @@ pub(crate) struct SessionActor {
     storage_cut_turn: Option<(String, &'static str)>,
     /// The model and reasoning effort the session chose; a turn may choose its own.
     choice: crate::session::ModelChoice,
+    instructions: crate::session::instructions::OperatorInstructions,
+    user_root: std::path::PathBuf,
 }
 
 impl SessionActor {
@@ -206,7 +213,36 @@ impl SessionActor {
             write_health: setup.write_health,
             storage_cut_turn: None,
             choice: setup.choice,
+            instructions: setup.instructions,
+            user_root: setup.user_root,
         }
+    }
+
+    /// What the session's turns are told now: the operator's and the repository's
+    /// instructions and the skills list, read again (the `skill` tool serves the list).
+    pub(super) fn gather_instructions(&self) -> crate::session::instructions::Gathered {
+        use crate::session::instructions::gather;
+        use crate::tools::builtin::skill::SkillIndex;
+        let Some(workspace) = self.registry.workspace() else {
+            return crate::session::instructions::Gathered {
+                prompt: crate::agent::SYSTEM_PROMPT.into(),
+                sources: Vec::new(),
+                skills: Vec::new(),
+            };
+        };
+        let root = workspace.root_path();
+        let gathered = gather(
+            crate::agent::SYSTEM_PROMPT,
+            self.instructions.text.as_deref(),
+            self.instructions.max_bytes,
+            root.anchor(),
+            &self.user_root,
+            root.below(),
+        );
+        workspace
+            .shared::<SkillIndex>()
+            .set(gathered.skills.clone());
+        gathered
     }
 
     /// Serves commands until closed, cancelled, or idle for `idle_unload` with nothing to do.
@@ -409,6 +445,7 @@ impl SessionActor {
             capabilities: super::hub::capabilities(&catalog, &self.unsupported),
             tools: super::ToolNames::of(&catalog),
             mcp: Value::Object(mcp),
+            instructions: self.gather_instructions().sources,
         }
     }
 

@@ -80,6 +80,7 @@ impl SessionActor {
             metrics: Arc::clone(&self.metrics),
             host: Arc::new(ActorLink {
                 actor: self.turns.sender(),
+                system: self.gather_instructions().prompt,
             }),
             scope,
             cancel,
@@ -195,6 +196,7 @@ impl SessionActor {
         };
         let host = ActorLink {
             actor: self.turns.sender(),
+            system: self.gather_instructions().prompt,
         };
         let specs = self.registry.specs();
         let ledger = self.ledger.clone();

@@ -33,6 +33,7 @@ pub mod plan;
 pub mod process;
 pub mod search;
 pub mod shell;
+pub mod skill;
 mod text_edit;
 pub mod web;
 
@@ -107,6 +108,7 @@ pub fn with_builtins(
         Arc::new(discovery::ToolSuggest),
         Arc::new(image::ImageGeneration),
         Arc::new(image::ViewImage::new(ws())),
+        Arc::new(skill::SkillTool::new(ws())),
     ];
     let mut registry = ToolRegistry::default();
     for name in DEFAULT_BASE_TOOLS {
@@ -139,6 +141,7 @@ mod tests {
         "tool_suggest",
         "image_generation",
         "view_image",
+        "skill",
     ];
     const TAGS: &[&str] = &["fs", "search", "runtime", "web", "plan", "agents", "meta"];
 
@@ -162,6 +165,7 @@ mod tests {
                 "read_file",
                 "request_user_input",
                 "shell",
+                "skill",
                 "tool_search",
                 "tool_suggest",
                 "update_plan",
