@@ -402,6 +402,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[instructions]`: the operator's and the repositories' instructions to the agent.
     pub instructions: crate::session::instructions::InstructionsConfig,
+    /// `[[hooks]]`: commands or URLs run around a session's work.
+    pub hooks: Vec<crate::agent::hooks::HookConfig>,
     /// The file this configuration was read from, which sandboxed commands must not read.
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -625,6 +627,16 @@ impl Config {
         if let Some(secret) = env("AGENTD_CLUSTER_SECRET").filter(|s| !s.is_empty()) {
             config.cluster.secret = Secret::new(secret);
         }
+        for hook in &mut config.hooks {
+            if let Some(name) = &hook.secret_env {
+                let secret = env(name).filter(|s| !s.is_empty()).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "hooks: secret_env {name:?} names an unset environment variable"
+                    ))
+                })?;
+                hook.secret = Some(Secret::new(secret));
+            }
+        }
         config.resolve_paths()?;
         config.validate()?;
         Ok(config)
@@ -810,6 +822,14 @@ impl Config {
         }
         if self.llm.max_iterations == 0 {
             return invalid("llm.max_iterations must be at least 1".into());
+        }
+        for (index, hook) in self.hooks.iter().enumerate() {
+            if let Some(problem) = hook.invalid() {
+                return invalid(format!(
+                    "hooks[{index}] ({}): {problem}",
+                    hook.event.as_str()
+                ));
+            }
         }
         for (model, card) in &self.llm.pricing {
             if let Some(problem) = card.invalid() {

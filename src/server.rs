@@ -492,6 +492,7 @@ impl Server {
                     .instructions
                     .load()
                     .map_err(StartupError::Instructions)?,
+                hooks: config.hooks.clone().into(),
             },
             Arc::clone(&metrics),
             cancel.clone(),

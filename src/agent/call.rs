@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{Answer, ApprovalAsk, Approvals, Decision};
 use super::event::{SessionEvent, ToolCompleted};
+use super::hooks::{HookEvent, Ran, SessionHooks};
 use super::ledger::{CostLabels, Ledger};
 use crate::metrics::Metrics;
 use crate::tools::approval::Gate;
@@ -86,6 +87,8 @@ pub(crate) struct CallScope {
     pub metrics: Arc<Metrics>,
     /// The session's approval rules and grants.
     pub approvals: Arc<Approvals>,
+    /// The session's `[[hooks]]`; `None` without any.
+    pub hooks: Option<Arc<SessionHooks>>,
 }
 
 /// One call ready to run.
@@ -102,6 +105,92 @@ pub(crate) struct Call {
     pub approved: bool,
 }
 
+/// Tells `hook/ran` for each hook that ran.
+pub(crate) async fn report_hooks<H: CallHost>(host: &H, ran: Vec<Ran>, tool_call_id: Option<&str>) {
+    for ran in ran {
+        host.emit(SessionEvent::HookRan {
+            hook: ran.hook,
+            event: ran.event.as_str(),
+            tool_call_id: tool_call_id.map(str::to_string),
+            decision: ran.decision.as_str(),
+            reason: ran.reason,
+            duration_ms: ran.duration.as_millis() as u64,
+        })
+        .await;
+    }
+}
+
+/// The `PreToolUse` hooks of a call: `Err` with the result a block ends it with; otherwise the
+/// call, its input rewritten and its approval decided as the hooks said.
+async fn pre_tool_use<H: CallHost>(
+    host: &H,
+    hooks: &SessionHooks,
+    mut call: Call,
+    name: &str,
+    force_ask: &mut bool,
+) -> Result<Call, ToolResult> {
+    if !hooks.any(HookEvent::PreToolUse, Some(name)) {
+        return Ok(call);
+    }
+    let outcome = hooks
+        .run(
+            HookEvent::PreToolUse,
+            Some(name),
+            json!({"tool_name": name, "tool_input": call.arguments, "tool_use_id": call.tool_call_id}),
+        )
+        .await;
+    report_hooks(host, outcome.ran, Some(&call.tool_call_id)).await;
+    if let Some(reason) = outcome.blocked {
+        return Err(ToolResult::failure(format!("blocked by a hook: {reason}"))
+            .with_metadata(json!({"error": {"kind": "hook_blocked", "message": reason}})));
+    }
+    if let Some(input) = outcome.updated_input {
+        call.arguments = input;
+    }
+    if outcome.ask {
+        *force_ask = true;
+    } else if outcome.allow {
+        call.approved = true;
+    }
+    Ok(call)
+}
+
+/// The `PostToolUse` hooks of a call that ran: what they add goes to the model with its result.
+async fn post_tool_use<H: CallHost>(
+    host: &H,
+    hooks: &SessionHooks,
+    call: &Call,
+    name: &str,
+    result: &mut ToolResult,
+) {
+    if !hooks.any(HookEvent::PostToolUse, Some(name)) {
+        return;
+    }
+    let outcome = hooks
+        .run(
+            HookEvent::PostToolUse,
+            Some(name),
+            json!({
+                "tool_name": name,
+                "tool_input": call.arguments,
+                "tool_use_id": call.tool_call_id,
+                "tool_response": {"output": result.output, "success": result.success},
+            }),
+        )
+        .await;
+    report_hooks(host, outcome.ran, Some(&call.tool_call_id)).await;
+    if let Some(reason) = outcome.blocked {
+        result
+            .output
+            .push_str(&format!("\n\n[a hook objects to this result] {reason}"));
+    }
+    for context in outcome.context {
+        result
+            .output
+            .push_str(&format!("\n\n[from a hook] {context}"));
+    }
+}
+
 /// Takes a call through its foreground life and answers what it produced.
 pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolResult {
     let name = call.prepared.name().to_string();
@@ -112,7 +201,26 @@ pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) ->
         arguments: arguments_for_event(&call.arguments),
     })
     .await;
-    if let Some(refused) = approve(host, scope, &call, &name).await {
+    let mut force_ask = false;
+    let tool_call_id = call.tool_call_id.clone();
+    let call = match &scope.hooks {
+        Some(hooks) => match pre_tool_use(host, hooks, call, &name, &mut force_ask).await {
+            Ok(call) => call,
+            Err(blocked) => {
+                host.emit(ToolCompleted::of(
+                    scope.turn_id.clone(),
+                    &tool_call_id,
+                    &name,
+                    &blocked,
+                    std::time::Duration::ZERO,
+                ))
+                .await;
+                return blocked;
+            }
+        },
+        None => call,
+    };
+    if let Some(refused) = approve(host, scope, &call, &name, force_ask).await {
         host.emit(ToolCompleted::of(
             scope.turn_id.clone(),
             &call.tool_call_id,
@@ -136,7 +244,10 @@ pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) ->
             .await;
     }
     let started = Instant::now();
-    let result = execute(host, scope, &call).await;
+    let mut result = execute(host, scope, &call).await;
+    if let Some(hooks) = &scope.hooks {
+        post_tool_use(host, hooks, &call, &name, &mut result).await;
+    }
     host.emit(ToolCompleted::of(
         scope.turn_id.clone(),
         &call.tool_call_id,
@@ -156,8 +267,10 @@ async fn approve<H: CallHost>(
     scope: &CallScope,
     call: &Call,
     name: &str,
+    force_ask: bool,
 ) -> Option<ToolResult> {
     let (reason, grant) = match scope.approvals.gate(name, &call.arguments) {
+        Gate::Run if force_ask => ("a hook asked for a person's approval".to_string(), None),
         Gate::Run => return None,
         Gate::Refuse { reason } => {
             return Some(

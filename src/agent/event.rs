@@ -34,6 +34,24 @@ pub enum SessionEvent {
         /// The new text.
         text: String,
     },
+    /// An operator hook ran, and what it decided.
+    #[serde(rename = "hook/ran")]
+    HookRan {
+        /// Its command or URL.
+        hook: String,
+        /// The event it ran for (`PreToolUse`, …).
+        event: &'static str,
+        /// The call it ran for, for tool events.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        /// `none`, `allow`, `ask`, `block`, `error` or `timeout`.
+        decision: &'static str,
+        /// Why, when the hook said or failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// How long it took.
+        duration_ms: u64,
+    },
     /// A piece of what the model reasons (or its summary) as it streams.
     #[serde(rename = "reasoning/delta")]
     ReasoningDelta {

@@ -20,6 +20,7 @@ pub(crate) mod child;
 pub mod compaction;
 pub mod context;
 pub mod event;
+pub mod hooks;
 pub(crate) mod ledger;
 pub mod metered;
 pub(crate) mod turn;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +14,7 @@ use super::call::{self, Call, CallScope};
 use super::compaction::{self, Compaction, CompactionError};
 use super::context::{cap_output, fit_context};
 use super::event::SessionEvent;
+use super::hooks::HookEvent;
 use super::{AgentSettings, TurnHost};
 use crate::llm::ImageData;
 use crate::llm::pricing::{CallCost, Pricing};
@@ -37,6 +38,8 @@ pub(crate) struct Turn<H: TurnHost> {
     /// parent), its labels mark the turn's cost rows.
     pub scope: CallScope,
     pub cancel: CancellationToken,
+    /// The first turn of this load of the session: its `SessionStart` hooks run first.
+    pub session_start: bool,
 }
 
 /// How a turn ended.
@@ -108,7 +111,10 @@ impl<H: TurnHost> Turn<H> {
                 cancel.cancel();
             })
         };
-        let mut outcome = self.turn_loop(&mut spend).await;
+        let mut outcome = match self.prompt_hooks().await {
+            Ok(input) => self.turn_loop(input.as_ref(), &mut spend).await,
+            Err(ending) => ending,
+        };
         let timed_out = timer.is_finished();
         timer.abort();
         if timed_out && !matches!(outcome, Ending::Completed(_)) {
@@ -143,6 +149,18 @@ impl<H: TurnHost> Turn<H> {
             },
         };
         self.host.emit(event).await;
+        if let Some(hooks) = &self.scope.hooks
+            && hooks.any(HookEvent::Stop, None)
+        {
+            let outcome = hooks
+                .run(
+                    HookEvent::Stop,
+                    None,
+                    json!({"stop_hook_active": false, "reason": outcome_label}),
+                )
+                .await;
+            super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
+        }
         tracing::info!(turn_id = %self.turn_id, elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "turn ended");
         self.host.finished(&self.turn_id).await;
     }
@@ -157,8 +175,50 @@ impl<H: TurnHost> Turn<H> {
             })
     }
 
-    async fn turn_loop(&self, spend: &mut Spend) -> Ending {
-        if let Some(input) = &self.input
+    /// The `SessionStart` (on a session's first turn) and `UserPromptSubmit` hooks: the input
+    /// with the context they added, or the ending a block gives the turn.
+    async fn prompt_hooks(&self) -> Result<Option<ChatMessage>, Ending> {
+        let mut input = self.input.clone();
+        let Some(hooks) = &self.scope.hooks else {
+            return Ok(input);
+        };
+        let mut context = Vec::new();
+        if self.session_start && hooks.any(HookEvent::SessionStart, None) {
+            let outcome = hooks
+                .run(HookEvent::SessionStart, None, json!({"source": "startup"}))
+                .await;
+            super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
+            context.extend(outcome.context);
+        }
+        if let Some(ChatMessage::User { content, .. }) = &input
+            && hooks.any(HookEvent::UserPromptSubmit, None)
+        {
+            let outcome = hooks
+                .run(
+                    HookEvent::UserPromptSubmit,
+                    None,
+                    json!({"prompt": content}),
+                )
+                .await;
+            super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
+            if let Some(reason) = outcome.blocked {
+                return Err(Ending::Failed {
+                    code: "hook_blocked",
+                    message: format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
+                });
+            }
+            context.extend(outcome.context);
+        }
+        if let (Some(ChatMessage::User { content, .. }), false) = (&mut input, context.is_empty()) {
+            for added in context {
+                content.push_str(&format!("\n\n[context from a hook]\n{added}"));
+            }
+        }
+        Ok(input)
+    }
+
+    async fn turn_loop(&self, input: Option<&ChatMessage>, spend: &mut Spend) -> Ending {
+        if let Some(input) = input
             && let Err(ending) = self.remember(input).await
         {
             return ending;

@@ -99,6 +99,8 @@ pub struct SessionsConfig {
     /// The operator's instructions (`[instructions] text`, then `file`'s), and the
     /// `AGENTS.md` budget.
     pub instructions: super::instructions::OperatorInstructions,
+    /// `[[hooks]]`.
+    pub hooks: Arc<[crate::agent::hooks::HookConfig]>,
 }
 
 struct Live {
@@ -525,6 +527,7 @@ impl Sessions {
                 reasoning_effort: row.reasoning_effort.clone(),
             },
             instructions: self.inner.config.instructions.clone(),
+            hooks: Arc::clone(&self.inner.config.hooks),
             user_root: user_root
                 .strip_prefix(&self.inner.config.workspace)
                 .unwrap_or(Path::new(""))

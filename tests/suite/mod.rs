@@ -7,6 +7,7 @@ mod browser;
 mod cli;
 mod cluster;
 mod first_hour;
+mod hooks;
 mod human;
 mod instructions;
 mod limits;

@@ -440,6 +440,7 @@ impl SessionActor {
             host: Arc::clone(&child.host),
             scope,
             cancel: child.cancel.clone(),
+            session_start: false,
         };
         let host = Arc::clone(&child.host);
         let run = child.run;

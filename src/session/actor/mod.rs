@@ -76,6 +76,8 @@ pub(crate) struct ActorSetup {
     pub choice: crate::session::ModelChoice,
     /// The operator's instructions and the `AGENTS.md` budget.
     pub instructions: crate::session::instructions::OperatorInstructions,
+    /// `[[hooks]]`.
+    pub hooks: Arc<[crate::agent::hooks::HookConfig]>,
     /// The user's workspace root, relative to the anchor of the session's root: where the
     /// walk for `AGENTS.md` and skills starts.
     pub user_root: std::path::PathBuf,
@@ -157,6 +159,10 @@ pub(crate) struct SessionActor {
     choice: crate::session::ModelChoice,
     instructions: crate::session::instructions::OperatorInstructions,
     user_root: std::path::PathBuf,
+    /// The session's hooks, run in its sandbox; `None` without `[[hooks]]`.
+    hooks: Option<Arc<crate::agent::hooks::SessionHooks>>,
+    /// Whether the `SessionStart` hooks have run for this load of the session.
+    session_started: bool,
 }
 
 impl SessionActor {
@@ -172,6 +178,13 @@ impl SessionActor {
             pricing,
             cap_usd,
         );
+        let hooks = setup.registry.workspace().and_then(|workspace| {
+            crate::agent::hooks::SessionHooks::new(
+                &setup.hooks,
+                Arc::clone(workspace),
+                &setup.session_id,
+            )
+        });
         Self {
             tasks: TaskSupervisor::new(setup.tasks_dir),
             reports: LazyChannel::default(),
@@ -215,6 +228,8 @@ impl SessionActor {
             choice: setup.choice,
             instructions: setup.instructions,
             user_root: setup.user_root,
+            hooks,
+            session_started: false,
         }
     }
 
@@ -476,6 +491,7 @@ impl SessionActor {
             labels,
             metrics: Arc::clone(&self.metrics),
             approvals: Arc::clone(&self.approvals),
+            hooks: self.hooks.clone(),
         }
     }
 

@@ -84,6 +84,7 @@ impl SessionActor {
             }),
             scope,
             cancel,
+            session_start: !std::mem::replace(&mut self.session_started, true),
         };
         let span = tracing::info_span!("turn", turn_id = %turn_id);
         self.tracker.spawn(turn.run().instrument(span));

@@ -1,0 +1,590 @@
+//! Operator hooks (`[[hooks]]`): a command or a URL run around a session's work, speaking
+//! Claude Code's hook JSON, so hooks written for it work here.
+//!
+//! A command hook runs `sh -c COMMAND` in the session's sandbox, in the session's cwd, with
+//! the event's JSON on stdin: exit 0 lets things go on (its stdout may hold a JSON decision),
+//! exit 2 blocks with its stderr as the reason, any other exit or a timeout is reported and
+//! changes nothing. A URL hook POSTs the same JSON, signed with HMAC-SHA256 of the body
+//! (`X-Agentd-Signature: sha256=<hex>`) when it has a secret, tried up to three times within
+//! its timeout; a 2xx answer's body is read like a command's stdout. Every hook that ran is
+//! told as a `hook/ran` event with what it decided: none is skipped without a word.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::secret::Secret;
+use crate::tools::builtin::process::{kill_group, shell_command};
+use crate::tools::workspace::Workspace;
+
+/// Tries of a URL hook before it is reported as failed.
+const URL_TRIES: u32 = 3;
+/// Most bytes of a hook's stdout or stderr read.
+const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// When a hook runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HookEvent {
+    /// Before a tool call runs (after the model or client made it, before approval): may
+    /// block it, allow it without asking, make it ask, or rewrite its input.
+    PreToolUse,
+    /// After a tool call ran: may add context to its result, or a reason to reconsider.
+    PostToolUse,
+    /// When a turn starts, before the model sees the prompt: may block it or add context.
+    UserPromptSubmit,
+    /// When a turn has ended.
+    Stop,
+    /// At the first turn a loaded session runs: may add context.
+    SessionStart,
+    /// Named by the contract; not run yet (refused in the configuration).
+    SessionEnd,
+    /// Named by the contract; not run yet (refused in the configuration).
+    PreCompact,
+}
+
+impl HookEvent {
+    /// The name in the configuration and the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PreToolUse => "PreToolUse",
+            Self::PostToolUse => "PostToolUse",
+            Self::UserPromptSubmit => "UserPromptSubmit",
+            Self::Stop => "Stop",
+            Self::SessionStart => "SessionStart",
+            Self::SessionEnd => "SessionEnd",
+            Self::PreCompact => "PreCompact",
+        }
+    }
+
+    /// Whether this server runs hooks of this event.
+    pub fn is_run(self) -> bool {
+        !matches!(self, Self::SessionEnd | Self::PreCompact)
+    }
+}
+
+/// `[[hooks]]`: one hook.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// When it runs.
+    pub event: HookEvent,
+    /// For tool events: the tools it runs for (a name, `*` wildcards, `group:NAME`); every
+    /// tool when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<String>,
+    /// A shell command, run in the session's sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// An `http(s)` URL the event's JSON is POSTed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The environment variable holding the URL hook's signing secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// Seconds the hook may take.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: u64,
+    /// The signing secret, read from `secret_env`.
+    #[serde(skip)]
+    pub secret: Option<Secret>,
+}
+
+fn default_timeout() -> u64 {
+    30
+}
+
+impl HookConfig {
+    /// Why the entry is unusable, if it is.
+    pub fn invalid(&self) -> Option<String> {
+        if !self.event.is_run() {
+            return Some(format!(
+                "event {} is not run by this server yet; use PreToolUse, PostToolUse, \
+                 UserPromptSubmit, Stop or SessionStart",
+                self.event.as_str()
+            ));
+        }
+        match (&self.command, &self.url) {
+            (Some(command), None) if !command.trim().is_empty() => {}
+            (None, Some(url)) => {
+                let parsed = reqwest::Url::parse(url).ok();
+                if !parsed.is_some_and(|u| matches!(u.scheme(), "http" | "https")) {
+                    return Some(format!("url {url:?} is not an http(s) URL"));
+                }
+            }
+            _ => return Some("give either command or url".into()),
+        }
+        if self.timeout_secs == 0 {
+            return Some("timeout_secs must be at least 1".into());
+        }
+        None
+    }
+
+    /// What `hook/ran` calls it: its command or its URL.
+    pub fn label(&self) -> &str {
+        self.command
+            .as_deref()
+            .or(self.url.as_deref())
+            .unwrap_or_default()
+    }
+
+    fn matches(&self, tool: Option<&str>) -> bool {
+        match (&self.matcher, tool) {
+            (None, _) | (_, None) => true,
+            (Some(matcher), Some(tool)) => matcher
+                .split('|')
+                .any(|entry| crate::tools::policy::entry_matches(entry.trim(), tool)),
+        }
+    }
+}
+
+/// What a hook decided, as `hook/ran` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing to say: things go on.
+    None,
+    /// Go on without asking for approval (`permissionDecision: "allow"`).
+    Allow,
+    /// Ask a person first (`permissionDecision: "ask"`).
+    Ask,
+    /// Stop it (exit 2, `decision: "block"`, `permissionDecision: "deny"`).
+    Block,
+    /// The hook failed (another exit, a bad answer): reported, changes nothing.
+    Error,
+    /// The hook took longer than its timeout: reported, changes nothing.
+    Timeout,
+}
+
+impl Decision {
+    /// The word on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Allow => "allow",
+            Self::Ask => "ask",
+            Self::Block => "block",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+/// One hook's run, for `hook/ran`.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// Its command or URL.
+    pub hook: String,
+    /// The event it ran for.
+    pub event: HookEvent,
+    /// What it decided.
+    pub decision: Decision,
+    /// Why, when it said or failed.
+    pub reason: Option<String>,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// What the hooks of one event decided together: the first block wins.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Set when a hook blocked, with its reason.
+    pub blocked: Option<String>,
+    /// A hook allowed the call without asking.
+    pub allow: bool,
+    /// A hook asked for a person's approval.
+    pub ask: bool,
+    /// The input a hook rewrote the call's to (the last one's).
+    pub updated_input: Option<Value>,
+    /// Context the hooks added, in order.
+    pub context: Vec<String>,
+    /// Every hook that ran.
+    pub ran: Vec<Ran>,
+}
+
+/// The hooks of one session: they run in its sandbox, in its cwd.
+pub struct SessionHooks {
+    hooks: Arc<[HookConfig]>,
+    workspace: Arc<Workspace>,
+    session_id: String,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for SessionHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHooks")
+            .field("hooks", &self.hooks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionHooks {
+    /// The hooks `hooks` for the session `session_id` working in `workspace`; `None` when
+    /// there are none.
+    pub fn new(
+        hooks: &Arc<[HookConfig]>,
+        workspace: Arc<Workspace>,
+        session_id: &str,
+    ) -> Option<Arc<Self>> {
+        if hooks.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Self {
+            hooks: Arc::clone(hooks),
+            workspace,
+            session_id: session_id.to_string(),
+            client: reqwest::Client::new(),
+        }))
+    }
+
+    /// Whether any hook runs for `event` (and `tool`, for tool events).
+    pub fn any(&self, event: HookEvent, tool: Option<&str>) -> bool {
+        self.hooks
+            .iter()
+            .any(|hook| hook.event == event && hook.matches(tool))
+    }
+
+    /// Runs the hooks of `event` (for `tool`, when given) one after the other with the
+    /// event's JSON: `fields` plus `hook_event_name`, `session_id` and `cwd`.
+    pub async fn run(&self, event: HookEvent, tool: Option<&str>, fields: Value) -> Outcome {
+        let mut payload = json!({
+            "hook_event_name": event.as_str(),
+            "session_id": self.session_id,
+            "cwd": self.workspace.root().display().to_string(),
+        });
+        if let (Value::Object(into), Value::Object(from)) = (&mut payload, fields) {
+            into.extend(from);
+        }
+        let body = payload.to_string();
+        let mut outcome = Outcome::default();
+        for hook in self.hooks.iter() {
+            if hook.event != event || !hook.matches(tool) {
+                continue;
+            }
+            let started = Instant::now();
+            let timeout = Duration::from_secs(hook.timeout_secs);
+            let answer = match (&hook.command, &hook.url) {
+                (Some(command), _) => self.run_command(command, &body, timeout).await,
+                (None, Some(url)) => self.post(url, hook.secret.as_ref(), &body, timeout).await,
+                (None, None) => Answer::Failed("no command or url".into()),
+            };
+            let (decision, reason) = read_answer(answer, &mut outcome);
+            if decision == Decision::Block && outcome.blocked.is_none() {
+                outcome.blocked = Some(reason.clone().unwrap_or_else(|| {
+                    format!("blocked by the {} hook {:?}", event.as_str(), hook.label())
+                }));
+            }
+            outcome.ran.push(Ran {
+                hook: hook.label().to_string(),
+                event,
+                decision,
+                reason,
+                duration: started.elapsed(),
+            });
+            if outcome.blocked.is_some() {
+                break;
+            }
+        }
+        outcome
+    }
+
+    async fn run_command(&self, command: &str, body: &str, timeout: Duration) -> Answer {
+        let mut process = match shell_command(&self.workspace, command, self.workspace.root()) {
+            Ok(process) => process,
+            Err(err) => return Answer::Failed(format!("cannot start: {err}")),
+        };
+        process
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = match process.spawn() {
+            Ok(child) => child,
+            Err(err) => return Answer::Failed(format!("cannot start: {err}")),
+        };
+        let pgid = child.id().unwrap_or(0);
+        let mut stdin = child.stdin.take();
+        let input = body.as_bytes().to_vec();
+        let run = async move {
+            if let Some(stdin) = stdin.as_mut() {
+                // A hook that does not read its input is no failure.
+                let _ = stdin.write_all(&input).await;
+            }
+            drop(stdin);
+            child.wait_with_output().await
+        };
+        match tokio::time::timeout(timeout, run).await {
+            Err(_) => {
+                kill_group(pgid);
+                Answer::TimedOut
+            }
+            Ok(Err(err)) => Answer::Failed(format!("cannot run: {err}")),
+            Ok(Ok(output)) => Answer::Exited {
+                code: output.status.code(),
+                stdout: capped(&output.stdout),
+                stderr: capped(&output.stderr),
+            },
+        }
+    }
+
+    async fn post(
+        &self,
+        url: &str,
+        secret: Option<&Secret>,
+        body: &str,
+        timeout: Duration,
+    ) -> Answer {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        for attempt in 0..URL_TRIES {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Answer::TimedOut;
+            }
+            let mut request = self
+                .client
+                .post(url)
+                .header("content-type", "application/json")
+                .timeout(left)
+                .body(body.to_string());
+            if let Some(secret) = secret {
+                request = request.header("x-agentd-signature", signature(secret, body));
+            }
+            match request.send().await {
+                Ok(response) if response.status().is_success() => {
+                    let text = response.text().await.unwrap_or_default();
+                    return Answer::Exited {
+                        code: Some(0),
+                        stdout: text,
+                        stderr: String::new(),
+                    };
+                }
+                Ok(response) if response.status().is_client_error() => {
+                    return Answer::Failed(format!("answered HTTP {}", response.status()));
+                }
+                Ok(response) => last = format!("answered HTTP {}", response.status()),
+                Err(err) if err.is_timeout() => return Answer::TimedOut,
+                Err(err) => last = format!("cannot reach it: {err}"),
+            }
+            if attempt + 1 < URL_TRIES {
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+        }
+        Answer::Failed(last)
+    }
+}
+
+/// `sha256=` and the hex HMAC-SHA256 of `body` under `secret`.
+pub fn signature(secret: &Secret, body: &str) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.expose().as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(body.as_bytes());
+    let bytes = mac.finalize().into_bytes();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+/// How a hook ended.
+enum Answer {
+    Exited {
+        code: Option<i32>,
+        stdout: String,
+        stderr: String,
+    },
+    TimedOut,
+    Failed(String),
+}
+
+fn capped(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_OUTPUT_BYTES)]).into_owned()
+}
+
+/// Claude Code's hook output, the parts this server acts on.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct HookOutput {
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    hook_specific_output: Option<SpecificOutput>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct SpecificOutput {
+    #[serde(default)]
+    permission_decision: Option<String>,
+    #[serde(default)]
+    permission_decision_reason: Option<String>,
+    #[serde(default)]
+    updated_input: Option<Value>,
+    #[serde(default)]
+    additional_context: Option<String>,
+}
+
+/// The decision of one hook's answer, folding what it adds into `outcome`.
+fn read_answer(answer: Answer, outcome: &mut Outcome) -> (Decision, Option<String>) {
+    let (code, stdout, stderr) = match answer {
+        Answer::TimedOut => return (Decision::Timeout, None),
+        Answer::Failed(why) => return (Decision::Error, Some(why)),
+        Answer::Exited {
+            code,
+            stdout,
+            stderr,
+        } => (code, stdout, stderr),
+    };
+    match code {
+        Some(0) => {}
+        Some(2) => {
+            let reason = stderr.trim();
+            return (
+                Decision::Block,
+                Some(if reason.is_empty() {
+                    "blocked by a hook (exit 2)".to_string()
+                } else {
+                    reason.to_string()
+                }),
+            );
+        }
+        other => {
+            let status = other.map_or("a signal".to_string(), |c| format!("exit {c}"));
+            let detail = stderr.trim();
+            return (
+                Decision::Error,
+                Some(if detail.is_empty() {
+                    status
+                } else {
+                    format!("{status}: {detail}")
+                }),
+            );
+        }
+    }
+    let text = stdout.trim();
+    if !text.starts_with('{') {
+        return (Decision::None, None);
+    }
+    let Ok(parsed) = serde_json::from_str::<HookOutput>(text) else {
+        return (
+            Decision::Error,
+            Some("its output starts like JSON but is not a hook answer".into()),
+        );
+    };
+    let specific = parsed.hook_specific_output.unwrap_or_default();
+    if let Some(input) = specific.updated_input {
+        outcome.updated_input = Some(input);
+    }
+    if let Some(context) = specific.additional_context.filter(|c| !c.trim().is_empty()) {
+        outcome.context.push(context);
+    }
+    if parsed.decision.as_deref() == Some("block") {
+        return (Decision::Block, parsed.reason);
+    }
+    match specific.permission_decision.as_deref() {
+        Some("deny") => (
+            Decision::Block,
+            specific.permission_decision_reason.or(parsed.reason),
+        ),
+        Some("ask") => {
+            outcome.ask = true;
+            (Decision::Ask, specific.permission_decision_reason)
+        }
+        Some("allow") => {
+            outcome.allow = true;
+            (Decision::Allow, specific.permission_decision_reason)
+        }
+        _ => (Decision::None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exited(code: i32, stdout: &str, stderr: &str) -> Answer {
+        Answer::Exited {
+            code: Some(code),
+            stdout: stdout.into(),
+            stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn answers_read_as_claude_code_hooks_mean_them() {
+        let mut outcome = Outcome::default();
+        assert_eq!(
+            read_answer(exited(2, "", "no rm here\n"), &mut outcome),
+            (Decision::Block, Some("no rm here".into()))
+        );
+        assert_eq!(
+            read_answer(exited(0, "fine", ""), &mut outcome).0,
+            Decision::None
+        );
+        assert_eq!(
+            read_answer(exited(1, "", "oops"), &mut outcome),
+            (Decision::Error, Some("exit 1: oops".into()))
+        );
+        let deny = r#"{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "not on main"}}"#;
+        assert_eq!(
+            read_answer(exited(0, deny, ""), &mut outcome),
+            (Decision::Block, Some("not on main".into()))
+        );
+        let rewrite = r#"{"hookSpecificOutput": {"permissionDecision": "allow", "updatedInput": {"command": "ls"}, "additionalContext": "checked"}}"#;
+        assert_eq!(
+            read_answer(exited(0, rewrite, ""), &mut outcome).0,
+            Decision::Allow
+        );
+        assert_eq!(outcome.updated_input, Some(json!({"command": "ls"})));
+        assert_eq!(outcome.context, ["checked"]);
+        assert!(outcome.allow);
+        let block = r#"{"decision": "block", "reason": "tests fail"}"#;
+        assert_eq!(
+            read_answer(exited(0, block, ""), &mut outcome),
+            (Decision::Block, Some("tests fail".into()))
+        );
+        assert_eq!(
+            read_answer(Answer::TimedOut, &mut outcome).0,
+            Decision::Timeout
+        );
+    }
+
+    #[test]
+    fn matchers_take_names_wildcards_groups_and_alternatives() {
+        let hook = |matcher: Option<&str>| HookConfig {
+            event: HookEvent::PreToolUse,
+            matcher: matcher.map(str::to_string),
+            command: Some("true".into()),
+            url: None,
+            secret_env: None,
+            timeout_secs: 5,
+            secret: None,
+        };
+        assert!(hook(None).matches(Some("shell")));
+        assert!(hook(Some("shell")).matches(Some("shell")));
+        assert!(!hook(Some("shell")).matches(Some("read_file")));
+        assert!(hook(Some("web_*")).matches(Some("web_fetch")));
+        assert!(hook(Some("group:fs")).matches(Some("write_file")));
+        assert!(hook(Some("shell|write_file")).matches(Some("write_file")));
+        assert!(hook(Some("shell")).invalid().is_none());
+        let mut both = hook(None);
+        both.url = Some("http://127.0.0.1:1/".into());
+        assert!(both.invalid().is_some());
+        let mut later = hook(None);
+        later.event = HookEvent::PreCompact;
+        assert!(later.invalid().unwrap().contains("not run"));
+    }
+
+    #[test]
+    fn the_signature_is_the_hmac_sha256_of_the_body() {
+        // RFC 4231 test case 2.
+        let secret = Secret::new("Jefe".to_string());
+        assert_eq!(
+            signature(&secret, "what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+}

@@ -1,0 +1,242 @@
+//! `[[hooks]]`: command hooks in the session's sandbox and URL hooks signed with HMAC, with
+//! Claude Code's JSON, around every call and every turn; each run told as `hook/ran`.
+
+use std::sync::{Arc, Mutex};
+
+use agentd::agent::hooks::{HookConfig, HookEvent, signature};
+use agentd::config::Secret;
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use crate::suite::agent::run_turn;
+use crate::support::TestApp;
+use crate::support::mock_llm::{MockLlm, Reply, Script};
+
+fn command_hook(event: HookEvent, matcher: &str, command: &str) -> HookConfig {
+    HookConfig {
+        event,
+        matcher: (!matcher.is_empty()).then(|| matcher.to_string()),
+        command: Some(command.to_string()),
+        url: None,
+        secret_env: None,
+        timeout_secs: 10,
+        secret: None,
+    }
+}
+
+/// A local hook receiver: records each body whose signature is right, answers with context.
+async fn receiver(secret: &'static str) -> (String, Arc<Mutex<Vec<(Value, bool)>>>) {
+    let seen: Arc<Mutex<Vec<(Value, bool)>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: String| {
+            let record = Arc::clone(&record);
+            async move {
+                let expected = signature(&Secret::new(secret), &body);
+                let signed = headers
+                    .get("x-agentd-signature")
+                    .and_then(|v| v.to_str().ok())
+                    == Some(expected.as_str());
+                record
+                    .lock()
+                    .unwrap()
+                    .push((serde_json::from_str(&body).unwrap(), signed));
+                axum::Json(json!({"hookSpecificOutput": {
+                    "hookEventName": "PostToolUse",
+                    "additionalContext": "THE-RECEIVER-SAYS-HI"}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn hooks_block_rewrite_add_context_time_out_and_are_told() {
+    let (url, seen) = receiver("s3cret").await;
+    let mock = MockLlm::start(Script::always(Reply::text(&["ok"]))).await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+        c.hooks = vec![
+            // Exit 2 blocks, with stderr as the reason.
+            command_hook(
+                HookEvent::PreToolUse,
+                "shell",
+                "if grep -q 'rm -rf'; then echo 'no rm -rf here' >&2; exit 2; fi",
+            ),
+            // A JSON deny.
+            command_hook(
+                HookEvent::PreToolUse,
+                "write_file",
+                r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"read-only today"}}'"#,
+            ),
+            // A rewritten input.
+            command_hook(
+                HookEvent::PreToolUse,
+                "read_file",
+                r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","updatedInput":{"path":"b.txt"}}}'"#,
+            ),
+            // Too slow: reported, and the call goes on.
+            HookConfig {
+                timeout_secs: 1,
+                ..command_hook(HookEvent::PreToolUse, "glob", "sleep 20")
+            },
+            // A signed URL hook adding context to a result.
+            HookConfig {
+                url: Some(url),
+                command: None,
+                secret: Some(Secret::new("s3cret")),
+                ..command_hook(HookEvent::PostToolUse, "list_dir", "")
+            },
+            // Context for the model with the prompt.
+            command_hook(
+                HookEvent::UserPromptSubmit,
+                "",
+                r#"echo '{"hookSpecificOutput":{"hookEventName":"UserPromptSubmit","additionalContext":"BRANCH-IS-MAIN"}}'"#,
+            ),
+        ];
+    })
+    .await;
+    std::fs::write(app.workspace().join("a.txt"), "A-CONTENT\n").unwrap();
+    std::fs::write(app.workspace().join("b.txt"), "B-CONTENT\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let invoke = |name: &str, arguments: Value| json!({"session_id": session, "name": name, "arguments": arguments});
+
+    let blocked = ws
+        .result(
+            "tool/invoke",
+            invoke("shell", json!({"command": "rm -rf ./x"})),
+        )
+        .await;
+    assert_eq!(blocked["success"], false, "{blocked}");
+    assert_eq!(
+        blocked["structured_metadata"]["error"]["kind"], "hook_blocked",
+        "{blocked}"
+    );
+    assert!(
+        blocked["output"]
+            .as_str()
+            .unwrap()
+            .contains("no rm -rf here")
+    );
+    // The same hook lets other commands through.
+    let passed = ws
+        .result(
+            "tool/invoke",
+            invoke("shell", json!({"command": "echo fine"})),
+        )
+        .await;
+    assert_eq!(passed["success"], true, "{passed}");
+
+    let denied = ws
+        .result(
+            "tool/invoke",
+            invoke("write_file", json!({"path": "c.txt", "content": "x"})),
+        )
+        .await;
+    assert_eq!(
+        denied["structured_metadata"]["error"]["kind"],
+        "hook_blocked"
+    );
+    assert!(
+        denied["output"]
+            .as_str()
+            .unwrap()
+            .contains("read-only today")
+    );
+    assert!(!app.workspace().join("c.txt").exists());
+
+    let rewritten = ws
+        .result("tool/invoke", invoke("read_file", json!({"path": "a.txt"})))
+        .await;
+    assert!(
+        rewritten["output"].as_str().unwrap().contains("B-CONTENT"),
+        "{rewritten}"
+    );
+
+    let slow = ws
+        .result("tool/invoke", invoke("glob", json!({"pattern": "*.txt"})))
+        .await;
+    assert_eq!(slow["success"], true, "{slow}");
+
+    let listed = ws
+        .result("tool/invoke", invoke("list_dir", json!({})))
+        .await;
+    assert!(
+        listed["output"]
+            .as_str()
+            .unwrap()
+            .contains("THE-RECEIVER-SAYS-HI"),
+        "{listed}"
+    );
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        let (body, signed) = &seen[0];
+        assert!(signed, "the signature did not match: {body}");
+        assert_eq!(body["hook_event_name"], "PostToolUse");
+        assert_eq!(body["tool_name"], "list_dir");
+        assert_eq!(body["session_id"], session.as_str());
+        assert!(body["tool_response"]["output"].is_string());
+    }
+
+    // The prompt's hook context reaches the model with the prompt.
+    let (_, end) = run_turn(&mut ws, &session, "hello").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let last = mock.requests()[0]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let content = last["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("hello") && content.contains("BRANCH-IS-MAIN"),
+        "{content}"
+    );
+
+    // Every run was told, stored and replayed, with its decision.
+    let mut other = app.ws().await;
+    let (events, _) = other
+        .call(
+            "session/open",
+            json!({"session_id": session, "after_seq": 0}),
+        )
+        .await;
+    let ran: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["method"] == "hook/ran")
+        .map(|e| {
+            (
+                e["params"]["event"].as_str().unwrap().to_string(),
+                e["params"]["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("PreToolUse", "block"),
+        ("PreToolUse", "none"),
+        ("PreToolUse", "block"),
+        ("PreToolUse", "allow"),
+        ("PreToolUse", "timeout"),
+        ("PostToolUse", "none"),
+        ("UserPromptSubmit", "none"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(ran, expected, "{events:?}");
+    let timed_out = events
+        .iter()
+        .find(|e| e["method"] == "hook/ran" && e["params"]["decision"] == "timeout")
+        .unwrap();
+    assert!(timed_out["params"]["duration_ms"].as_u64().unwrap() >= 1000);
+    assert!(timed_out["params"]["tool_call_id"].is_string());
+}
