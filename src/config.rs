@@ -448,6 +448,34 @@ pub enum Command {
     Backup(BackupArgs),
     /// Apply `[retention]` now: delete old events, old task output and idle sessions.
     Gc(ServeArgs),
+    /// Run one task in-process and exit: 0 completed, 1 failed, 2 bad usage or
+    /// configuration, 3 stopped by the budget, a policy or a hook.
+    Exec(ExecArgs),
+}
+
+/// `agentd exec`: the task and how to report it.
+#[derive(Clone, Debug, Args)]
+pub struct ExecArgs {
+    /// The prompt; read from stdin when omitted or `-`.
+    pub prompt: Option<String>,
+    /// One JSON object per line on stdout: a `session` line, then every notification.
+    #[arg(long)]
+    pub json: bool,
+    /// The model, `<provider>/<model>` (default: `[llm] model`).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// A JSON Schema file the final answer must validate against.
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<PathBuf>,
+    /// The session's directory, relative to the workspace.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Calls that would ask for approval: `never` declines them, `all` runs them.
+    #[arg(long, value_parser = ["never", "all"], default_value = "never")]
+    pub approve: String,
+    /// Settings, as for `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 /// `agentd backup FILE`: where the copy goes, and the settings naming the store.

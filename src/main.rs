@@ -26,6 +26,9 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let cli = Cli::parse();
+    if let Some(Command::Exec(exec)) = cli.command {
+        return exec_task(exec);
+    }
     let mut backup_file = None;
     let mut gc = false;
     let (args, serving) = match cli.command {
@@ -40,9 +43,10 @@ fn main() -> ExitCode {
             backup_file = Some(backup.file);
             (backup.serve, Some(false))
         }
+        Some(Command::Exec(_)) => unreachable!("handled above"),
         None => (cli.serve, Some(true)),
     };
-    init_tracing();
+    init_tracing_with("info");
     let config = match Config::load(&args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,
         Err(err) => return fail(&err),
@@ -131,16 +135,69 @@ fn main() -> ExitCode {
     })
 }
 
+/// `agentd exec`: one task in-process; the exit code says how its turn ended.
+fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
+    use std::io::Read as _;
+    // Only warnings and worse on stderr unless asked: it carries the summary line.
+    init_tracing_with("warn");
+    let prompt = match args.prompt.as_deref() {
+        Some(prompt) if prompt != "-" => prompt.to_string(),
+        _ => {
+            let mut text = String::new();
+            if let Err(err) = std::io::stdin().read_to_string(&mut text) {
+                return fail(&format!("cannot read the prompt from stdin: {err}"));
+            }
+            text
+        }
+    };
+    if prompt.trim().is_empty() {
+        return fail(&"exec needs a prompt (an argument, or text on stdin)");
+    }
+    let output_schema = match args
+        .output_schema
+        .as_ref()
+        .map(agentd::server::exec::read_schema)
+    {
+        Some(Err(err)) => return fail(&err),
+        Some(Ok(schema)) => Some(schema),
+        None => None,
+    };
+    let config = match Config::load(&args.serve, &|name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(err) => return fail(&err),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
+    };
+    let task = agentd::server::exec::ExecTask {
+        prompt,
+        json: args.json,
+        model: args.model,
+        output_schema,
+        cwd: args.cwd,
+        approve_all: args.approve == "all",
+    };
+    runtime.block_on(async move {
+        let server = match Server::start(config).await {
+            Ok(server) => server,
+            Err(err) => return fail(&err),
+        };
+        let mut stdout = std::io::stdout();
+        ExitCode::from(server.exec(task, &mut stdout).await)
+    })
+}
+
 /// Start-up failures: one line on stderr, exit code 2.
 fn fail(err: &dyn std::fmt::Display) -> ExitCode {
     let _ = writeln!(std::io::stderr(), "agentd: {err}");
     ExitCode::from(2)
 }
 
-/// `AGENTD_LOG` filters (default `info`); `AGENTD_LOG_FORMAT=json` switches to JSON lines.
-fn init_tracing() {
+/// `AGENTD_LOG` filters (default `default`); `AGENTD_LOG_FORMAT=json` switches to JSON lines.
+fn init_tracing_with(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -286,6 +286,8 @@ fn spawn_daily_sweep(
     });
 }
 
+pub mod exec;
+
 impl Server {
     /// Creates the data and workspace directories, opens and migrates the database, marks
     /// tasks that were running at the last stop as failed, and builds the router.

@@ -443,3 +443,147 @@ fn gc_applies_the_retention_policy_now_and_says_what_it_deleted() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("event_days"));
 }
+
+/// Runs `agentd exec ARGS` against `mock` with a config in `dir`; answers the exit code,
+/// stdout and stderr.
+async fn exec(
+    dir: &std::path::Path,
+    mock: &crate::support::mock_llm::MockLlm,
+    extra_toml: &str,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let config = dir.join("exec.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndata_dir = \"{0}/data\"\nworkspace = \"{0}/ws\"\n[llm]\nbase_url = \"{1}\"\n\
+             model = \"test-model\"\n{extra_toml}",
+            dir.display(),
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let mut command = agentd();
+    command
+        .arg("exec")
+        .arg("--config")
+        .arg(&config)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    let output = tokio::task::spawn_blocking(move || command.output().expect("agentd runs"))
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn exec_runs_one_task_and_its_exit_code_says_how_it_ended() {
+    use crate::support::mock_llm::{MockLlm, Reply, Script};
+    use serde_json::{Value, json};
+    let dir = tempfile::tempdir().unwrap();
+
+    // --json: a session line, every notification, the turn's end last; exit 0.
+    let mock = MockLlm::start(Script::always(Reply::text(&["hello ", "there"]))).await;
+    let (code, stdout, stderr) = exec(dir.path(), &mock, "", &["--json", "say hi"]).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines[0]["schema_version"], 1);
+    assert!(lines[0]["session_id"].is_string());
+    let methods: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods.first(), Some(&"turn/started"), "{methods:?}");
+    assert_eq!(methods.last(), Some(&"turn/completed"), "{methods:?}");
+    assert!(methods.contains(&"message/delta"));
+    assert_eq!(lines.last().unwrap()["params"]["reason"], "completed");
+    // Without --json: the answer on stdout, the summary on stderr.
+    let (code, stdout, stderr) = exec(dir.path(), &mock, "", &["say hi"]).await;
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "hello there\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("completed") && stderr.contains("tokens"),
+        "{stderr}"
+    );
+
+    // --output-schema: a wrong answer is asked for once more; the valid one is printed.
+    let schema = dir.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        json!({"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}})
+            .to_string(),
+    )
+    .unwrap();
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text(&["All done, it worked."]),
+        Reply::text(&["{\"ok\": true}"]),
+    ]))
+    .await;
+    let schema_arg = schema.to_str().unwrap();
+    let (code, stdout, stderr) = exec(
+        dir.path(),
+        &mock,
+        "",
+        &["--output-schema", schema_arg, "check it"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "{\"ok\":true}");
+    let retry = mock.requests()[1].to_string();
+    assert!(retry.contains("does not validate"), "{retry}");
+    assert!(mock.requests()[0].to_string().contains("JSON Schema"));
+    // Twice wrong: exit 1.
+    let mock = MockLlm::start(Script::always(Reply::text(&["still prose"]))).await;
+    let (code, _, stderr) = exec(
+        dir.path(),
+        &mock,
+        "",
+        &["--output-schema", schema_arg, "check it"],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("does not validate"), "{stderr}");
+
+    // The model refuses: the turn fails, exit 1.
+    let mock = MockLlm::start(Script::always(Reply::error(
+        400,
+        json!({"error": {"message": "bad request", "type": "invalid_request_error"}}),
+    )))
+    .await;
+    let (code, _, stderr) = exec(dir.path(), &mock, "", &["go"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("turn failed"), "{stderr}");
+
+    // Over budget before the first call: exit 3.
+    let mock = MockLlm::start(Script::always(Reply::text(&["never"]))).await;
+    let budget = "[budget]\nsession_usd = 0.000001\n[llm.pricing.\"test-model\"]\n\
+                  input_per_mtok = 1000.0\noutput_per_mtok = 1000.0\n";
+    let (code, _, stderr) = exec(dir.path(), &mock, budget, &["go"]).await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert_eq!(mock.request_count(), 0);
+
+    // Bad usage: exit 2 with one line.
+    let (code, _, stderr) = exec(
+        dir.path(),
+        &mock,
+        "",
+        &["--output-schema", "missing.json", "x"],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let (code, _, stderr) = exec(dir.path(), &mock, "", &["  "]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("needs a prompt"), "{stderr}");
+}

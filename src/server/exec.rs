@@ -1,0 +1,339 @@
+//! `agentd exec`: one task run in-process, for scripts and CI — a session on the configured
+//! store, one turn on the prompt, its events on stdout, an exit code that says how it ended.
+//!
+//! With `--json` every line of stdout is one JSON object: first `{"type": "session",
+//! "session_id", "schema_version"}`, then each notification of the session as the WebSocket
+//! sends it (`{"method", "params"}`), the turn's end last. Without it the model's text streams
+//! to stdout and a one-line summary goes to stderr. `--output-schema` asks for a final answer
+//! that validates against a JSON Schema, checks it, asks once more on a mismatch, and prints
+//! the valid answer (and in `--json` mode, a last `{"type": "output", "value"}` line).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Server;
+use crate::agent::approval::Decision;
+use crate::session::{Caller, ModelChoice, Outbound, SessionHandle, Watcher};
+
+/// The version of the `--json` line format; bumped when a line changes shape.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The exit code of a turn that completed.
+pub const EXIT_COMPLETED: u8 = 0;
+/// The exit code of a turn that failed or ended without completing.
+pub const EXIT_FAILED: u8 = 1;
+/// The exit code of bad usage or configuration.
+pub const EXIT_USAGE: u8 = 2;
+/// The exit code of a turn stopped by its budget or by a policy or hook.
+pub const EXIT_STOPPED: u8 = 3;
+
+/// What `agentd exec` was asked.
+#[derive(Debug, Clone, Default)]
+pub struct ExecTask {
+    /// The prompt.
+    pub prompt: String,
+    /// One JSON object per line on stdout.
+    pub json: bool,
+    /// The model of this task, `<provider>/<model>`.
+    pub model: Option<String>,
+    /// A JSON Schema the final answer must validate against.
+    pub output_schema: Option<Value>,
+    /// The session's directory, relative to the workspace.
+    pub cwd: Option<String>,
+    /// Calls that would ask for approval are accepted (`true`) or declined.
+    pub approve_all: bool,
+}
+
+/// How a turn ended.
+struct Ending {
+    code: u8,
+    final_text: String,
+    summary: String,
+}
+
+/// Reads `--output-schema`'s file as a JSON Schema.
+pub fn read_schema(path: &PathBuf) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("--output-schema {}: {err}", path.display()))?;
+    let schema: Value = serde_json::from_str(&text)
+        .map_err(|err| format!("--output-schema {}: not JSON: {err}", path.display()))?;
+    jsonschema::validator_for(&schema).map_err(|err| {
+        format!(
+            "--output-schema {}: not a JSON Schema: {err}",
+            path.display()
+        )
+    })?;
+    Ok(schema)
+}
+
+impl Server {
+    /// Runs `task` as one turn of a new session, writes its events to `out`, stops the server
+    /// and answers the exit code.
+    pub async fn exec(self, task: ExecTask, out: &mut (dyn Write + Send)) -> u8 {
+        let code = match self.exec_turns(&task, out).await {
+            Ok(code) => code,
+            Err(message) => {
+                let _ = writeln!(std::io::stderr(), "agentd exec: {message}");
+                EXIT_USAGE
+            }
+        };
+        self.cancel.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.store.close().await;
+        code
+    }
+
+    async fn exec_turns(
+        &self,
+        task: &ExecTask,
+        out: &mut (dyn Write + Send),
+    ) -> Result<u8, String> {
+        let sessions = self.state.sessions();
+        let choice = ModelChoice {
+            model: task.model.clone(),
+            reasoning_effort: None,
+        };
+        if let Some(agent) = self.state.agent() {
+            choice.check(Some(agent)).map_err(|err| err.to_string())?;
+        }
+        let caller = Caller { user: None };
+        let (handle, row) = sessions
+            .create(&caller, task.cwd.as_deref())
+            .await
+            .map_err(|err| err.to_string())?;
+        let (tx, mut rx) = mpsc::channel(4096);
+        let watcher = Watcher {
+            connection_id: u64::MAX,
+            tx,
+            lagged: CancellationToken::new(),
+        };
+        handle
+            .attach_replaying(watcher, None)
+            .await
+            .map_err(|err| err.to_string())?;
+        if task.json {
+            line(
+                out,
+                &json!({"type": "session", "session_id": row.session_id, "schema_version": SCHEMA_VERSION}),
+            );
+        }
+        let mut prompt = task.prompt.clone();
+        if let Some(schema) = &task.output_schema {
+            prompt.push_str(&format!(
+                "\n\nWhen you are done, end with a final answer that is only a JSON value \
+                 (no prose, no code fence) valid against this JSON Schema:\n{schema}"
+            ));
+        }
+        let mut ending = self
+            .exec_turn(&handle, &mut rx, prompt, &choice, task, out)
+            .await?;
+        if let (Some(schema), EXIT_COMPLETED) = (&task.output_schema, ending.code) {
+            let mut problems = check_answer(schema, &ending.final_text);
+            if let Err(problem) = &problems {
+                // One more turn, told what was wrong; the schema applies to the final
+                // answer only.
+                let retry = format!(
+                    "Your final answer does not validate against the JSON Schema: {problem}. \
+                     Answer again with only the corrected JSON value."
+                );
+                ending = self
+                    .exec_turn(&handle, &mut rx, retry, &choice, task, out)
+                    .await?;
+                problems = if ending.code == EXIT_COMPLETED {
+                    check_answer(schema, &ending.final_text)
+                } else {
+                    Err("the retry did not complete".into())
+                };
+            }
+            match problems {
+                Ok(value) => {
+                    if task.json {
+                        line(out, &json!({"type": "output", "value": value}));
+                    } else {
+                        let _ = writeln!(out, "{value}");
+                    }
+                }
+                Err(problem) => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "agentd exec: the final answer does not validate against --output-schema: {problem}"
+                    );
+                    ending.code = EXIT_FAILED;
+                }
+            }
+        }
+        let _ = out.flush();
+        let _ = writeln!(std::io::stderr(), "{}", ending.summary);
+        Ok(ending.code)
+    }
+
+    /// Starts one turn on `prompt` and follows the session's events to its end.
+    async fn exec_turn(
+        &self,
+        handle: &SessionHandle,
+        rx: &mut mpsc::Receiver<Outbound>,
+        prompt: String,
+        choice: &ModelChoice,
+        task: &ExecTask,
+        out: &mut (dyn Write + Send),
+    ) -> Result<Ending, String> {
+        let turn_id = handle
+            .start_turn(prompt, Vec::new(), None, choice.clone())
+            .await
+            .map_err(|err| err.to_string())?;
+        let mut final_text = String::new();
+        let streams = !task.json && task.output_schema.is_none();
+        while let Some(frame) = rx.recv().await {
+            let Outbound::Text(text) = frame else {
+                continue;
+            };
+            let Ok(mut frame) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            let method = frame["method"].as_str().unwrap_or_default().to_string();
+            let params = frame["params"].take();
+            if task.json {
+                line(out, &json!({"method": method, "params": params}));
+            }
+            match method.as_str() {
+                "message/delta" if streams => {
+                    let _ = write!(out, "{}", params["text"].as_str().unwrap_or_default());
+                    let _ = out.flush();
+                }
+                "message/completed" => {
+                    final_text = params["text"].as_str().unwrap_or_default().to_string();
+                }
+                "approval/requested" => {
+                    let (decision, message) = if task.approve_all {
+                        (Decision::Accept, None)
+                    } else {
+                        (
+                            Decision::Decline,
+                            Some("agentd exec declines calls that ask for approval; pass --approve all to run them".to_string()),
+                        )
+                    };
+                    let approval_id = params["approval_id"].as_str().unwrap_or_default();
+                    let _ = handle
+                        .respond_approval(approval_id.to_string(), decision, message)
+                        .await;
+                }
+                "turn/completed" | "turn/error" if params["turn_id"] == turn_id.as_str() => {
+                    if streams && !final_text.is_empty() {
+                        let _ = writeln!(out);
+                    }
+                    return Ok(ending_of(&method, &params, final_text));
+                }
+                _ => {}
+            }
+        }
+        Err("the session stopped before the turn ended".into())
+    }
+}
+
+/// The exit code and the summary line of a turn's end.
+fn ending_of(method: &str, params: &Value, final_text: String) -> Ending {
+    if method == "turn/completed" {
+        let reason = params["reason"].as_str().unwrap_or_default();
+        let summary = format!(
+            "agentd exec: {reason}; {} tokens in, {} out, {} USD",
+            params["tokens_in"], params["tokens_out"], params["cost_usd"]
+        );
+        let code = match reason {
+            "completed" => EXIT_COMPLETED,
+            _ => EXIT_FAILED,
+        };
+        return Ending {
+            code,
+            final_text,
+            summary,
+        };
+    }
+    let code_name = params["code"].as_str().unwrap_or_default();
+    let code = match code_name {
+        "budget_exceeded" | "budget_rate_exceeded" | "hook_blocked" | "policy_denied" => {
+            EXIT_STOPPED
+        }
+        _ => EXIT_FAILED,
+    };
+    Ending {
+        code,
+        final_text,
+        summary: format!(
+            "agentd exec: turn failed ({code_name}): {}",
+            params["message"].as_str().unwrap_or_default()
+        ),
+    }
+}
+
+/// The final answer as JSON valid against `schema`, or what is wrong with it.
+fn check_answer(schema: &Value, text: &str) -> Result<Value, String> {
+    let trimmed = text.trim();
+    // A fenced answer is taken for its content: models add fences whatever they are told.
+    let inner = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|rest| rest.strip_suffix("```"))
+        .unwrap_or(trimmed);
+    let value: Value =
+        serde_json::from_str(inner.trim()).map_err(|err| format!("it is not JSON ({err})"))?;
+    let validator = jsonschema::validator_for(schema).map_err(|err| err.to_string())?;
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|err| format!("{} at {}", err, err.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(value)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+fn line(out: &mut (dyn Write + Send), value: &Value) {
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_checked_against_the_schema_fences_and_all() {
+        let schema = json!({"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}});
+        assert_eq!(
+            check_answer(&schema, " {\"ok\": true} ").unwrap(),
+            json!({"ok": true})
+        );
+        assert_eq!(
+            check_answer(&schema, "```json\n{\"ok\": false}\n```").unwrap(),
+            json!({"ok": false})
+        );
+        assert!(
+            check_answer(&schema, "{\"ok\": 1}")
+                .unwrap_err()
+                .contains("ok")
+        );
+        assert!(
+            check_answer(&schema, "done!")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
+
+    #[test]
+    fn endings_map_to_exit_codes() {
+        let ended = |method: &str, params: Value| ending_of(method, &params, String::new()).code;
+        assert_eq!(ended("turn/completed", json!({"reason": "completed"})), 0);
+        assert_eq!(
+            ended("turn/completed", json!({"reason": "stuck_in_loop"})),
+            1
+        );
+        assert_eq!(ended("turn/error", json!({"code": "llm_bad_response"})), 1);
+        assert_eq!(ended("turn/error", json!({"code": "budget_exceeded"})), 3);
+    }
+}
