@@ -152,6 +152,9 @@ impl AppState {
     }
 }
 
+/// The largest export `POST /api/sessions/import` takes.
+pub const MAX_IMPORT_BYTES: usize = 256 * 1024 * 1024;
+
 /// The whole application as a router, drivable without a socket.
 pub fn router(state: AppState) -> Router {
     let rest = Router::new()
@@ -163,6 +166,12 @@ pub fn router(state: AppState) -> Router {
             "/api/sessions/{id}",
             get(rest::get_session).delete(rest::delete_session),
         )
+        .route(
+            "/api/sessions/import",
+            post(rest::import_session)
+                .layer(axum::extract::DefaultBodyLimit::max(MAX_IMPORT_BYTES)),
+        )
+        .route("/api/sessions/{id}/export", get(rest::export_session))
         .route("/api/sessions/{id}/events", get(rest::events))
         .route("/api/sessions/{id}/messages", get(rest::messages))
         .route("/api/sessions/{id}/tools", get(rest::session_tools))

@@ -126,6 +126,48 @@ pub async fn create_session(
     Ok((StatusCode::CREATED, Json(json!(row))))
 }
 
+/// `GET /api/sessions/{id}/export`: the session as JSON Lines (see `session::transfer`).
+pub async fn export_session(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse as _;
+    let body = app.sessions().export(&caller, &id).await?;
+    let disposition = format!("attachment; filename=\"agentd-session-{id}.jsonl\"");
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/jsonl".to_string(),
+            ),
+            (axum::http::header::CONTENT_DISPOSITION, disposition),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// `POST /api/sessions/import`: a new session of the caller's from an export's JSON Lines;
+/// 201 with `{session_id}` and the session.
+pub async fn import_session(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    // It creates a session, so the Origin rule of session creation applies.
+    let (origin, host) = super::auth::origin_and_host(&headers);
+    if !super::auth::origin_allowed(origin, host, &app.config().server.allowed_origins) {
+        return Err(ApiError::ForbiddenOrigin);
+    }
+    let imported = crate::session::transfer::parse(&body).map_err(ApiError::BadRequest)?;
+    let row = app.sessions().import(&caller, imported).await?;
+    let mut answer = json!(row);
+    answer["session_id"] = json!(row.session_id);
+    Ok((StatusCode::CREATED, Json(answer)))
+}
+
 /// `GET /api/sessions/{id}`.
 pub async fn get_session(
     State(app): State<AppState>,

@@ -275,6 +275,80 @@ impl Sessions {
         Ok((handle, row))
     }
 
+    /// The caller's session `id` as one JSON Lines export (see [`super::transfer`]).
+    pub async fn export(&self, caller: &Caller, id: &str) -> Result<String, SessionError> {
+        let row = self.row(caller, id).await?;
+        let store = &self.inner.store;
+        let messages = store.messages(id).await?;
+        let mut events = Vec::new();
+        loop {
+            let after = events.last().map_or(0, |e: &crate::store::EventRow| e.seq);
+            let page = store.events_after(id, after, 1000).await?;
+            if page.is_empty() {
+                break;
+            }
+            events.extend(page);
+        }
+        let costs = store.cost_rows(id).await?;
+        Ok(super::transfer::export(&row, &messages, &events, &costs))
+    }
+
+    /// Makes a new session of the caller's from an export: its history, events, cost rows,
+    /// title and model choice; in the export's cwd (made when missing).
+    pub async fn import(
+        &self,
+        caller: &Caller,
+        imported: super::transfer::Imported,
+    ) -> Result<SessionRow, SessionError> {
+        let root = self.user_root(caller);
+        let rel = fs_safe::resolve_path(&root, &imported.cwd)
+            .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))?;
+        prepare_dir(&self.inner.config.workspace, &root, &rel)?;
+        self.inner
+            .quota
+            .admit(caller, self.inner.store.as_ref())
+            .await?;
+        if let Some(user) = &caller.user {
+            self.inner.store.upsert_user(user).await?;
+        }
+        let store = &self.inner.store;
+        let row = store
+            .create_session(&NewSession {
+                session_id: uuid::Uuid::new_v4().to_string(),
+                user_name: caller.user.clone(),
+                cwd: rel.to_string_lossy().into_owned(),
+                title: imported.title.clone(),
+                parent_session_id: None,
+            })
+            .await?;
+        let id = row.session_id.clone();
+        let events = imported.new_events(&id);
+        for chunk in events.chunks(500) {
+            store.append_events(chunk).await?;
+        }
+        let last_seq = events.len() as i64;
+        for message in &imported.messages {
+            store.append_message(&id, message, last_seq).await?;
+        }
+        for cost in &imported.costs {
+            let mut cost = cost.clone();
+            cost.session_id = id.clone();
+            store.insert_cost_row(&cost).await?;
+        }
+        if imported.model.is_some() || imported.reasoning_effort.is_some() {
+            store
+                .set_session_model(
+                    &id,
+                    imported.model.as_deref(),
+                    imported.reasoning_effort.as_deref(),
+                )
+                .await?;
+        }
+        self.inner.metrics.sessions_created.inc();
+        tracing::info!(session_id = %id, source = %imported.source_id, events = last_seq, "session imported");
+        self.row(caller, &id).await
+    }
+
     /// Forks the caller's session `source_id`: a new session whose events and history are the
     /// source's up to event `up_to_seq` (default: all), rounded down to a point where no turn
     /// was running, so no tool batch is cut in two. It works in the source's directory unless

@@ -9,6 +9,7 @@ pub mod instructions;
 pub mod open_work;
 mod quota;
 pub mod retention;
+pub mod transfer;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -24,3 +24,4 @@ mod storage;
 mod sub_agents;
 mod tasks;
 mod tool_core;
+mod transfer;

@@ -1,0 +1,243 @@
+//! A session as one JSON Lines file: `GET /api/sessions/{id}/export` writes it, and
+//! `POST /api/sessions/import` makes a new session of the caller's from it.
+//!
+//! Lines, in order: one `{"type": "session", "version": 1, …}` header (the source's id,
+//! title, cwd, model, reasoning effort and times), then `{"type": "message", "message"}` for
+//! each message of the model-facing history as stored (compaction markers included), then
+//! `{"type": "event", "seq", "method", "params", "created_at"}` for each stored event, then
+//! `{"type": "cost", …}` for each cost row. An import renumbers the events from 1 (a pruned
+//! log has gaps) and gives their params the new session's id and seq.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use crate::store::{CostRow, EventRow, NewEvent, SessionRow};
+
+/// The version of the format this server writes and reads.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// The export of `row` with its history, events and cost rows.
+pub fn export(
+    row: &SessionRow,
+    messages: &[Value],
+    events: &[EventRow],
+    costs: &[CostRow],
+) -> String {
+    let mut out = String::new();
+    let mut push = |value: Value| {
+        out.push_str(&value.to_string());
+        out.push('\n');
+    };
+    push(json!({
+        "type": "session",
+        "version": FORMAT_VERSION,
+        "session_id": row.session_id,
+        "title": row.title,
+        "cwd": row.cwd,
+        "model": row.model,
+        "reasoning_effort": row.reasoning_effort,
+        "created_at": rfc3339(row.created_at),
+        "updated_at": rfc3339(row.updated_at),
+        "last_seq": row.last_seq,
+    }));
+    for message in messages {
+        push(json!({"type": "message", "message": message}));
+    }
+    for event in events {
+        push(json!({
+            "type": "event",
+            "seq": event.seq,
+            "method": event.method,
+            "params": event.params,
+            "created_at": rfc3339(event.created_at),
+        }));
+    }
+    for cost in costs {
+        let mut line = json!(cost);
+        line["type"] = json!("cost");
+        push(line);
+    }
+    out
+}
+
+fn rfc3339(at: OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// A parsed export, ready to become a new session.
+#[derive(Debug, Default)]
+pub struct Imported {
+    /// The source's id, for the log.
+    pub source_id: String,
+    /// Its title.
+    pub title: Option<String>,
+    /// Its cwd, relative to the workspace root.
+    pub cwd: String,
+    /// Its model choice.
+    pub model: Option<String>,
+    /// Its reasoning effort.
+    pub reasoning_effort: Option<String>,
+    /// The history, as stored.
+    pub messages: Vec<Value>,
+    /// The events: method, params and when.
+    pub events: Vec<(String, Value, OffsetDateTime)>,
+    /// The cost rows.
+    pub costs: Vec<CostRow>,
+}
+
+impl Imported {
+    /// The events as the new session `session_id` stores them: numbered from 1, their params
+    /// naming the new session and seq.
+    pub fn new_events(&self, session_id: &str) -> Vec<NewEvent> {
+        let id: Arc<str> = session_id.into();
+        self.events
+            .iter()
+            .enumerate()
+            .map(|(index, (method, params, created_at))| {
+                let seq = index as i64 + 1;
+                let mut params = params.clone();
+                if let Value::Object(fields) = &mut params {
+                    fields.insert("session_id".into(), json!(session_id));
+                    fields.insert("seq".into(), json!(seq));
+                }
+                NewEvent {
+                    session_id: Arc::clone(&id),
+                    seq,
+                    method: method.clone(),
+                    params_json: params.to_string().into(),
+                    created_at: *created_at,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Reads an export; the error names the line and what is wrong with it.
+pub fn parse(body: &str) -> Result<Imported, String> {
+    let mut lines = body
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let Some((_, first)) = lines.next() else {
+        return Err("the body is empty; send the JSON Lines of an export".into());
+    };
+    let header: Value =
+        serde_json::from_str(first).map_err(|err| format!("line 1 is not JSON: {err}"))?;
+    if header["type"] != "session" {
+        return Err("line 1 must be the {\"type\": \"session\"} header of an export".into());
+    }
+    if header["version"].as_u64() != Some(FORMAT_VERSION) {
+        return Err(format!(
+            "line 1: version {} is not one this server reads ({FORMAT_VERSION})",
+            header["version"]
+        ));
+    }
+    let text = |key: &str| header[key].as_str().map(str::to_string);
+    let mut imported = Imported {
+        source_id: text("session_id").unwrap_or_default(),
+        title: text("title"),
+        cwd: text("cwd").unwrap_or_default(),
+        model: text("model"),
+        reasoning_effort: text("reasoning_effort"),
+        ..Imported::default()
+    };
+    for (index, line) in lines {
+        let number = index + 1;
+        let mut value: Value = serde_json::from_str(line)
+            .map_err(|err| format!("line {number} is not JSON: {err}"))?;
+        match value["type"].as_str() {
+            Some("message") => imported.messages.push(value["message"].take()),
+            Some("event") => {
+                let method = value["method"]
+                    .as_str()
+                    .filter(|m| !m.is_empty())
+                    .ok_or_else(|| format!("line {number}: an event needs a method"))?
+                    .to_string();
+                let created_at = value["created_at"]
+                    .as_str()
+                    .and_then(|at| {
+                        OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+                            .ok()
+                    })
+                    .ok_or_else(|| format!("line {number}: created_at must be RFC 3339"))?;
+                imported
+                    .events
+                    .push((method, value["params"].take(), created_at));
+            }
+            Some("cost") => {
+                let row: CostRow = serde_json::from_value(value)
+                    .map_err(|err| format!("line {number}: not a cost row: {err}"))?;
+                imported.costs.push(row);
+            }
+            other => {
+                return Err(format!(
+                    "line {number}: unknown type {other:?} (session, message, event or cost)"
+                ));
+            }
+        }
+    }
+    Ok(imported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_export_reads_back_and_its_events_are_renumbered_for_the_new_session() {
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let row = SessionRow {
+            session_id: "old".into(),
+            user_name: None,
+            title: Some("Fix it".into()),
+            cwd: "proj".into(),
+            created_at: at,
+            updated_at: at,
+            last_seq: 9,
+            parent_session_id: None,
+            model: Some("p/m".into()),
+            reasoning_effort: None,
+        };
+        let events = [5, 9].map(|seq| EventRow {
+            session_id: "old".into(),
+            seq,
+            method: "turn/started".into(),
+            params: json!({"session_id": "old", "seq": seq, "turn_id": "t"}),
+            created_at: at,
+        });
+        let body = export(
+            &row,
+            &[json!({"role": "user", "content": "hi"})],
+            &events,
+            &[],
+        );
+        let imported = parse(&body).unwrap();
+        assert_eq!(imported.title.as_deref(), Some("Fix it"));
+        assert_eq!(imported.model.as_deref(), Some("p/m"));
+        assert_eq!(
+            imported.messages,
+            [json!({"role": "user", "content": "hi"})]
+        );
+        let new = imported.new_events("new");
+        assert_eq!(new.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        let params: Value = serde_json::from_str(&new[1].params_json).unwrap();
+        assert_eq!(
+            params,
+            json!({"session_id": "new", "seq": 2, "turn_id": "t"})
+        );
+        assert!(parse("").is_err());
+        assert!(
+            parse("{\"type\":\"event\"}")
+                .unwrap_err()
+                .contains("header")
+        );
+        let bad = format!(
+            "{}{{\"type\":\"what\"}}\n",
+            body.lines().next().unwrap().to_owned() + "\n"
+        );
+        assert!(parse(&bad).unwrap_err().contains("line 2"));
+    }
+}
