@@ -1,14 +1,17 @@
 //! A load generator that measures agentd from outside, as a client sees it, beside a bare axum
 //! WebSocket echo server (the "floor") measured the same way in the same run.
 //!
-//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|mcp|mcp-serve|cluster|soak|all> [options]`
+//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|cache|adapters|mcp|mcp-serve|cluster|soak|all> [options]`
 //!
 //! Both servers run as child processes so that their CPU time and resident memory can be read
 //! from /proc without counting the client's own. Modules: `child` (the servers as processes),
 //! `floor` (the echo server), `client` (the JSON-RPC WebSocket client), `report` (percentiles
-//! and tables), `mock_model` (the zero-latency model), and one module per scenario family:
-//! `invoke` (rtt, conc), `opens`, `idle`, `turns`, `mcp`, `mcp_serve`, `cluster`, `soak`.
+//! and tables), `mock_model` (the zero-latency model of three APIs), and one module per
+//! scenario family: `invoke` (rtt, conc), `opens`, `idle`, `turns`, `cache`, `adapters`, `mcp`,
+//! `mcp_serve`, `cluster`, `soak`.
 
+mod adapters;
+mod cache;
 mod child;
 mod client;
 mod cluster;
@@ -46,6 +49,10 @@ enum Scenario {
     Idle,
     /// Turns against an in-process zero-latency model, text only and with tool calls.
     Turns,
+    /// One long session against the mock Anthropic API: the prompt-cache read share per turn.
+    Cache,
+    /// Turn overhead of each model API adapter: chat completions, Responses, Anthropic.
+    Adapters,
     /// A tool of an MCP server called directly, then through agentd.
     Mcp,
     /// agentd's own `/mcp`: `tools/call` beside `tool/invoke` over the WebSocket.
@@ -67,7 +74,8 @@ struct Cli {
     /// The scenario to run.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Measured requests (turns for `turns`); `conc` runs for --secs unless this is given.
+    /// Measured requests (turns for `turns`, `cache` and `adapters`); `conc` runs for --secs
+    /// unless this is given.
     #[arg(long)]
     requests: Option<u64>,
     /// Connections of `conc`.
@@ -138,6 +146,13 @@ impl Settings {
     pub fn requests_or(&self, default: u64) -> u64 {
         self.requests
             .unwrap_or(if self.smoke { 20 } else { default })
+            .max(1)
+    }
+
+    /// Like [`Settings::requests_or`], with a smoke default of the scenario's own.
+    pub fn requests_or_smoke(&self, default: u64, smoke: u64) -> u64 {
+        self.requests
+            .unwrap_or(if self.smoke { smoke } else { default })
             .max(1)
     }
 
@@ -280,6 +295,8 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
         Scenario::Opens,
         Scenario::Idle,
         Scenario::Turns,
+        Scenario::Cache,
+        Scenario::Adapters,
         Scenario::Mcp,
         Scenario::McpServe,
     ];
@@ -296,6 +313,8 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Opens => opens::run(settings).await,
             Scenario::Idle => idle::run(settings).await,
             Scenario::Turns => turns::run(settings).await,
+            Scenario::Cache => cache::run(settings).await,
+            Scenario::Adapters => adapters::run(settings).await,
             Scenario::Mcp => mcp::run(settings).await,
             Scenario::McpServe => mcp_serve::run(settings).await,
             Scenario::Cluster => cluster::run(settings).await,

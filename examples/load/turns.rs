@@ -20,16 +20,18 @@ const MAX_WARMUP: u64 = 50;
 const MAX_REPLAYS: usize = 200;
 
 /// One kind of turn measured.
-struct TurnRun {
-    measured: Measured,
-    model_calls_per_turn: f64,
+pub struct TurnRun {
+    /// The turns' latencies and the server's CPU time around them.
+    pub measured: Measured,
+    /// Model requests per turn.
+    pub model_calls_per_turn: f64,
     /// p50 of the replayed model calls of one turn, summed.
-    mock_per_turn: Duration,
+    pub mock_per_turn: Duration,
 }
 
 impl TurnRun {
     /// Median turn time beyond the mock's.
-    fn overhead(&self) -> Duration {
+    pub fn overhead(&self) -> Duration {
         self.measured
             .latencies
             .p50()
@@ -55,10 +57,10 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     let base_url = mock.base_url();
     let mut agentd = ServerProcess::agentd(settings, Some((&base_url, MODEL))).await?;
     let mut client = RpcClient::connect(agentd.addr()).await?;
-    let text = measure(&agentd, &mut client, &mock, "text", turns, warmup).await;
+    let text = measure(&agentd, &mut client, &mock, "text", None, turns, warmup).await;
     let text = text.map_err(|err| with_server_state(err, &mut agentd))?;
     let input = format!("tools {k}");
-    let tools = measure(&agentd, &mut client, &mock, &input, turns, warmup).await;
+    let tools = measure(&agentd, &mut client, &mock, &input, None, turns, warmup).await;
     let tools = tools.map_err(|err| with_server_state(err, &mut agentd))?;
     client.close().await?;
     agentd.stop().await?;
@@ -104,24 +106,28 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
 }
 
 /// Adds the server's last log lines when it died under the turn.
-fn with_server_state(err: anyhow::Error, server: &mut ServerProcess) -> anyhow::Error {
+pub fn with_server_state(err: anyhow::Error, server: &mut ServerProcess) -> anyhow::Error {
     match server.check_alive() {
         Ok(()) => err,
         Err(dead) => err.context(dead),
     }
 }
 
-async fn measure(
+/// Runs `warmup` turns, then `turns` measured ones, each on a fresh session, all with `input`
+/// and on `model` (the session's default when `None`); then replays the last turn's model
+/// requests to time the mock's share.
+pub async fn measure(
     server: &ServerProcess,
     client: &mut RpcClient,
     mock: &MockModel,
     input: &str,
+    model: Option<&str>,
     turns: u64,
     warmup: u64,
 ) -> anyhow::Result<TurnRun> {
     for _ in 0..warmup {
         let session = client.open().await?;
-        turn(client, &session, input).await?;
+        turn(client, &session, input, model).await?;
     }
     let mut sessions = Vec::with_capacity(turns as usize);
     for _ in 0..turns {
@@ -137,16 +143,16 @@ async fn measure(
             // Only the last turn's requests are kept for the replay; every turn sends the same.
             mock.clear();
         }
-        samples.push(nanos(turn(client, session, input).await?));
+        samples.push(nanos(turn(client, session, input, model).await?));
     }
     let elapsed = started.elapsed();
     let after = server.usage()?;
     let model_calls = mock.calls() - calls_before;
-    let bodies = mock.take();
+    let requests = mock.take();
     let rounds = (turns as usize).clamp(5, MAX_REPLAYS);
     let mut mock_per_turn = Duration::ZERO;
-    for body in &bodies {
-        mock_per_turn += mock.replay(body, rounds).await?.p50();
+    for request in &requests {
+        mock_per_turn += mock.replay(request, rounds).await?.p50();
     }
     Ok(TurnRun {
         measured: Measured {
@@ -161,9 +167,28 @@ async fn measure(
 }
 
 /// One turn: from sending turn/start until turn/completed arrives.
-async fn turn(client: &mut RpcClient, session: &str, input: &str) -> anyhow::Result<Duration> {
+pub async fn turn(
+    client: &mut RpcClient,
+    session: &str,
+    input: &str,
+    model: Option<&str>,
+) -> anyhow::Result<Duration> {
+    Ok(turn_completed(client, session, input, model).await?.0)
+}
+
+/// One turn, with its `turn/completed` params (JSON text).
+pub async fn turn_completed(
+    client: &mut RpcClient,
+    session: &str,
+    input: &str,
+    model: Option<&str>,
+) -> anyhow::Result<(Duration, String)> {
+    let model = match model {
+        Some(model) => format!(r#","model":{}"#, serde_json::to_string(model)?),
+        None => String::new(),
+    };
     let params = format!(
-        r#"{{"session_id":{},"input":[{{"kind":"text","text":{}}}]}}"#,
+        r#"{{"session_id":{},"input":[{{"kind":"text","text":{}}}]{model}}}"#,
         serde_json::to_string(session)?,
         serde_json::to_string(input)?
     );
@@ -180,7 +205,10 @@ async fn turn(client: &mut RpcClient, session: &str, input: &str) -> anyhow::Res
             continue;
         }
         match message.method {
-            Some("turn/completed") => return Ok(started.elapsed()),
+            Some("turn/completed") => {
+                let params = message.params.map_or("null", |params| params.get());
+                return Ok((started.elapsed(), params.to_string()));
+            }
             Some("turn/error") => bail!(
                 "the turn failed: {}",
                 message.params.map_or("", |params| params.get())
