@@ -34,6 +34,16 @@ pub enum SessionEvent {
         /// The new text.
         text: String,
     },
+    /// What a turn changed in the workspace, whatever changed it.
+    #[serde(rename = "turn/diff")]
+    TurnDiff {
+        /// The turn.
+        turn_id: String,
+        /// A unified diff of the changed text files (cut at 256 KiB).
+        diff: String,
+        /// Every changed file.
+        files: Vec<crate::tools::checkpoint::FileChange>,
+    },
     /// An operator hook ran, and what it decided.
     #[serde(rename = "hook/ran")]
     HookRan {

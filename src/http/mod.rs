@@ -51,6 +51,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/sessions"),
     ("GET", "/api/sessions/{id}"),
     ("DELETE", "/api/sessions/{id}"),
+    ("POST", "/api/sessions/import"),
+    ("GET", "/api/sessions/{id}/export"),
     ("GET", "/api/sessions/{id}/events"),
     ("GET", "/api/sessions/{id}/messages"),
     ("GET", "/api/sessions/{id}/tools"),

@@ -63,6 +63,13 @@ pub enum ForwardedCall {
     },
     /// `session/compact`.
     Compact,
+    /// `session/revert`.
+    Revert {
+        /// The turn whose start the workspace goes back to.
+        turn_id: String,
+        /// Only say what would change.
+        dry_run: bool,
+    },
     /// `approval/respond`.
     RespondApproval {
         /// The approval.
@@ -198,6 +205,16 @@ impl Relay {
                     let _ = reply.send(value.map(drop));
                 }),
             ),
+            Command::Revert {
+                turn_id,
+                dry_run,
+                reply,
+            } => relay(
+                ForwardedCall::Revert { turn_id, dry_run },
+                Box::new(move |value| {
+                    let _ = reply.send(value);
+                }),
+            ),
             Command::Compact { reply } => relay(
                 ForwardedCall::Compact,
                 Box::new(move |value| {
@@ -310,6 +327,7 @@ pub(crate) async fn run(
             Value::Null
         }
         ForwardedCall::Compact => json!(handle.compact().await?),
+        ForwardedCall::Revert { turn_id, dry_run } => handle.revert(turn_id, dry_run).await?,
         ForwardedCall::RespondApproval {
             approval_id,
             decision,

@@ -368,6 +368,11 @@ pub(crate) enum Command {
     Compact {
         reply: oneshot::Sender<CompactReply>,
     },
+    Revert {
+        turn_id: String,
+        dry_run: bool,
+        reply: oneshot::Sender<Result<Value, SessionError>>,
+    },
     RespondApproval {
         approval_id: String,
         answer: crate::agent::approval::Answer,
@@ -618,6 +623,18 @@ impl SessionHandle {
     pub async fn compact(&self) -> Result<crate::agent::compaction::CompactionStats, SessionError> {
         let outcome = self.ask(|reply| Command::Compact { reply }).await??;
         Ok(outcome.await.map_err(|_| SessionError::ActorGone)??)
+    }
+
+    /// Puts the workspace back as it was before the turn `turn_id` (see
+    /// [`crate::tools::checkpoint`]); answers `{files: [{path, change}]}`, what was (or with
+    /// `dry_run`, would be) undone.
+    pub async fn revert(&self, turn_id: String, dry_run: bool) -> Result<Value, SessionError> {
+        self.ask(|reply| Command::Revert {
+            turn_id,
+            dry_run,
+            reply,
+        })
+        .await?
     }
 
     /// Adds `input` to the running turn `turn_id`, read before its next model request.

@@ -18,6 +18,7 @@ pub mod approval;
 pub mod args;
 pub mod builtin;
 pub mod catalog;
+pub mod checkpoint;
 /// What a command line runs, seen through wrappers: the reading command rules judge.
 pub mod command_line;
 pub mod deferral;

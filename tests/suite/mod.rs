@@ -4,6 +4,7 @@ mod agent;
 mod anthropic;
 mod architecture;
 mod browser;
+mod checkpoints;
 mod cli;
 mod cluster;
 mod first_hour;

@@ -55,6 +55,15 @@ impl Connection {
                 Dispatched::Now(updated, None)
             }
             Request::ToolInvoke(params) => self.invoke(params, id).await,
+            Request::SessionRevert(params) => {
+                self.with_session(&params.session_id, |handle| async move {
+                    handle
+                        .revert(params.turn_id, params.dry_run)
+                        .await
+                        .map_err(RpcError::from)
+                })
+                .await
+            }
             Request::SessionCompact(params) => self.compact(params, id).await,
             Request::ToolList(params) => {
                 self.with_session(&params.session_id, |handle| async move {

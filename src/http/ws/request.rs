@@ -29,6 +29,9 @@ pub(super) enum Request {
     /// `session/update`.
     #[serde(rename = "session/update")]
     SessionUpdate(UpdateParams),
+    /// `session/revert`.
+    #[serde(rename = "session/revert")]
+    SessionRevert(RevertParams),
     /// `tool/invoke`.
     #[serde(rename = "tool/invoke")]
     ToolInvoke(InvokeParams),
@@ -84,6 +87,7 @@ impl Request {
             Self::SessionFork(_) => "session/fork",
             Self::SessionCompact(_) => "session/compact",
             Self::SessionUpdate(_) => "session/update",
+            Self::SessionRevert(_) => "session/revert",
             Self::ToolInvoke(_) => "tool/invoke",
             Self::ToolList(_) => "tool/list",
             Self::TurnStart(_) => "turn/start",
@@ -144,6 +148,16 @@ pub(super) struct ForkParams {
 pub(super) struct UpdateParams {
     pub session_id: String,
     pub title: String,
+}
+
+/// `session/revert`: the turn whose start the workspace goes back to.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RevertParams {
+    pub session_id: String,
+    pub turn_id: String,
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// Methods that name only a session.

@@ -163,6 +163,8 @@ pub(crate) struct SessionActor {
     hooks: Option<Arc<crate::agent::hooks::SessionHooks>>,
     /// Whether the `SessionStart` hooks have run for this load of the session.
     session_started: bool,
+    /// The workspace as each recent turn found it, oldest first.
+    checkpoints: std::collections::VecDeque<(String, Arc<crate::tools::checkpoint::Snapshot>)>,
 }
 
 impl SessionActor {
@@ -230,7 +232,98 @@ impl SessionActor {
             user_root: setup.user_root,
             hooks,
             session_started: false,
+            checkpoints: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Takes the checkpoint of the turn `turn_id` about to start.
+    pub(super) async fn checkpoint(&mut self, turn_id: &str) {
+        use crate::tools::checkpoint::{KEPT, Snapshot};
+        let Some(workspace) = self.registry.workspace().cloned() else {
+            return;
+        };
+        let taken = tokio::task::spawn_blocking(move || Snapshot::take(&workspace)).await;
+        let Ok(snapshot) = taken else {
+            return;
+        };
+        if self.checkpoints.len() == KEPT {
+            self.checkpoints.pop_front();
+        }
+        self.checkpoints
+            .push_back((turn_id.to_string(), Arc::new(snapshot)));
+    }
+
+    /// Says what the turn `turn_id` changed in the workspace (`turn/diff`), once it is over,
+    /// when it changed something.
+    pub(super) fn announce_diff(&mut self, turn_id: &str) {
+        let Some((_, before)) = self.checkpoints.iter().find(|(id, _)| id == turn_id) else {
+            return;
+        };
+        let Some(workspace) = self.registry.workspace().cloned() else {
+            return;
+        };
+        let before = Arc::clone(before);
+        let turn_id = turn_id.to_string();
+        let actor = self.turns.sender();
+        self.tracker.spawn(async move {
+            let found = tokio::task::spawn_blocking(move || {
+                let after = crate::tools::checkpoint::Snapshot::take(&workspace);
+                let files = before.changes(&after);
+                let diff = before.diff(&after, &files);
+                (files, diff)
+            })
+            .await;
+            if let Ok((files, diff)) = found
+                && !files.is_empty()
+            {
+                let event = SessionEvent::TurnDiff {
+                    turn_id,
+                    diff,
+                    files,
+                };
+                let _ = actor.send(crate::agent::TurnRequest::Emit(event)).await;
+            }
+        });
+    }
+
+    /// `session/revert`: the workspace as it was before the turn `turn_id`.
+    async fn revert(&mut self, turn_id: &str, dry_run: bool) -> Result<Value, SessionError> {
+        if self.turn.is_some() {
+            return Err(SessionError::TurnInProgress);
+        }
+        let Some((_, before)) = self.checkpoints.iter().find(|(id, _)| id == turn_id) else {
+            return Err(SessionError::InvalidParams(format!(
+                "no checkpoint of turn {turn_id:?}: the session keeps the workspace as each of \
+                 its last {} turns found it, while it stays loaded",
+                crate::tools::checkpoint::KEPT
+            )));
+        };
+        let Some(workspace) = self.registry.workspace().cloned() else {
+            return Err(SessionError::InvalidParams(
+                "the session has no workspace".into(),
+            ));
+        };
+        let before = Arc::clone(before);
+        let files = tokio::task::spawn_blocking(move || before.restore(&workspace, dry_run))
+            .await
+            .map_err(|err| SessionError::InvalidParams(format!("revert failed: {err}")))?
+            .map_err(|err| SessionError::InvalidParams(format!("revert stopped at {err}")))?;
+        // What reverting undoes is the opposite of what the turns did.
+        let undone: Vec<Value> = files
+            .iter()
+            .map(|file| {
+                let change = match file.change {
+                    "added" => "deleted",
+                    "deleted" => "added",
+                    other => other,
+                };
+                json!({"path": file.path, "change": change})
+            })
+            .collect();
+        if !dry_run {
+            tracing::info!(turn_id, files = undone.len(), "workspace reverted");
+        }
+        Ok(json!({"files": undone, "dry_run": dry_run}))
     }
 
     /// What the session's turns are told now: the operator's and the repository's
@@ -405,6 +498,13 @@ impl SessionActor {
                 let _ = reply.send(outcome);
             }
             Command::Compact { reply } => self.start_compaction(reply).await,
+            Command::Revert {
+                turn_id,
+                dry_run,
+                reply,
+            } => {
+                let _ = reply.send(self.revert(&turn_id, dry_run).await);
+            }
             Command::Steer {
                 turn_id,
                 input,

@@ -56,6 +56,7 @@ impl SessionActor {
                 return Err(refusal);
             }
         };
+        self.checkpoint(&turn_id).await;
         self.emit(SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
         })
@@ -348,6 +349,7 @@ impl SessionActor {
             TurnRequest::Finished { turn_id } => {
                 // Whoever is told the turn ended must be able to see how.
                 self.commit_lingering().await;
+                self.announce_diff(&turn_id);
                 if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
                     && let Some(turn) = self.turn.take()
                 {

@@ -42,6 +42,7 @@ fn method_of(request: &Request) -> &'static str {
         Request::SessionFork(_) => "session/fork",
         Request::SessionCompact(_) => "session/compact",
         Request::SessionUpdate(_) => "session/update",
+        Request::SessionRevert(_) => "session/revert",
         Request::ToolInvoke(_) => "tool/invoke",
         Request::ToolList(_) => "tool/list",
         Request::TurnStart(_) => "turn/start",
@@ -67,6 +68,10 @@ fn every_method_reads_as_its_variant() {
         ("tool/list", session.clone()),
         ("session/compact", session.clone()),
         ("session/update", json!({"session_id": "s1", "title": "T"})),
+        (
+            "session/revert",
+            json!({"session_id": "s1", "turn_id": "t1", "dry_run": true}),
+        ),
         (
             "turn/start",
             json!({"session_id": "s1", "input": [{"kind": "text", "text": "hi"}]}),
@@ -102,6 +107,7 @@ fn every_method_reads_as_its_variant() {
                 p.session_id.is_none() && p.cwd.is_none() && p.after_seq.is_none()
             }
             Request::SessionUpdate(p) => p.session_id == "s1" && p.title == "T",
+            Request::SessionRevert(p) => p.session_id == "s1" && p.turn_id == "t1" && p.dry_run,
             Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null() && !p.skip_approval,
             Request::TurnStart(p) => p.input().unwrap().0 == "hi" && p.turn_id.is_none(),
             Request::TurnSteer(p) => p.text().unwrap() == "more" && p.turn_id == "t1",

@@ -1,0 +1,132 @@
+//! What a turn changed, whatever changed it (`turn/diff`), and the workspace put back as it
+//! was before a turn (`session/revert`).
+
+use serde_json::{Value, json};
+
+use crate::suite::agent::run_turn;
+use crate::support::TestApp;
+use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
+
+fn files(value: &Value) -> Vec<(String, String)> {
+    value["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["change"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_shell_turns_changes_are_diffed_and_reverted() {
+    let command = "echo made > made.txt && sed -i 's/one/ONE/' edit.txt && rm gone.txt";
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "shell",
+            &json!({"command": command}),
+        )]),
+        Reply::text(&["changed"]),
+    ]))
+    .await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+    })
+    .await;
+    let root = app.workspace();
+    std::fs::write(root.join("edit.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(root.join("gone.txt"), "bye\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (notes, end) = run_turn(&mut ws, &session, "change things").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let turn_id = end["turn_id"].as_str().unwrap().to_string();
+    let diff = match notes.iter().find(|n| n["method"] == "turn/diff") {
+        Some(note) => note["params"].clone(),
+        None => ws.notification("turn/diff").await,
+    };
+    assert_eq!(diff["turn_id"], turn_id.as_str());
+    assert_eq!(
+        files(&diff),
+        pairs(&[
+            ("edit.txt", "modified"),
+            ("gone.txt", "deleted"),
+            ("made.txt", "added")
+        ])
+    );
+    let text = diff["diff"].as_str().unwrap();
+    assert!(
+        text.contains("-one\n+ONE\n") && text.contains("+made"),
+        "{text}"
+    );
+
+    // A dry run says what a revert would do and touches nothing.
+    let planned = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id, "dry_run": true}),
+        )
+        .await;
+    let undo = pairs(&[
+        ("edit.txt", "modified"),
+        ("gone.txt", "added"),
+        ("made.txt", "deleted"),
+    ]);
+    assert_eq!(files(&planned), undo);
+    assert!(root.join("made.txt").exists());
+    let reverted = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id}),
+        )
+        .await;
+    assert_eq!(files(&reverted), undo);
+    assert_eq!(
+        std::fs::read_to_string(root.join("edit.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert!(!root.join("made.txt").exists());
+    let again = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id}),
+        )
+        .await;
+    assert!(files(&again).is_empty(), "{again}");
+
+    let (_, refused) = ws
+        .call(
+            "session/revert",
+            json!({"session_id": session, "turn_id": "turn_unknown"}),
+        )
+        .await;
+    assert_eq!(
+        refused["error"]["data"]["kind"], "invalid_params",
+        "{refused}"
+    );
+    // The diff was stored with the session's events.
+    let mut other = app.ws().await;
+    let (events, _) = other
+        .call(
+            "session/open",
+            json!({"session_id": session, "after_seq": 0}),
+        )
+        .await;
+    assert!(events.iter().any(|e| e["method"] == "turn/diff"));
+}
