@@ -21,6 +21,7 @@ pub mod health;
 pub mod layers;
 pub mod mcp;
 pub mod rest;
+pub mod turns;
 pub mod ws;
 
 use std::sync::Arc;
@@ -52,6 +53,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/sessions/{id}"),
     ("DELETE", "/api/sessions/{id}"),
     ("POST", "/api/sessions/import"),
+    ("POST", "/api/sessions/{id}/turns"),
     ("GET", "/api/sessions/{id}/export"),
     ("GET", "/api/sessions/{id}/events"),
     ("GET", "/api/sessions/{id}/messages"),
@@ -193,6 +195,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/openapi.yaml", get(health::openapi))
         .route("/api/ws", get(ws::upgrade))
+        .route("/api/sessions/{id}/turns", post(turns::start_turn))
         .merge(layers::with_timeout(rest, layers::REST_TIMEOUT))
         .route(crate::cluster::forward::CALL_PATH, post(cluster::call))
         .route_service(

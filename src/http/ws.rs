@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 mod dispatch;
 pub mod frame;
 mod request;
+pub(crate) use request::read_turn_input;
 mod rpc;
 mod tasks;
 mod watch;

@@ -182,8 +182,9 @@ impl Server {
         task: &ExecTask,
         out: &mut (dyn Write + Send),
     ) -> Result<Ending, String> {
+        // A retry follows the previous turn's end at once.
         let turn_id = handle
-            .start_turn(prompt, Vec::new(), None, choice.clone())
+            .start_turn_after_end(prompt, Vec::new(), None, choice.clone())
             .await
             .map_err(|err| err.to_string())?;
         let mut final_text = String::new();

@@ -235,19 +235,13 @@ impl Sessions {
         RootPath::new(workspace, below_workspace.join(&row.cwd))
     }
 
-    /// Creates a session (a fresh id, `cwd` relative to the caller's workspace root) and loads
-    /// its actor.
-    pub async fn create(
-        &self,
-        caller: &Caller,
-        cwd: Option<&str>,
-    ) -> Result<(SessionHandle, SessionRow), SessionError> {
+    /// Readies a new session of the caller's in `cwd` (relative to their workspace root,
+    /// made when missing; empty is the root): checks the path and the quota and records the
+    /// user. Answers the cwd as stored.
+    async fn admit_new(&self, caller: &Caller, cwd: &str) -> Result<PathBuf, SessionError> {
         let root = self.user_root(caller);
-        let rel = match cwd {
-            Some(cwd) => fs_safe::resolve_path(&root, cwd)
-                .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))?,
-            None => PathBuf::new(),
-        };
+        let rel = fs_safe::resolve_path(&root, cwd)
+            .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))?;
         prepare_dir(&self.inner.config.workspace, &root, &rel)?;
         self.inner
             .quota
@@ -256,6 +250,17 @@ impl Sessions {
         if let Some(user) = &caller.user {
             self.inner.store.upsert_user(user).await?;
         }
+        Ok(rel)
+    }
+
+    /// Creates a session (a fresh id, `cwd` relative to the caller's workspace root) and loads
+    /// its actor.
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        cwd: Option<&str>,
+    ) -> Result<(SessionHandle, SessionRow), SessionError> {
+        let rel = self.admit_new(caller, cwd.unwrap_or_default()).await?;
         let row = self
             .inner
             .store
@@ -300,17 +305,7 @@ impl Sessions {
         caller: &Caller,
         imported: super::transfer::Imported,
     ) -> Result<SessionRow, SessionError> {
-        let root = self.user_root(caller);
-        let rel = fs_safe::resolve_path(&root, &imported.cwd)
-            .map_err(|err| SessionError::InvalidParams(format!("cwd: {err}")))?;
-        prepare_dir(&self.inner.config.workspace, &root, &rel)?;
-        self.inner
-            .quota
-            .admit(caller, self.inner.store.as_ref())
-            .await?;
-        if let Some(user) = &caller.user {
-            self.inner.store.upsert_user(user).await?;
-        }
+        let rel = self.admit_new(caller, &imported.cwd).await?;
         let store = &self.inner.store;
         let row = store
             .create_session(&NewSession {

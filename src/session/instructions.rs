@@ -280,14 +280,17 @@ mod tests {
             "Deep rules that run long.\n",
         );
         write(anchor, "AGENTS.md", "above the user's root: never read\n");
-        let gathered = gather(
-            "BASE",
-            Some("Operator rules."),
-            "Root rules.\n".len() + "App rules.\n".len() + 4,
-            anchor,
-            Path::new("alice"),
-            Path::new("alice/app/src"),
-        );
+        let gather_now = || {
+            gather(
+                "BASE",
+                Some("Operator rules."),
+                "Root rules.\n".len() + "App rules.\n".len() + 4,
+                anchor,
+                Path::new("alice"),
+                Path::new("alice/app/src"),
+            )
+        };
+        let gathered = gather_now();
         let prompt = &*gathered.prompt;
         assert!(prompt.starts_with("BASE\n\n# Instructions from the operator\n\nOperator rules."));
         let root = prompt.find("Root rules.").unwrap();
@@ -315,15 +318,7 @@ mod tests {
             ]
         );
         // The same files give the same bytes.
-        let again = gather(
-            "BASE",
-            Some("Operator rules."),
-            "Root rules.\n".len() + "App rules.\n".len() + 4,
-            anchor,
-            Path::new("alice"),
-            Path::new("alice/app/src"),
-        );
-        assert_eq!(again, gathered);
+        assert_eq!(gather_now(), gathered);
     }
 
     #[test]

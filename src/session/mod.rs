@@ -608,6 +608,36 @@ impl SessionHandle {
         .await?
     }
 
+    /// [`SessionHandle::start_turn`] right after a turn was seen to end: its `turn/completed`
+    /// is out a moment before its slot is free, so a refusal for that is tried again, for up
+    /// to a second.
+    pub async fn start_turn_after_end(
+        &self,
+        input: String,
+        images: Vec<ImageInput>,
+        turn_id: Option<String>,
+        choice: ModelChoice,
+    ) -> Result<String, SessionError> {
+        let mut tries = 0;
+        loop {
+            let started = self
+                .start_turn(
+                    input.clone(),
+                    images.clone(),
+                    turn_id.clone(),
+                    choice.clone(),
+                )
+                .await;
+            match started {
+                Err(SessionError::TurnInProgress) if tries < 100 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Makes `choice` the model the session's next turns use (already stored).
     pub async fn set_model(&self, choice: ModelChoice) -> Result<(), SessionError> {
         self.ask(|reply| Command::SetModel { choice, reply }).await

@@ -121,12 +121,6 @@ async fn a_shell_turns_changes_are_diffed_and_reverted() {
         "{refused}"
     );
     // The diff was stored with the session's events.
-    let mut other = app.ws().await;
-    let (events, _) = other
-        .call(
-            "session/open",
-            json!({"session_id": session, "after_seq": 0}),
-        )
-        .await;
+    let events = app.replay(&session).await;
     assert!(events.iter().any(|e| e["method"] == "turn/diff"));
 }

@@ -202,13 +202,7 @@ async fn hooks_block_rewrite_add_context_time_out_and_are_told() {
     );
 
     // Every run was told, stored and replayed, with its decision.
-    let mut other = app.ws().await;
-    let (events, _) = other
-        .call(
-            "session/open",
-            json!({"session_id": session, "after_seq": 0}),
-        )
-        .await;
+    let events = app.replay(&session).await;
     let ran: Vec<(String, String)> = events
         .iter()
         .filter(|e| e["method"] == "hook/ran")

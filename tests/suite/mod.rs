@@ -19,6 +19,7 @@ mod mcp;
 mod mcp_server;
 mod models;
 mod responses;
+mod rest_turns;
 mod sandbox;
 mod server;
 mod storage;

@@ -190,6 +190,19 @@ impl TestApp {
         .0
     }
 
+    /// Every stored event of `session`, replayed to a new connection from the start.
+    pub async fn replay(&self, session: &str) -> Vec<Value> {
+        let mut ws = self.ws().await;
+        let (events, answer) = ws
+            .call(
+                "session/open",
+                json!({"session_id": session, "after_seq": 0}),
+            )
+            .await;
+        assert!(answer.get("error").is_none(), "{answer}");
+        events
+    }
+
     /// GET returning parsed JSON; panics on a non-200 status.
     pub async fn get_json(&self, path: &str, token: Option<&str>) -> Value {
         let (status, body) = self.get(path, token).await;

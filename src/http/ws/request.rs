@@ -212,32 +212,46 @@ impl TurnParams {
     /// The input's text items, one per line, and its images; refused when it has neither
     /// or an image is unusable.
     pub(super) fn input(&self) -> Result<(String, Vec<ImageInput>), RpcError> {
-        let mut images = Vec::new();
-        let mut text = Vec::new();
-        for item in &self.input {
-            match item {
-                InputItem::Text { text: line } => text.push(line.as_str()),
-                InputItem::Image { mime, data, path } => images.push(image_input(
-                    images.len(),
-                    mime.as_deref(),
-                    data.as_deref(),
-                    path.as_deref(),
-                )?),
-            }
-        }
-        if text.is_empty() && images.is_empty() {
-            return Err(RpcError::params(
-                "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item",
-            ));
-        }
-        if images.len() > MAX_INPUT_IMAGES {
-            return Err(RpcError::params(format!(
-                "input has {} images; at most {MAX_INPUT_IMAGES} are taken",
-                images.len()
-            )));
-        }
-        Ok((text.join("\n"), images))
+        turn_input(&self.input)
     }
+}
+
+/// `turn/start`'s `input` read from JSON, for a caller other than the WebSocket (REST turns);
+/// the error is the message `turn/start` would give.
+pub(crate) fn read_turn_input(input: Value) -> Result<(String, Vec<ImageInput>), String> {
+    let items: Vec<InputItem> =
+        serde_json::from_value(input).map_err(|err| format!("input: {err}"))?;
+    turn_input(&items).map_err(|err| err.message().to_string())
+}
+
+/// The text items, one per line, and the images of a turn's input; refused when it has
+/// neither or an image is unusable.
+fn turn_input(input: &[InputItem]) -> Result<(String, Vec<ImageInput>), RpcError> {
+    let mut images = Vec::new();
+    let mut text = Vec::new();
+    for item in input {
+        match item {
+            InputItem::Text { text: line } => text.push(line.as_str()),
+            InputItem::Image { mime, data, path } => images.push(image_input(
+                images.len(),
+                mime.as_deref(),
+                data.as_deref(),
+                path.as_deref(),
+            )?),
+        }
+    }
+    if text.is_empty() && images.is_empty() {
+        return Err(RpcError::params(
+            "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item",
+        ));
+    }
+    if images.len() > MAX_INPUT_IMAGES {
+        return Err(RpcError::params(format!(
+            "input has {} images; at most {MAX_INPUT_IMAGES} are taken",
+            images.len()
+        )));
+    }
+    Ok((text.join("\n"), images))
 }
 
 /// One image item, checked: `{mime, data}` inline or `{path}` in the workspace, not both.
