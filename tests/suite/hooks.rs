@@ -234,3 +234,51 @@ async fn hooks_block_rewrite_add_context_time_out_and_are_told() {
     assert!(timed_out["params"]["duration_ms"].as_u64().unwrap() >= 1000);
     assert!(timed_out["params"]["tool_call_id"].is_string());
 }
+
+#[tokio::test]
+async fn a_sub_agents_calls_meet_the_same_hooks() {
+    use crate::support::mock_llm::ScriptedCall;
+    // The child (its conversation opens with "child task") reads a file, then answers.
+    let mock = MockLlm::start(Script::route(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let child = messages
+            .iter()
+            .any(|m| m["role"] == "user" && m["content"] == "child task");
+        let answered = messages.last().unwrap()["role"] == "tool";
+        match (child, answered) {
+            (true, false) => Reply::tool_calls(vec![ScriptedCall::whole(
+                "child_call",
+                "read_file",
+                &json!({"path": "notes.txt"}),
+            )]),
+            _ => Reply::text(&["done"]),
+        }
+    }))
+    .await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+        c.hooks = vec![command_hook(
+            HookEvent::PreToolUse,
+            "read_file",
+            "echo 'no reading for anyone' >&2; exit 2",
+        )];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    ws.invoke(&session, "spawn_agent", json!({"message": "child task"}))
+        .await;
+    mock.wait_for_requests(2, crate::support::WAIT).await;
+    let second = &mock.requests()[1];
+    let answer = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == "child_call")
+        .expect("the child's call was answered")["content"]
+        .to_string();
+    assert!(answer.contains("no reading for anyone"), "{answer}");
+    // The child's events, its hooks' included, go to its own transcript, as its calls do.
+}
