@@ -40,9 +40,9 @@ pub enum HookEvent {
     Stop,
     /// At the first turn a loaded session runs: may add context.
     SessionStart,
-    /// Named by the contract; not run yet (refused in the configuration).
+    /// When a loaded session stops: closed (deleted), unloaded when idle, or at shutdown.
     SessionEnd,
-    /// Named by the contract; not run yet (refused in the configuration).
+    /// Before the older conversation is summarised (by a turn, or `session/compact`).
     PreCompact,
 }
 
@@ -58,11 +58,6 @@ impl HookEvent {
             Self::SessionEnd => "SessionEnd",
             Self::PreCompact => "PreCompact",
         }
-    }
-
-    /// Whether this server runs hooks of this event.
-    pub fn is_run(self) -> bool {
-        !matches!(self, Self::SessionEnd | Self::PreCompact)
     }
 }
 
@@ -100,13 +95,6 @@ fn default_timeout() -> u64 {
 impl HookConfig {
     /// Why the entry is unusable, if it is.
     pub fn invalid(&self) -> Option<String> {
-        if !self.event.is_run() {
-            return Some(format!(
-                "event {} is not run by this server yet; use PreToolUse, PostToolUse, \
-                 UserPromptSubmit, Stop or SessionStart",
-                self.event.as_str()
-            ));
-        }
         match (&self.command, &self.url) {
             (Some(command), None) if !command.trim().is_empty() => {}
             (None, Some(url)) => {
@@ -573,9 +561,14 @@ mod tests {
         let mut both = hook(None);
         both.url = Some("http://127.0.0.1:1/".into());
         assert!(both.invalid().is_some());
-        let mut later = hook(None);
-        later.event = HookEvent::PreCompact;
-        assert!(later.invalid().unwrap().contains("not run"));
+        let mut no_action = hook(None);
+        no_action.command = None;
+        assert!(
+            no_action
+                .invalid()
+                .unwrap()
+                .contains("either command or url")
+        );
     }
 
     #[test]

@@ -396,6 +396,14 @@ impl<H: TurnHost> Turn<H> {
         if estimate <= threshold {
             return history;
         }
+        if let Some(hooks) = &self.scope.hooks
+            && hooks.any(HookEvent::PreCompact, None)
+        {
+            let outcome = hooks
+                .run(HookEvent::PreCompact, None, json!({"trigger": "auto"}))
+                .await;
+            super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
+        }
         let compaction = Compaction {
             settings: &self.settings,
             ledger: &self.scope.ledger,

@@ -282,3 +282,38 @@ async fn a_sub_agents_calls_meet_the_same_hooks() {
     assert!(answer.contains("no reading for anyone"), "{answer}");
     // The child's events, its hooks' included, go to its own transcript, as its calls do.
 }
+
+#[tokio::test]
+async fn pre_compact_and_session_end_hooks_run_with_their_json() {
+    let mock = MockLlm::start(Script::always(Reply::text(&["a summary of it all"]))).await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+        c.hooks = vec![
+            command_hook(HookEvent::PreCompact, "", "cat > precompact.json"),
+            command_hook(HookEvent::SessionEnd, "", "cat > ended.json"),
+        ];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    for text in ["one", "two", "three"] {
+        let (_, end) = run_turn(&mut ws, &session, text).await;
+        assert_eq!(end["reason"], "completed", "{end}");
+    }
+    ws.result("session/compact", json!({"session_id": session}))
+        .await;
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(app.workspace().join(name)).unwrap()).unwrap()
+    };
+    let compact = read("precompact.json");
+    assert_eq!(compact["hook_event_name"], "PreCompact");
+    assert_eq!(compact["trigger"], "manual");
+    assert_eq!(compact["session_id"], session.as_str());
+    assert!(!app.workspace().join("ended.json").exists());
+    assert_eq!(app.delete_session(&session).await, 204);
+    let ended = read("ended.json");
+    assert_eq!(ended["hook_event_name"], "SessionEnd");
+    assert_eq!(ended["reason"], "closed");
+}

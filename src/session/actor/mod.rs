@@ -236,6 +236,30 @@ impl SessionActor {
         }
     }
 
+    /// Runs the `SessionEnd` hooks as the actor stops, and tells what they did.
+    async fn session_end_hooks(&mut self, reason: &str) {
+        use crate::agent::hooks::HookEvent;
+        let Some(hooks) = self.hooks.clone() else {
+            return;
+        };
+        if !hooks.any(HookEvent::SessionEnd, None) {
+            return;
+        }
+        let outcome =
+            Box::pin(hooks.run(HookEvent::SessionEnd, None, json!({"reason": reason}))).await;
+        for ran in outcome.ran {
+            self.emit(SessionEvent::HookRan {
+                hook: ran.hook,
+                event: ran.event.as_str(),
+                tool_call_id: None,
+                decision: ran.decision.as_str(),
+                reason: ran.reason,
+                duration_ms: ran.duration.as_millis() as u64,
+            })
+            .await;
+        }
+    }
+
     /// Takes the checkpoint of the turn `turn_id` about to start.
     pub(super) async fn checkpoint(&mut self, turn_id: &str) {
         use crate::tools::checkpoint::{KEPT, Snapshot};
@@ -359,6 +383,8 @@ impl SessionActor {
         async move {
             tracing::debug!("actor started");
             self.start_mcp_servers();
+            // Why the session ends, for its SessionEnd hooks.
+            let mut ending = "shutdown";
             loop {
                 // Questions whose tool gave up (timeout, interruption) no longer wait.
                 self.pending_input.retain(|_, waiting| !waiting.is_closed());
@@ -383,7 +409,10 @@ impl SessionActor {
                         Box::pin(self.commit_lingering()).await;
                     }
                     command = commands.recv() => match command {
-                        Some(Command::Close) | None => break,
+                        Some(Command::Close) | None => {
+                            ending = "closed";
+                            break;
+                        }
                         Some(command) => Box::pin(self.handle(command)).await,
                     },
                     Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).await,
@@ -393,6 +422,7 @@ impl SessionActor {
                     Some(server) = self.mcp_relisted.recv() => Box::pin(self.on_mcp_relisted(server)).await,
                     () = idle_timer, if idle => {
                         tracing::debug!("idle; unloading");
+                        ending = "idle_unload";
                         Box::pin(self.commit_lingering()).await;
                         // Nothing runs: a start-up need not read this session's events.
                         if let Err(err) = self
@@ -406,6 +436,7 @@ impl SessionActor {
                     }
                 }
             }
+            self.session_end_hooks(ending).await;
             if !Box::pin(self.commit_lingering()).await {
                 tracing::error!(
                     events = self.unstored.len(),

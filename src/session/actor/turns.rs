@@ -209,7 +209,20 @@ impl SessionActor {
         };
         let (outcome_tx, outcome_rx) = oneshot::channel();
         let _ = reply.send(Ok(outcome_rx));
+        let hooks = self.hooks.clone();
         let task = async move {
+            if let Some(hooks) = hooks
+                && hooks.any(crate::agent::hooks::HookEvent::PreCompact, None)
+            {
+                let outcome = hooks
+                    .run(
+                        crate::agent::hooks::HookEvent::PreCompact,
+                        None,
+                        serde_json::json!({"trigger": "manual"}),
+                    )
+                    .await;
+                crate::agent::call::report_hooks(&host, outcome.ran, None).await;
+            }
             let outcome = async {
                 let view = host.history().await.map_err(CompactionError::Store)?;
                 let compaction = Compaction {
