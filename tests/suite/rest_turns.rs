@@ -90,6 +90,8 @@ async fn rest_turns_start_wait_queue_and_interrupt() {
     // Interrupting: the running turn stops, the new one runs.
     let (status, _) = post_turn(&app, &session, "", json!({"input": say("long")})).await;
     assert_eq!(status, 202);
+    // Its model call is under way (and held) before it is interrupted.
+    mock.wait_for_requests(4, crate::support::WAIT).await;
     let replacing = {
         let url = app.url(&format!("/api/sessions/{session}/turns?wait=true"));
         tokio::spawn(async move {
