@@ -143,6 +143,20 @@ pub fn origin_allowed(parts_origin: Option<&str>, host: Option<&str>, allowed: &
     host.is_some_and(|host| host.eq_ignore_ascii_case(origin_host))
 }
 
+/// Refuses a request that changes something when its `Origin` is one the WebSocket would
+/// refuse: another site's page must not create sessions or run turns through the browser.
+pub fn check_origin(
+    headers: &axum::http::HeaderMap,
+    allowed: &[String],
+) -> Result<(), super::error::ApiError> {
+    let (origin, host) = origin_and_host(headers);
+    if origin_allowed(origin, host, allowed) {
+        Ok(())
+    } else {
+        Err(super::error::ApiError::ForbiddenOrigin)
+    }
+}
+
 /// The `Origin` and `Host` headers of a request.
 pub fn origin_and_host(parts: &axum::http::HeaderMap) -> (Option<&str>, Option<&str>) {
     (

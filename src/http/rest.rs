@@ -113,10 +113,7 @@ pub async fn create_session(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     // The one REST route that changes something a page could ask for: the WebSocket's Origin
     // rule applies, so another site's page cannot create sessions through the browser.
-    let (origin, host) = super::auth::origin_and_host(&headers);
-    if !super::auth::origin_allowed(origin, host, &app.config().server.allowed_origins) {
-        return Err(ApiError::ForbiddenOrigin);
-    }
+    super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
     let body: NewSessionBody = if body.iter().all(u8::is_ascii_whitespace) {
         NewSessionBody::default()
     } else {
@@ -157,10 +154,7 @@ pub async fn import_session(
     body: String,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     // It creates a session, so the Origin rule of session creation applies.
-    let (origin, host) = super::auth::origin_and_host(&headers);
-    if !super::auth::origin_allowed(origin, host, &app.config().server.allowed_origins) {
-        return Err(ApiError::ForbiddenOrigin);
-    }
+    super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
     let imported = crate::session::transfer::parse(&body).map_err(ApiError::BadRequest)?;
     let row = app.sessions().import(&caller, imported).await?;
     let mut answer = json!(row);

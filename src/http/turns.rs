@@ -65,10 +65,7 @@ pub async fn start_turn(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     // It runs the model on the caller's account: a page of another site must not.
-    let (origin, host) = super::auth::origin_and_host(&headers);
-    if !super::auth::origin_allowed(origin, host, &app.config().server.allowed_origins) {
-        return Err(ApiError::ForbiddenOrigin);
-    }
+    super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
     let body: TurnBody = serde_json::from_slice(&body)
         .map_err(|err| ApiError::BadRequest(format!("body: {err}")))?;
     let (text, images) = super::ws::read_turn_input(body.input).map_err(ApiError::BadRequest)?;

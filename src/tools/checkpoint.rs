@@ -47,8 +47,9 @@ pub struct FileChange {
 }
 
 impl Snapshot {
-    /// The files of `workspace` now.
-    pub fn take(workspace: &Workspace) -> Self {
+    /// The files of `workspace` now. A file whose bytes are those it had in `previous`
+    /// shares that copy, so the checkpoints of a session hold each version of a file once.
+    pub fn take(workspace: &Workspace, previous: Option<&Snapshot>) -> Self {
         let root = workspace.root().to_path_buf();
         let mut snapshot = Self::default();
         let mut total = 0u64;
@@ -78,7 +79,11 @@ impl Snapshot {
             match workspace.read(&rel, MAX_FILE_BYTES) {
                 Ok(bytes) => {
                     total += bytes.len() as u64;
-                    snapshot.files.insert(rel, bytes.into());
+                    let shared = previous
+                        .and_then(|previous| previous.files.get(&rel))
+                        .filter(|known| ***known == *bytes)
+                        .map_or_else(|| Arc::from(bytes), Arc::clone);
+                    snapshot.files.insert(rel, shared);
                 }
                 Err(_) => {
                     snapshot.skipped.insert(rel);
@@ -152,7 +157,7 @@ impl Snapshot {
     /// removed ones written back. With `dry_run` nothing is touched; either way the answer
     /// is what differs (as the change that reverting undoes).
     pub fn restore(&self, workspace: &Workspace, dry_run: bool) -> Result<Vec<FileChange>, String> {
-        let now = Snapshot::take(workspace);
+        let now = Snapshot::take(workspace, Some(self));
         let changes = self.changes(&now);
         if dry_run {
             return Ok(changes);
@@ -194,7 +199,7 @@ mod tests {
         std::fs::write(root.join(".gitignore"), "build/\n").unwrap();
         std::fs::create_dir(root.join("build")).unwrap();
         let workspace = Workspace::new(root);
-        let before = Snapshot::take(&workspace);
+        let before = Snapshot::take(&workspace, None);
         assert!(!before.files.contains_key(Path::new(".git/HEAD")));
 
         // As a shell command would: behind the tools' back.
@@ -202,7 +207,12 @@ mod tests {
         std::fs::remove_file(root.join("gone.txt")).unwrap();
         std::fs::write(root.join("new.txt"), "hello\n").unwrap();
         std::fs::write(root.join("build/out.o"), "ignored\n").unwrap();
-        let after = Snapshot::take(&workspace);
+        let after = Snapshot::take(&workspace, Some(&before));
+        // An unchanged file is the same copy in both.
+        assert!(Arc::ptr_eq(
+            &before.files[Path::new("keep.txt")],
+            &after.files[Path::new("keep.txt")]
+        ));
         let changes = before.changes(&after);
         let listed: Vec<(&str, &str)> = changes
             .iter()
@@ -237,6 +247,6 @@ mod tests {
             root.join("build/out.o").exists(),
             "an ignored file was touched"
         );
-        assert!(before.changes(&Snapshot::take(&workspace)).is_empty());
+        assert!(before.changes(&Snapshot::take(&workspace, None)).is_empty());
     }
 }

@@ -266,7 +266,13 @@ impl SessionActor {
         let Some(workspace) = self.registry.workspace().cloned() else {
             return;
         };
-        let taken = tokio::task::spawn_blocking(move || Snapshot::take(&workspace)).await;
+        let previous = self
+            .checkpoints
+            .back()
+            .map(|(_, snapshot)| Arc::clone(snapshot));
+        let taken =
+            tokio::task::spawn_blocking(move || Snapshot::take(&workspace, previous.as_deref()))
+                .await;
         let Ok(snapshot) = taken else {
             return;
         };
@@ -291,7 +297,7 @@ impl SessionActor {
         let actor = self.turns.sender();
         self.tracker.spawn(async move {
             let found = tokio::task::spawn_blocking(move || {
-                let after = crate::tools::checkpoint::Snapshot::take(&workspace);
+                let after = crate::tools::checkpoint::Snapshot::take(&workspace, Some(&before));
                 let files = before.changes(&after);
                 let diff = before.diff(&after, &files);
                 (files, diff)
