@@ -405,11 +405,11 @@ async fn busy_loops_get_no_more_cpu_than_the_session_cap() {
     let mut ws = app.ws().await;
     let busy = ws.open().await;
     let other = ws.open().await;
-    // Each loop prints the CPU time it got per second of wall time; two of them share the
-    // session's 20% of one core.
+    // Each loop writes the CPU time it got per second of wall time to a file of its own (two
+    // writers on one terminal may interleave); two of them share the session's 20% of one core.
     let spin = "import time\nw = time.monotonic(); c = time.process_time()\nwhile time.monotonic() - w < 1.5: pass\nprint('share', (time.process_time() - c) / (time.monotonic() - w))";
     let command = format!(
-        "printf \"{spin}\" > /tmp/spin.py; python3 /tmp/spin.py & python3 /tmp/spin.py; wait"
+        "printf \"{spin}\" > /tmp/spin.py; python3 /tmp/spin.py > /tmp/a.out & python3 /tmp/spin.py > /tmp/b.out; wait; cat /tmp/a.out /tmp/b.out"
     );
     let output = shell(&mut ws, &busy, &command).await;
     let shares: Vec<f64> = output
