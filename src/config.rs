@@ -372,6 +372,27 @@ impl From<&LlmConfig> for crate::llm::openai::Endpoint {
     }
 }
 
+/// `[telemetry]`: where OpenTelemetry spans and metrics go (OTLP over HTTP), if anywhere.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL, e.g. `http://127.0.0.1:4318`; empty: the
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` variable, else export is off.
+    pub otlp_endpoint: String,
+    /// Whether message content (`gen_ai.input.messages`, …) goes into spans.
+    pub capture_content: bool,
+}
+
+impl TelemetryConfig {
+    /// The settings export starts with.
+    pub fn settings(&self) -> crate::telemetry::TelemetrySettings {
+        crate::telemetry::TelemetrySettings {
+            endpoint: (!self.otlp_endpoint.is_empty()).then(|| self.otlp_endpoint.clone()),
+            capture_content: self.capture_content,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -404,6 +425,8 @@ pub struct Config {
     pub instructions: crate::session::instructions::InstructionsConfig,
     /// `[[hooks]]`: commands or URLs run around a session's work.
     pub hooks: Vec<crate::agent::hooks::HookConfig>,
+    /// `[telemetry]`: OpenTelemetry export.
+    pub telemetry: TelemetryConfig,
     /// The file this configuration was read from, which sandboxed commands must not read.
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -826,6 +849,13 @@ impl Config {
             return invalid("llm.base_url and llm.model must be set together".into());
         }
         self.validate_providers()?;
+        let otlp = &self.telemetry.otlp_endpoint;
+        if !(otlp.is_empty() || otlp.starts_with("http://") || otlp.starts_with("https://")) {
+            return invalid(format!(
+                "telemetry.otlp_endpoint {otlp:?} must start with http:// or https:// (the \
+                 collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318)"
+            ));
+        }
         if let Some(url) = &self.llm.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -32,6 +32,7 @@ pub mod server;
 pub mod session;
 pub mod store;
 pub mod tasks;
+pub mod telemetry;
 pub mod tools;
 
 pub use server::{Server, StartupError, run};

@@ -46,11 +46,18 @@ fn main() -> ExitCode {
         Some(Command::Exec(_)) => unreachable!("handled above"),
         None => (cli.serve, Some(true)),
     };
-    init_tracing_with("info");
     let config = match Config::load(&args, &|name| std::env::var(name).ok()) {
         Ok(config) => config,
         Err(err) => return fail(&err),
     };
+    let telemetry = match serving {
+        Some(true) => match start_telemetry(&config) {
+            Ok(telemetry) => telemetry,
+            Err(err) => return fail(&err),
+        },
+        _ => None,
+    };
+    init_tracing_with("info", telemetry.as_ref());
     let Some(serving) = serving else {
         print!("{}", config.to_effective_toml());
         return ExitCode::SUCCESS;
@@ -109,7 +116,7 @@ fn main() -> ExitCode {
             }
         });
     }
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let bind = config.server.bind;
         let server = match Server::start(config).await {
             Ok(server) => server,
@@ -132,14 +139,27 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    drop(runtime);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// Starts OpenTelemetry export when `[telemetry]` or the `OTEL_*` variables ask for it;
+/// before any runtime, since the exporters send from threads of their own.
+fn start_telemetry(config: &Config) -> Result<Option<agentd::telemetry::Telemetry>, String> {
+    let settings = config.telemetry.settings();
+    if !settings.wanted(&|name| std::env::var(name).ok()) {
+        return Ok(None);
+    }
+    agentd::telemetry::Telemetry::start(&settings).map(Some)
 }
 
 /// `agentd exec`: one task in-process; the exit code says how its turn ended.
 fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
     use std::io::Read as _;
-    // Only warnings and worse on stderr unless asked: it carries the summary line.
-    init_tracing_with("warn");
     let prompt = match args.prompt.as_deref() {
         Some(prompt) if prompt != "-" => prompt.to_string(),
         _ => {
@@ -166,6 +186,12 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         Ok(config) => config,
         Err(err) => return fail(&err),
     };
+    let telemetry = match start_telemetry(&config) {
+        Ok(telemetry) => telemetry,
+        Err(err) => return fail(&err),
+    };
+    // Only warnings and worse on stderr unless asked: it carries the summary line.
+    init_tracing_with("warn", telemetry.as_ref());
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
@@ -178,14 +204,19 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         cwd: args.cwd,
         approve_all: args.approve == "all",
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let server = match Server::start(config).await {
             Ok(server) => server,
             Err(err) => return fail(&err),
         };
         let mut stdout = std::io::stdout();
         ExitCode::from(server.exec(task, &mut stdout).await)
-    })
+    });
+    drop(runtime);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
 }
 
 /// Start-up failures: one line on stderr, exit code 2.
@@ -195,9 +226,26 @@ fn fail(err: &dyn std::fmt::Display) -> ExitCode {
 }
 
 /// `AGENTD_LOG` filters (default `default`); `AGENTD_LOG_FORMAT=json` switches to JSON lines.
-fn init_tracing_with(default: &str) {
+/// With `telemetry`, the GenAI spans also go to the OpenTelemetry exporter, whatever the
+/// log's filter.
+fn init_tracing_with(default: &str, telemetry: Option<&agentd::telemetry::Telemetry>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let json = std::env::var("AGENTD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    if let Some(telemetry) = telemetry {
+        use tracing_subscriber::prelude::*;
+        let log = tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .log_internal_errors(false)
+            .with_writer(std::io::stderr);
+        let traced = tracing_subscriber::registry().with(telemetry.layer());
+        if json {
+            traced.with(log.json().with_filter(filter)).init();
+        } else {
+            traced.with(log.with_filter(filter)).init();
+        }
+        return;
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -205,7 +253,7 @@ fn init_tracing_with(default: &str) {
         // reporting that on stderr as well would panic in the middle of a request.
         .log_internal_errors(false)
         .with_writer(std::io::stderr);
-    if std::env::var("AGENTD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+    if json {
         builder.json().init();
     } else {
         builder.init();

@@ -191,8 +191,45 @@ async fn post_tool_use<H: CallHost>(
     }
 }
 
-/// Takes a call through its foreground life and answers what it produced.
+/// Takes a call through its foreground life and answers what it produced; an
+/// `execute_tool` span covers it (hooks and approval included) when traces are exported.
 pub(crate) async fn run<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolResult {
+    use crate::telemetry;
+    use tracing::Instrument as _;
+    if !telemetry::on() {
+        return run_call(host, scope, call).await;
+    }
+    let span = telemetry::tool_span(call.prepared.name(), &call.tool_call_id);
+    if telemetry::capture_content() {
+        telemetry::attribute(
+            &span,
+            "gen_ai.tool.call.arguments",
+            call.arguments.to_string(),
+        );
+    }
+    let result = run_call(host, scope, call).instrument(span.clone()).await;
+    if result.success {
+        telemetry::attribute(&span, "agentd.tool.outcome", "success");
+    } else {
+        telemetry::attribute(&span, "agentd.tool.outcome", "failure");
+        let kind = result
+            .structured_metadata
+            .as_ref()
+            .and_then(|meta| meta["error"]["kind"].as_str())
+            .unwrap_or("tool_error");
+        telemetry::failed(&span, kind);
+    }
+    if telemetry::capture_content() {
+        telemetry::attribute(&span, "gen_ai.tool.call.result", result.output.clone());
+    }
+    let cost: f64 = result.costs.iter().map(|row| row.actual_usd).sum();
+    if cost > 0.0 {
+        telemetry::attribute(&span, "agentd.cost.usd", cost);
+    }
+    result
+}
+
+async fn run_call<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolResult {
     let name = call.prepared.name().to_string();
     host.emit(SessionEvent::ToolStarted {
         turn_id: scope.turn_id.clone(),
@@ -292,11 +329,31 @@ async fn approve<H: CallHost>(
         agent_id: None,
     };
     let timeout = scope.approvals.timeout();
+    crate::telemetry::event(
+        &tracing::Span::current(),
+        "agentd.approval.requested",
+        vec![opentelemetry::KeyValue::new(
+            "agentd.approval.id",
+            approval_id.clone(),
+        )],
+    );
     let outcome = tokio::select! {
         answer = host.ask_approval(ask) => answer.ok_or("the session stopped"),
         () = call.cancel.cancelled() => Err("interrupted"),
         () = tokio::time::sleep(timeout) => Err("timeout"),
     };
+    let decision = match &outcome {
+        Ok(answer) => answer.decision.as_str(),
+        Err(why) => why,
+    };
+    crate::telemetry::event(
+        &tracing::Span::current(),
+        "agentd.approval.resolved",
+        vec![opentelemetry::KeyValue::new(
+            "agentd.approval.decision",
+            decision.to_string(),
+        )],
+    );
     let declined = |text: String, detail: Value| {
         Some(ToolResult::failure(text).with_metadata(json!({"error": detail})))
     };

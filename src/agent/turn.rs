@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::call::{self, Call, CallScope};
 use super::compaction::{self, Compaction, CompactionError};
@@ -271,9 +272,15 @@ impl<H: TurnHost> Turn<H> {
                 Ok(reserved) => reserved,
                 Err(ending) => return ending,
             };
-            let response = match self.call_model(request).await {
+            let traced = TracedChat::start(&self.settings, &request);
+            let response = match self
+                .call_model(request)
+                .instrument(traced.span.clone())
+                .await
+            {
                 Ok(response) => response,
                 Err(err) => {
+                    traced.failed(err.kind());
                     // No row: what a failed call cost is unknown (see the protocol's deviations).
                     self.scope.ledger.release(&self.model_hold());
                     return Ending::Failed {
@@ -282,7 +289,8 @@ impl<H: TurnHost> Turn<H> {
                     };
                 }
             };
-            self.bill(reserved, response.usage, spend).await;
+            let cost = self.bill(reserved, response.usage, spend).await;
+            traced.finished(&response, cost);
             if !response.text.is_empty() {
                 self.host
                     .emit(SessionEvent::MessageCompleted {
@@ -411,8 +419,14 @@ impl<H: TurnHost> Turn<H> {
             hold: format!("{}#compaction", self.turn_id),
             cancel: self.cancel.clone(),
         };
-        match compaction.run(system, &history, specs).await {
+        let span = crate::telemetry::work_span("compaction", "auto");
+        let outcome = compaction
+            .run(system, &history, specs)
+            .instrument(span.clone())
+            .await;
+        match outcome {
             Ok(compacted) => {
+                crate::telemetry::attribute(&span, "agentd.cost.usd", compacted.cost_usd);
                 spend.tokens_in += compacted.usage.prompt_tokens;
                 spend.tokens_out += compacted.usage.completion_tokens;
                 spend.tokens_cached += compacted.usage.cached_tokens;
@@ -425,6 +439,7 @@ impl<H: TurnHost> Turn<H> {
                 view
             }
             Err(err) => {
+                crate::telemetry::attribute(&span, "agentd.compaction.outcome", err.to_string());
                 if !matches!(err, CompactionError::NothingToCompact) {
                     tracing::warn!(%err, "compaction failed; the oldest messages are left out instead");
                 }
@@ -458,8 +473,8 @@ impl<H: TurnHost> Turn<H> {
             })
     }
 
-    /// Records one model call's cost row and adds it to the turn's totals.
-    async fn bill(&self, reserved: f64, usage: Option<Usage>, spend: &mut Spend) {
+    /// Records one model call's cost row and adds it to the turn's totals; answers its cost.
+    async fn bill(&self, reserved: f64, usage: Option<Usage>, spend: &mut Spend) -> f64 {
         let usage = usage.unwrap_or_default();
         let actual = self
             .scope
@@ -476,6 +491,7 @@ impl<H: TurnHost> Turn<H> {
         spend.tokens_out += usage.completion_tokens;
         spend.tokens_cached += usage.cached_tokens;
         spend.cost_usd += actual;
+        actual
     }
 
     /// The hold of this turn's model call in flight (a turn makes one at a time).
@@ -646,5 +662,101 @@ fn interrupted() -> Ending {
     Ending::Failed {
         code: "interrupted",
         message: "the turn was interrupted".into(),
+    }
+}
+
+/// One model request's `chat` span and what its metrics need; inert when export is off.
+struct TracedChat {
+    span: tracing::Span,
+    provider: String,
+    model: String,
+    started: Instant,
+}
+
+impl TracedChat {
+    /// Opens the span of `request`, named by the provider's vendor (else its configured
+    /// name) and the model id as that provider knows it.
+    fn start(settings: &AgentSettings, request: &ChatRequest) -> Self {
+        use crate::telemetry;
+        let started = Instant::now();
+        if !telemetry::on() {
+            return Self {
+                span: tracing::Span::none(),
+                provider: String::new(),
+                model: String::new(),
+                started,
+            };
+        }
+        let (provider, model) = match settings.models.resolve(&request.model) {
+            Ok((route, bare)) => (
+                route
+                    .vendor
+                    .map_or_else(|| route.name.clone(), str::to_string),
+                bare.to_string(),
+            ),
+            Err(_) => ("unknown".to_string(), request.model.clone()),
+        };
+        let span = telemetry::chat_span(&provider, &model);
+        telemetry::attribute(
+            &span,
+            "gen_ai.request.max_tokens",
+            i64::from(request.max_tokens),
+        );
+        if telemetry::capture_content() {
+            let messages = serde_json::to_string(&request.messages).unwrap_or_default();
+            telemetry::attribute(&span, "gen_ai.input.messages", messages);
+        }
+        Self {
+            span,
+            provider,
+            model,
+            started,
+        }
+    }
+
+    fn outcome(&self) -> crate::telemetry::ChatOutcome<'_> {
+        crate::telemetry::ChatOutcome {
+            provider: &self.provider,
+            model: &self.model,
+            duration: self.started.elapsed(),
+            ..Default::default()
+        }
+    }
+
+    fn failed(&self, kind: &str) {
+        if crate::telemetry::on() {
+            let outcome = crate::telemetry::ChatOutcome {
+                error: Some(kind),
+                ..self.outcome()
+            };
+            crate::telemetry::chat_finished(&self.span, &outcome);
+        }
+    }
+
+    fn finished(&self, response: &ChatResponse, cost_usd: f64) {
+        use crate::telemetry;
+        if !telemetry::on() {
+            return;
+        }
+        let usage = response.usage.unwrap_or_default();
+        if telemetry::capture_content() {
+            let output = json!([{
+                "role": "assistant",
+                "content": response.text,
+                "tool_calls": response.tool_calls,
+            }]);
+            telemetry::attribute(&self.span, "gen_ai.output.messages", output.to_string());
+        }
+        let outcome = telemetry::ChatOutcome {
+            finish_reason: response.finish_reason.as_deref(),
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            cache_read_tokens: usage.cached_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            cost_usd,
+            first_chunk: response.first_token,
+            ..self.outcome()
+        };
+        telemetry::chat_finished(&self.span, &outcome);
     }
 }

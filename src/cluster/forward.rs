@@ -42,21 +42,21 @@ impl Cluster {
     ) -> Result<(Result<Value, Refusal>, i64), Undelivered> {
         self.metrics().cluster_forwarded.inc();
         let body = json!({"session_id": session_id, "user": user, "call": call});
-        let response = self
+        let mut request = self
             .http()
             .post(format!("{url}{CALL_PATH}"))
             .bearer_auth(self.secret().expose())
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|err| {
-                if err.is_connect() {
-                    Undelivered::Unreachable(err.to_string())
-                } else {
-                    Undelivered::Lost(err.to_string())
-                }
-            })?;
+            .header("content-type", "application/json");
+        if let Some(traceparent) = crate::telemetry::current_traceparent() {
+            request = request.header("traceparent", traceparent);
+        }
+        let response = request.body(body.to_string()).send().await.map_err(|err| {
+            if err.is_connect() {
+                Undelivered::Unreachable(err.to_string())
+            } else {
+                Undelivered::Lost(err.to_string())
+            }
+        })?;
         let status = response.status();
         let bytes = response
             .bytes()

@@ -39,7 +39,7 @@ pub async fn call(
     if !same_secret(presented, cluster.secret.expose()) {
         return unauthorized();
     }
-    let forwarded: Forwarded = match serde_json::from_slice(&body) {
+    let mut forwarded: Forwarded = match serde_json::from_slice(&body) {
         Ok(forwarded) => forwarded,
         Err(err) => {
             return (
@@ -49,6 +49,13 @@ pub async fn call(
                 .into_response();
         }
     };
+    // The forwarding node's span is the parent of what the call starts here.
+    if let Some(traceparent) = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+    {
+        forwarded.call.continue_trace(traceparent.to_string());
+    }
     let caller = Caller {
         user: forwarded.user,
     };

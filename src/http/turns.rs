@@ -89,16 +89,21 @@ pub async fn start_turn(
     }
     let mut interrupts = 0;
     let mut after_end = false;
+    // The caller's trace context (W3C `traceparent`), which the turn's span continues.
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string);
     let started = loop {
         let (input, images, turn_id) = (text.clone(), images.clone(), body.turn_id.clone());
         let outcome = if after_end {
             // A turn's slot is free a moment after its end was told.
             handle
-                .start_turn_after_end(input, images, turn_id, choice.clone())
+                .start_turn_after_end(input, images, turn_id, choice.clone(), traceparent.clone())
                 .await
         } else {
             handle
-                .start_turn(input, images, turn_id, choice.clone())
+                .start_turn_traced(input, images, turn_id, choice.clone(), traceparent.clone())
                 .await
         };
         after_end = true;

@@ -212,6 +212,10 @@ impl Transport {
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "text/event-stream")
             .body(body.to_vec());
+        // The provider (or a gateway before it) continues the turn's trace.
+        if let Some(traceparent) = crate::telemetry::current_traceparent() {
+            builder = builder.header("traceparent", traceparent);
+        }
         if let Some(key) = &self.api_key {
             builder = match self.auth {
                 Auth::Bearer => builder.bearer_auth(key.expose()),

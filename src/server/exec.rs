@@ -184,7 +184,7 @@ impl Server {
     ) -> Result<Ending, String> {
         // A retry follows the previous turn's end at once.
         let turn_id = handle
-            .start_turn_after_end(prompt, Vec::new(), None, choice.clone())
+            .start_turn_after_end(prompt, Vec::new(), None, choice.clone(), None)
             .await
             .map_err(|err| err.to_string())?;
         let mut final_text = String::new();

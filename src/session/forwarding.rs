@@ -41,6 +41,9 @@ pub enum ForwardedCall {
         /// The model the turn chose.
         #[serde(default)]
         model: Option<String>,
+        /// The W3C trace context the turn continues.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
         /// The reasoning effort the turn chose.
         #[serde(default)]
         reasoning_effort: Option<String>,
@@ -169,19 +172,14 @@ impl Relay {
                     let _ = reply.send(());
                 }),
             ),
-            Command::StartTurn {
-                input,
-                images,
-                turn_id,
-                choice,
-                reply,
-            } => relay(
+            Command::StartTurn { start, reply } => relay(
                 ForwardedCall::StartTurn {
-                    input,
-                    images: images.into_vec(),
-                    turn_id,
-                    model: choice.model,
-                    reasoning_effort: choice.reasoning_effort,
+                    input: start.input,
+                    images: start.images,
+                    turn_id: start.turn_id,
+                    model: start.choice.model,
+                    traceparent: start.traceparent,
+                    reasoning_effort: start.choice.reasoning_effort,
                 },
                 Box::new(move |value| {
                     let _ = reply.send(typed(value));
@@ -275,6 +273,35 @@ impl Relay {
     }
 }
 
+impl ForwardedCall {
+    /// The trace context it continues, for the calls that carry one.
+    pub fn traceparent(&self) -> Option<&str> {
+        match self {
+            Self::StartTurn { traceparent, .. } => traceparent.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Continues the trace `traceparent` names (the forwarding node's span, from the request's
+    /// header) in place of the one the call carried.
+    pub fn continue_trace(&mut self, from: String) {
+        if let Self::StartTurn { traceparent, .. } = self {
+            *traceparent = Some(from);
+        }
+    }
+
+    /// The method it came from, for the forwarding span's name.
+    pub(crate) fn method(&self) -> &'static str {
+        match self {
+            Self::Describe => "session/describe",
+            Self::InvokeTool { .. } => "tool/invoke",
+            Self::ToolList => "tool/list",
+            Self::StartTurn { .. } => "turn/start",
+            _ => "session",
+        }
+    }
+}
+
 /// Runs a forwarded call on the owner's actor.
 pub(crate) async fn run(
     handle: &SessionHandle,
@@ -302,13 +329,18 @@ pub(crate) async fn run(
             images,
             turn_id,
             model,
+            traceparent,
             reasoning_effort,
         } => {
             let choice = super::ModelChoice {
                 model,
                 reasoning_effort,
             };
-            json!(handle.start_turn(input, images, turn_id, choice).await?)
+            json!(
+                handle
+                    .start_turn_traced(input, images, turn_id, choice, traceparent)
+                    .await?
+            )
         }
         ForwardedCall::SetModel {
             model,

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::forwarding::{ForwardedCall, Relay};
@@ -899,7 +900,14 @@ impl Sessions {
                 Ok(Route::Remote(url)) => url,
                 Err(err) => return relay.answer(Err(err)),
             };
-            match cluster.forward(&url, session_id, user, &relay.call).await {
+            // The owner's span continues this one: the forward carries its `traceparent`.
+            let span = crate::telemetry::work_span("cluster_forward", relay.call.method());
+            crate::telemetry::adopt_parent(&span, relay.call.traceparent());
+            let forwarded = cluster
+                .forward(&url, session_id, user, &relay.call)
+                .instrument(span)
+                .await;
+            match forwarded {
                 Ok((outcome, seq)) => {
                     settle(seq).await;
                     let outcome = outcome

@@ -346,11 +346,8 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Arc<ToolCatalog>>,
     },
     StartTurn {
-        input: String,
-        // Boxed: a Vec would make every command larger.
-        images: Box<[ImageInput]>,
-        turn_id: Option<String>,
-        choice: ModelChoice,
+        // Boxed: the rest of a turn's start would make every command larger.
+        start: Box<TurnStart>,
         reply: oneshot::Sender<Result<String, SessionError>>,
     },
     SetModel {
@@ -598,11 +595,28 @@ impl SessionHandle {
         turn_id: Option<String>,
         choice: ModelChoice,
     ) -> Result<String, SessionError> {
+        self.start_turn_traced(input, images, turn_id, choice, None)
+            .await
+    }
+
+    /// [`SessionHandle::start_turn`] continuing the caller's trace: `traceparent` (W3C) is
+    /// the parent of the turn's `invoke_agent` span.
+    pub async fn start_turn_traced(
+        &self,
+        input: String,
+        images: Vec<ImageInput>,
+        turn_id: Option<String>,
+        choice: ModelChoice,
+        traceparent: Option<String>,
+    ) -> Result<String, SessionError> {
         self.ask(|reply| Command::StartTurn {
-            input,
-            images: images.into_boxed_slice(),
-            turn_id,
-            choice,
+            start: Box::new(TurnStart {
+                input,
+                images,
+                turn_id,
+                choice,
+                traceparent,
+            }),
             reply,
         })
         .await?
@@ -617,15 +631,17 @@ impl SessionHandle {
         images: Vec<ImageInput>,
         turn_id: Option<String>,
         choice: ModelChoice,
+        traceparent: Option<String>,
     ) -> Result<String, SessionError> {
         let mut tries = 0;
         loop {
             let started = self
-                .start_turn(
+                .start_turn_traced(
                     input.clone(),
                     images.clone(),
                     turn_id.clone(),
                     choice.clone(),
+                    traceparent.clone(),
                 )
                 .await;
             match started {
@@ -747,6 +763,17 @@ pub struct ModelChoice {
     pub model: Option<String>,
     /// `none`, `minimal`, `low`, `medium`, `high` or `xhigh`.
     pub reasoning_effort: Option<String>,
+}
+
+/// What a turn starts with, as the actor is asked for it.
+#[derive(Debug)]
+pub(crate) struct TurnStart {
+    pub(crate) input: String,
+    pub(crate) images: Vec<ImageInput>,
+    pub(crate) turn_id: Option<String>,
+    pub(crate) choice: ModelChoice,
+    /// The W3C trace context the turn's span continues.
+    pub(crate) traceparent: Option<String>,
 }
 
 /// The reasoning efforts the APIs know.

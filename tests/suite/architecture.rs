@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("fs_safe", 11),
     ("heap", 11),
     ("secret", 11),
+    ("telemetry", 11),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -25,5 +25,6 @@ mod server;
 mod storage;
 mod sub_agents;
 mod tasks;
+mod telemetry;
 mod tool_core;
 mod transfer;

@@ -82,9 +82,10 @@ impl Connection {
                     return Dispatched::Now(Err(err.into()), None);
                 }
                 let turn_id = params.turn_id;
+                let traceparent = params.meta.and_then(|meta| meta.traceparent);
                 self.with_session(&params.session_id, |handle| async move {
                     handle
-                        .start_turn(input, images, turn_id, choice)
+                        .start_turn_traced(input, images, turn_id, choice, traceparent)
                         .await
                         .map(|turn_id| json!({"turn_id": turn_id}))
                         .map_err(RpcError::from)

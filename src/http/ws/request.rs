@@ -198,6 +198,16 @@ pub(super) struct TurnParams {
     pub model: Option<String>,
     /// The reasoning effort for this turn only.
     pub reasoning_effort: Option<String>,
+    /// `_meta`: the caller's trace context.
+    #[serde(rename = "_meta", default)]
+    pub meta: Option<TurnMeta>,
+}
+
+/// `turn/start`'s `_meta`.
+#[derive(Deserialize, Default)]
+pub(super) struct TurnMeta {
+    /// A W3C trace context the turn's `invoke_agent` span continues.
+    pub traceparent: Option<String>,
 }
 
 impl TurnParams {

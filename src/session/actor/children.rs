@@ -447,7 +447,15 @@ impl SessionActor {
         let tool_call_id = child.tool_call_id.clone();
         let reports = self.reports.sender();
         let id = agent_id.to_string();
-        let span = tracing::info_span!("sub_agent", agent_id = %id, run);
+        // A child's turn is an `invoke_agent` inside its parent's turn, when one runs.
+        let span = if crate::telemetry::on() {
+            let parent = self.turn.as_ref().map(|turn| &turn.span);
+            let span = crate::telemetry::agent_span(&self.session_id, &turn.turn_id, &id, parent);
+            crate::telemetry::attribute(&span, "gen_ai.agent.id", id.clone());
+            span
+        } else {
+            tracing::info_span!("sub_agent", agent_id = %id, run)
+        };
         self.tracker.spawn(
             async move {
                 turn.run().await;

@@ -87,6 +87,8 @@ pub(crate) struct ActorSetup {
 struct RunningTurn {
     turn_id: String,
     cancel: CancellationToken,
+    /// The span it runs in, the parent of its sub-agents' spans.
+    span: tracing::Span,
     /// `turn/interrupt` callers, answered once the turn has ended and said so.
     interrupters: Vec<oneshot::Sender<bool>>,
     /// `turn/steer` input not yet read by the model: it joins the history before the turn's
@@ -499,16 +501,8 @@ impl SessionActor {
             Command::Catalog { reply } => {
                 let _ = reply.send(self.registry.catalog());
             }
-            Command::StartTurn {
-                input,
-                images,
-                turn_id,
-                choice,
-                reply,
-            } => {
-                let outcome = self
-                    .start_turn(input, images.into_vec(), turn_id, choice)
-                    .await;
+            Command::StartTurn { start, reply } => {
+                let outcome = self.start_turn(*start).await;
                 let _ = reply.send(outcome);
             }
             Command::SetModel { choice, reply } => {

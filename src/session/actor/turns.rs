@@ -21,11 +21,15 @@ impl SessionActor {
     /// Starts a turn in its own task; `turn/started` is emitted before the caller hears back.
     pub(super) async fn start_turn(
         &mut self,
-        input: String,
-        images: Vec<crate::session::ImageInput>,
-        turn_id: Option<String>,
-        choice: crate::session::ModelChoice,
+        start: crate::session::TurnStart,
     ) -> Result<String, SessionError> {
+        let crate::session::TurnStart {
+            input,
+            images,
+            turn_id,
+            choice,
+            traceparent,
+        } = start;
         if self.write_health.is_failing() {
             return Err(SessionError::StorageUnavailable(
                 "a turn's events could not be stored".into(),
@@ -87,7 +91,11 @@ impl SessionActor {
             cancel,
             session_start: !std::mem::replace(&mut self.session_started, true),
         };
-        let span = tracing::info_span!("turn", turn_id = %turn_id);
+        let span = crate::telemetry::agent_span(&self.session_id, &turn_id, "agentd", None);
+        crate::telemetry::adopt_parent(&span, traceparent.as_deref());
+        if let Some(running) = &mut self.turn {
+            running.span = span.clone();
+        }
         self.tracker.spawn(turn.run().instrument(span));
         Ok(turn_id)
     }
@@ -178,6 +186,7 @@ impl SessionActor {
         self.turn = Some(RunningTurn {
             turn_id: turn_id.to_string(),
             cancel: cancel.clone(),
+            span: tracing::Span::none(),
             interrupters: Vec::new(),
             steers: Vec::new(),
         });

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::parse_args;
 use crate::llm::pricing::{Allowance, CallCost, Pricing};
@@ -261,6 +262,8 @@ impl RunPipeline {
         let mut costs: Vec<CallCost> = Vec::new();
         let mut allowance = Allowance::new(ctx.budget_left_usd);
         let mut in_flight = FuturesUnordered::new();
+        // Each running node's span, closed when its call ends.
+        let mut node_spans = vec![tracing::Span::none(); total];
         let mut reported_done = 0;
         let mut cancelled = false;
         loop {
@@ -309,12 +312,18 @@ impl RunPipeline {
                 states[idx] = NodeState::Running {
                     reserved_usd: reserved,
                 };
-                in_flight.push(call_node(
-                    Arc::clone(&self.provider),
-                    idx,
-                    request,
-                    ctx.cancel.child_token(),
-                ));
+                let span = crate::telemetry::work_span("pipeline_node", &node.id);
+                crate::telemetry::attribute(&span, "gen_ai.request.model", node.model.clone());
+                in_flight.push(
+                    call_node(
+                        Arc::clone(&self.provider),
+                        idx,
+                        request,
+                        ctx.cancel.child_token(),
+                    )
+                    .instrument(span.clone()),
+                );
+                node_spans[idx] = span;
             }
             let done = states.iter().filter(|s| s.is_done()).count();
             if done != reported_done {
@@ -346,6 +355,21 @@ impl RunPipeline {
                 Err(_) => Usage::default(),
             };
             let row = self.cost_row(node, reserved, usage, true);
+            let span = std::mem::replace(&mut node_spans[idx], tracing::Span::none());
+            crate::telemetry::attribute(&span, "agentd.cost.usd", row.actual_usd);
+            crate::telemetry::attribute(
+                &span,
+                "gen_ai.usage.input_tokens",
+                i64::try_from(usage.prompt_tokens).unwrap_or(i64::MAX),
+            );
+            crate::telemetry::attribute(
+                &span,
+                "gen_ai.usage.output_tokens",
+                i64::try_from(usage.completion_tokens).unwrap_or(i64::MAX),
+            );
+            if let Err(err) = &outcome {
+                crate::telemetry::failed(&span, err.kind());
+            }
             allowance.settle(reserved, row.actual_usd);
             costs.push(row);
             states[idx] = match outcome {
