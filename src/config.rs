@@ -1193,6 +1193,13 @@ usd_per_minute = 0.5
         config.sandbox.cpu_max_percent = 0;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("sandbox.cpu_max_percent"), "{err}");
+        let config =
+            Config::from_toml("[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("telemetry.otlp_endpoint"), "{err}");
+        let config =
+            Config::from_toml("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n").unwrap();
+        assert!(config.validate().is_ok());
         let default_memory = Config::default().sandbox.memory_max_mb_or_default();
         assert!((64..=4096).contains(&default_memory), "{default_memory}");
         let mut config = Config::default();
