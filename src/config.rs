@@ -427,6 +427,8 @@ pub struct Config {
     pub hooks: Vec<crate::agent::hooks::HookConfig>,
     /// `[telemetry]`: OpenTelemetry export.
     pub telemetry: TelemetryConfig,
+    /// `[[agents]]`: agent profiles sessions and sub-agents may pick.
+    pub agents: Vec<crate::session::profiles::AgentProfile>,
     /// The file this configuration was read from, which sandboxed commands must not read.
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -474,6 +476,23 @@ pub enum Command {
     /// Run one task in-process and exit: 0 completed, 1 failed, 2 bad usage or
     /// configuration, 3 stopped by the budget, a policy or a hook.
     Exec(ExecArgs),
+    /// Speak the Agent Client Protocol (v1) on stdin/stdout, for editors such as Zed.
+    Acp(AcpArgs),
+}
+
+/// `agentd acp`: where the sessions run.
+#[derive(Clone, Debug, Args)]
+pub struct AcpArgs {
+    /// Bridge to a running agentd at this WebSocket URL instead of running in-process (not
+    /// yet available).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The file holding the bearer token for `--url`.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Settings, as for `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 /// `agentd exec`: the task and how to report it.
@@ -849,6 +868,7 @@ impl Config {
             return invalid("llm.base_url and llm.model must be set together".into());
         }
         self.validate_providers()?;
+        crate::session::profiles::validate(&self.agents).map_err(ConfigError::Invalid)?;
         let otlp = &self.telemetry.otlp_endpoint;
         if !(otlp.is_empty() || otlp.starts_with("http://") || otlp.starts_with("https://")) {
             return invalid(format!(

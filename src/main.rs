@@ -29,6 +29,9 @@ fn main() -> ExitCode {
     if let Some(Command::Exec(exec)) = cli.command {
         return exec_task(exec);
     }
+    if let Some(Command::Acp(acp)) = cli.command {
+        return acp_stdio(acp);
+    }
     let mut backup_file = None;
     let mut gc = false;
     let (args, serving) = match cli.command {
@@ -43,7 +46,7 @@ fn main() -> ExitCode {
             backup_file = Some(backup.file);
             (backup.serve, Some(false))
         }
-        Some(Command::Exec(_)) => unreachable!("handled above"),
+        Some(Command::Exec(_) | Command::Acp(_)) => unreachable!("handled above"),
         None => (cli.serve, Some(true)),
     };
     let config = match Config::load(&args, &|name| std::env::var(name).ok()) {
@@ -213,6 +216,65 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         ExitCode::from(server.exec(task, &mut stdout).await)
     });
     drop(runtime);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// `agentd acp`: the Agent Client Protocol on stdio. stdout carries only protocol lines: the
+/// protocol keeps a copy of it, and fd 1 becomes stderr, so nothing else this process or its
+/// children print can reach the client; fd 0 becomes /dev/null for the children likewise.
+fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
+    use std::os::fd::AsFd as _;
+    if args.url.is_some() || args.token_file.is_some() {
+        return fail(
+            &"acp --url/--token-file (bridging to a running agentd) is not available yet; run \
+              `agentd acp --config F`, which hosts the sessions in-process",
+        );
+    }
+    let config = match Config::load(&args.serve, &|name| std::env::var(name).ok()) {
+        Ok(config) => config,
+        Err(err) => return fail(&err),
+    };
+    let telemetry = match start_telemetry(&config) {
+        Ok(telemetry) => telemetry,
+        Err(err) => return fail(&err),
+    };
+    // Warnings and worse only, on stderr: editors show it as the agent's log.
+    init_tracing_with("warn", telemetry.as_ref());
+    let protocol = (
+        std::io::stdin().as_fd().try_clone_to_owned(),
+        std::io::stdout().as_fd().try_clone_to_owned(),
+        std::fs::File::open("/dev/null"),
+    );
+    let (Ok(input), Ok(output), Ok(null)) = protocol else {
+        return fail(&"cannot take over stdin and stdout");
+    };
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: dup2 on descriptors this process owns; it only replaces fds 0 and 1, whose
+        // old files the protocol holds through the copies above.
+        let redirected = unsafe { libc::dup2(null.as_raw_fd(), 0) >= 0 && libc::dup2(2, 1) >= 0 };
+        if !redirected {
+            return fail(&"cannot take over stdin and stdout");
+        }
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
+    };
+    let code = runtime.block_on(async move {
+        let server = match Server::start(config).await {
+            Ok(server) => server,
+            Err(err) => return fail(&err),
+        };
+        let input = tokio::fs::File::from_std(std::fs::File::from(input));
+        let output = tokio::fs::File::from_std(std::fs::File::from(output));
+        ExitCode::from(server.acp(input, output).await)
+    });
+    // Blocking reads of stdin may still wait in the runtime's pool: do not wait for them.
+    runtime.shutdown_background();
     if let Some(telemetry) = telemetry {
         telemetry.shutdown();
     }

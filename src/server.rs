@@ -39,6 +39,9 @@ pub enum StartupError {
     /// `[instructions] file` cannot be read.
     #[error("{0}")]
     Instructions(String),
+    /// An agent profile names a model no provider serves.
+    #[error("agents {0:?}: {1}")]
+    Profile(String, String),
     /// A directory could not be created.
     #[error("cannot create {what} {path}: {source}")]
     Directory {
@@ -286,6 +289,7 @@ fn spawn_daily_sweep(
     });
 }
 
+pub mod acp;
 pub mod exec;
 
 impl Server {
@@ -440,6 +444,13 @@ impl Server {
             (store, None)
         };
         let agent = agent_settings(&config, &metrics)?;
+        for profile in &config.agents {
+            if let (Some(model), Some(agent)) = (&profile.model, agent.as_deref()) {
+                agent.models.resolve(model).map_err(|unknown| {
+                    StartupError::Profile(profile.name.clone(), unknown.to_string())
+                })?;
+            }
+        }
         let mcp = crate::tools::mcp::start_servers(
             &config.mcp_servers,
             &config.server.data_dir,
@@ -495,6 +506,7 @@ impl Server {
                     .load()
                     .map_err(StartupError::Instructions)?,
                 hooks: config.hooks.clone().into(),
+                profiles: crate::session::profiles::Profiles::new(config.agents.clone()),
             },
             Arc::clone(&metrics),
             cancel.clone(),

@@ -139,7 +139,12 @@ impl Telemetry {
         use tracing_subscriber::Layer as _;
         tracing_opentelemetry::layer()
             .with_tracer(self.tracer.tracer("agentd"))
+            // Only the attributes of the conventions and agentd's own: no source location,
+            // thread, target or busy/idle timings.
             .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
             .with_filter(
                 tracing_subscriber::filter::Targets::new()
                     .with_target(TARGET, tracing::Level::INFO),

@@ -42,6 +42,8 @@ struct RunRecord {
 
 /// One child agent's state that outlives its runs.
 pub(crate) struct ChildHost {
+    /// The sub-agent prompt, then its profile's instructions.
+    system: String,
     agent_id: String,
     registry: Mutex<ToolRegistry>,
     catalog: CatalogCell,
@@ -75,9 +77,15 @@ impl ChildHost {
         journal: HistoryJournal,
         reports: mpsc::Sender<TaskReport>,
         parent: ActorLink,
+        instructions: Option<String>,
     ) -> Self {
+        let system = match instructions {
+            Some(own) => format!("{SUB_AGENT_PROMPT}\n\n{own}"),
+            None => SUB_AGENT_PROMPT.to_string(),
+        };
         Self {
             agent_id,
+            system,
             catalog: registry.catalog_cell(),
             registry: Mutex::new(registry),
             history: Mutex::new(journal.messages.clone()),
@@ -236,8 +244,8 @@ impl CallHost for ChildHost {
 }
 
 impl TurnHost for ChildHost {
-    fn system_prompt(&self) -> &'static str {
-        SUB_AGENT_PROMPT
+    fn system_prompt(&self) -> &str {
+        &self.system
     }
 
     async fn begin_iteration(&self, turn_start: bool) -> Option<Arc<[ToolSpec]>> {

@@ -101,6 +101,8 @@ fn read_cursor(cursor: &str) -> Result<(time::OffsetDateTime, String), ApiError>
 pub struct NewSessionBody {
     /// The session's directory, relative to the caller's workspace root.
     cwd: Option<String>,
+    /// The agent profile (`[[agents]]`) it is opened as.
+    agent: Option<String>,
 }
 
 /// `POST /api/sessions`: creates a session of the caller's, as `session/open` without an id
@@ -119,7 +121,15 @@ pub async fn create_session(
     } else {
         serde_json::from_slice(&body).map_err(|err| ApiError::BadRequest(format!("body: {err}")))?
     };
-    let (_, row) = app.sessions().create(&caller, body.cwd.as_deref()).await?;
+    let (_, row) = app
+        .sessions()
+        .create_as(
+            &caller,
+            body.cwd.as_deref(),
+            body.agent.as_deref(),
+            Vec::new(),
+        )
+        .await?;
     Ok((StatusCode::CREATED, Json(json!(row))))
 }
 

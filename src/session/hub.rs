@@ -102,6 +102,8 @@ pub struct SessionsConfig {
     pub instructions: super::instructions::OperatorInstructions,
     /// `[[hooks]]`.
     pub hooks: Arc<[crate::agent::hooks::HookConfig]>,
+    /// `[[agents]]`.
+    pub profiles: super::profiles::Profiles,
 }
 
 struct Live {
@@ -200,6 +202,11 @@ impl Sessions {
         Ok(())
     }
 
+    /// The agent profiles of `[[agents]]`.
+    pub fn profiles(&self) -> &super::profiles::Profiles {
+        &self.inner.config.profiles
+    }
+
     /// The store behind the sessions.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
@@ -261,6 +268,42 @@ impl Sessions {
         caller: &Caller,
         cwd: Option<&str>,
     ) -> Result<(SessionHandle, SessionRow), SessionError> {
+        self.create_with_mcp(caller, cwd, Vec::new()).await
+    }
+
+    /// [`Self::create`] with MCP servers of the session's own besides the configured ones (an
+    /// ACP client's `mcpServers`): started with its actor like `scope = "session"` servers, and
+    /// not stored, so they live as long as this actor.
+    pub async fn create_with_mcp(
+        &self,
+        caller: &Caller,
+        cwd: Option<&str>,
+        mcp: Vec<crate::tools::mcp::McpServerConfig>,
+    ) -> Result<(SessionHandle, SessionRow), SessionError> {
+        self.create_as(caller, cwd, None, mcp).await
+    }
+
+    /// [`Self::create_with_mcp`] as the agent profile `agent` (`[[agents]]`), which the session
+    /// keeps: its instructions, model and tool policy.
+    pub async fn create_as(
+        &self,
+        caller: &Caller,
+        cwd: Option<&str>,
+        agent: Option<&str>,
+        mcp: Vec<crate::tools::mcp::McpServerConfig>,
+    ) -> Result<(SessionHandle, SessionRow), SessionError> {
+        if let Some(agent) = agent {
+            self.inner
+                .config
+                .profiles
+                .get(agent)
+                .map_err(SessionError::InvalidParams)?;
+        }
+        if !mcp.is_empty() && self.inner.config.cluster.is_some() {
+            return Err(SessionError::NotYetAvailable(
+                "a client's own MCP servers are not available in cluster mode",
+            ));
+        }
         let rel = self.admit_new(caller, cwd.unwrap_or_default()).await?;
         let row = self
             .inner
@@ -271,12 +314,13 @@ impl Sessions {
                 cwd: rel.to_string_lossy().into_owned(),
                 title: None,
                 parent_session_id: None,
+                agent: agent.map(str::to_string),
             })
             .await?;
         self.inner.metrics.sessions_created.inc();
         let handle = match &self.inner.config.cluster {
             Some(_) => self.follow(&row).await?,
-            None => self.load(&row, None).await?,
+            None => self.load_with_mcp(&row, None, mcp).await?,
         };
         Ok((handle, row))
     }
@@ -315,6 +359,7 @@ impl Sessions {
                 cwd: rel.to_string_lossy().into_owned(),
                 title: imported.title.clone(),
                 parent_session_id: None,
+                agent: None,
             })
             .await?;
         let id = row.session_id.clone();
@@ -387,6 +432,7 @@ impl Sessions {
                     user_name: caller.user.clone(),
                     cwd,
                     title: source.title.clone(),
+                    agent: source.agent.clone(),
                     parent_session_id: Some(source.session_id),
                 },
                 cut,
@@ -468,6 +514,26 @@ impl Sessions {
         }
     }
 
+    /// [`Self::handle`] starting `mcp` (see [`Self::create_with_mcp`]) with the actor when it
+    /// is not loaded yet; a loaded actor keeps the servers it has.
+    pub async fn handle_with_mcp(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        mcp: Vec<crate::tools::mcp::McpServerConfig>,
+    ) -> Result<SessionHandle, SessionError> {
+        if mcp.is_empty() {
+            return self.handle(caller, session_id).await;
+        }
+        if self.inner.config.cluster.is_some() {
+            return Err(SessionError::NotYetAvailable(
+                "a client's own MCP servers are not available in cluster mode",
+            ));
+        }
+        let row = self.row(caller, session_id).await?;
+        self.load_with_mcp(&row, None, mcp).await
+    }
+
     /// Stops the session's actor, if loaded, and deletes the session with all its data.
     pub async fn delete(&self, caller: &Caller, session_id: &str) -> Result<(), SessionError> {
         self.row(caller, session_id).await?;
@@ -530,6 +596,16 @@ impl Sessions {
         row: &SessionRow,
         owned: Option<Lease>,
     ) -> Result<SessionHandle, SessionError> {
+        self.load_with_mcp(row, owned, Vec::new()).await
+    }
+
+    /// [`Self::load`] starting `extra_mcp` too when it starts the actor.
+    async fn load_with_mcp(
+        &self,
+        row: &SessionRow,
+        owned: Option<Lease>,
+        extra_mcp: Vec<crate::tools::mcp::McpServerConfig>,
+    ) -> Result<SessionHandle, SessionError> {
         let mut live = self.inner.live.lock().await;
         if let Some(existing) = live.get(&row.session_id)
             && !existing.handle.is_closed()
@@ -538,6 +614,16 @@ impl Sessions {
         }
         let root = self.session_root(row);
         let mut registry = self.inner.base.snapshot_excluding(&[]);
+        let profile = row.agent.as_deref().and_then(|name| {
+            let found = self.inner.config.profiles.get(name);
+            if let Err(err) = &found {
+                tracing::warn!(session_id = %row.session_id, %err, "the session's agent profile is gone; it runs without one");
+            }
+            found.ok()
+        });
+        if let Some(policy) = profile.and_then(|p| p.tool_policy.clone()) {
+            registry.narrow(policy);
+        }
         // Every session gets its own workspace: its own change journal and processes.
         let caller = Caller {
             user: row.user_name.clone(),
@@ -577,13 +663,21 @@ impl Sessions {
             registry,
             last_seq: row.last_seq,
             idle_unload: self.inner.config.idle_unload,
+            profiles: self.inner.config.profiles.clone(),
             cancel,
             tracker: self.inner.tracker.clone(),
             metrics: Arc::clone(&self.inner.metrics),
             llm_configured: self.inner.config.llm_configured,
             agent: self.inner.config.agent.clone(),
             tasks_dir: self.inner.config.tasks_dir.clone(),
-            mcp_servers: self.inner.config.mcp_per_session.clone(),
+            mcp_servers: self
+                .inner
+                .config
+                .mcp_per_session
+                .iter()
+                .cloned()
+                .chain(extra_mcp)
+                .collect(),
             mcp_states: mcp,
             shared_mcp: self.inner.config.mcp.clone(),
             approvals: crate::agent::approval::Approvals::new(
@@ -593,10 +687,19 @@ impl Sessions {
             unsupported: Arc::clone(&self.inner.unsupported),
             write_health: Arc::clone(&self.inner.write_health),
             choice: crate::session::ModelChoice {
-                model: row.model.clone(),
+                model: row
+                    .model
+                    .clone()
+                    .or_else(|| profile.and_then(|p| p.model.clone())),
                 reasoning_effort: row.reasoning_effort.clone(),
             },
-            instructions: self.inner.config.instructions.clone(),
+            instructions: super::instructions::OperatorInstructions {
+                text: super::profiles::with_profile(
+                    self.inner.config.instructions.text.as_deref(),
+                    profile,
+                ),
+                max_bytes: self.inner.config.instructions.max_bytes,
+            },
             hooks: Arc::clone(&self.inner.config.hooks),
             user_root: user_root
                 .strip_prefix(&self.inner.config.workspace)

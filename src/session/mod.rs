@@ -7,6 +7,7 @@ pub mod forwarding;
 pub mod hub;
 pub mod instructions;
 pub mod open_work;
+pub mod profiles;
 mod quota;
 pub mod retention;
 pub mod transfer;

@@ -98,7 +98,14 @@ pub async fn sweep(
         report.tasks = paths.len();
         for path in paths {
             // Gone already (a deleted session's) is as good as removed.
-            let _ = std::fs::remove_file(Path::new(&path));
+            let path = Path::new(&path);
+            let _ = std::fs::remove_file(path);
+            // A sub-agent's history and profile marker sit beside its output.
+            if let Some(stem) = path.file_stem().and_then(|stem| stem.to_str()) {
+                for beside in [format!("{stem}.history.jsonl"), format!("{stem}.agent")] {
+                    let _ = std::fs::remove_file(path.with_file_name(beside));
+                }
+            }
         }
     }
     Ok(report)
@@ -120,6 +127,7 @@ mod tests {
             cwd: String::new(),
             title: None,
             parent_session_id: None,
+            agent: None,
         }
     }
 

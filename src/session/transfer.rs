@@ -198,6 +198,7 @@ mod tests {
             updated_at: at,
             last_seq: 9,
             parent_session_id: None,
+            agent: None,
             model: Some("p/m".into()),
             reasoning_effort: None,
         };

@@ -115,6 +115,8 @@ pub struct NewSession {
     pub title: Option<String>,
     /// The session it is forked from, for a fork.
     pub parent_session_id: Option<String>,
+    /// The agent profile it is opened with (`[[agents]]`), if any.
+    pub agent: Option<String>,
 }
 
 /// One session as stored; serialises as the REST `sessions` entries.
@@ -138,6 +140,9 @@ pub struct SessionRow {
     pub last_seq: i64,
     /// The session it was forked from, for a fork (until that one is deleted).
     pub parent_session_id: Option<String>,
+    /// The agent profile it was opened with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// The model it uses, when it chose one (else the server's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,

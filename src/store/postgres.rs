@@ -182,6 +182,7 @@ impl Store for PostgresStore {
             updated_at: now,
             last_seq: 0,
             parent_session_id: new.parent_session_id.clone(),
+            agent: new.agent.clone(),
             model: None,
             reasoning_effort: None,
         })
@@ -760,7 +761,7 @@ fn session_insert<'q>(
 ) -> sqlx::query::Query<'q, sqlx::Postgres, <sqlx::Postgres as sqlx::Database>::Arguments<'q>> {
     sqlx::query(
         "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-         last_seq, parent_session_id) VALUES ($1, $2, $3, $4, $5, $5, 0, $6)",
+         last_seq, parent_session_id, agent) VALUES ($1, $2, $3, $4, $5, $5, 0, $6, $7)",
     )
     .bind(without_nul(&new.session_id))
     .bind(user_name)
@@ -768,6 +769,7 @@ fn session_insert<'q>(
     .bind(without_nul(&new.cwd))
     .bind(now)
     .bind(new.parent_session_id.as_deref().map(without_nul))
+    .bind(new.agent.as_deref().map(without_nul))
 }
 
 /// Records one cost row.

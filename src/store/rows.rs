@@ -9,7 +9,7 @@ use super::{CostRow, EventRow, Lease, SessionRow, StoreResult, TaskRow, TaskStat
 
 /// The columns `session_row` reads, in every backend's `SELECT`.
 pub(crate) const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq, parent_session_id, \
-     model, reasoning_effort";
+     model, reasoning_effort, agent";
 /// The columns `task_row` reads.
 pub(crate) const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, \
      exit_code, reason, total_bytes, output_path, created_at, finished_at";
@@ -73,6 +73,7 @@ pub(crate) fn session_row(row: &impl StoredRow) -> StoreResult<SessionRow> {
         updated_at: row.time("updated_at")?,
         last_seq: row.int("last_seq")?,
         parent_session_id: row.opt_text("parent_session_id")?,
+        agent: row.opt_text("agent")?,
         model: row.opt_text("model")?,
         reasoning_effort: row.opt_text("reasoning_effort")?,
     })

@@ -309,7 +309,7 @@ fn session_insert<'q>(
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, <sqlx::Sqlite as sqlx::Database>::Arguments<'q>> {
     sqlx::query(
         "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-         last_seq, parent_session_id) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+         last_seq, parent_session_id, agent) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?)",
     )
     .bind(&new.session_id)
     .bind(&new.user_name)
@@ -318,6 +318,7 @@ fn session_insert<'q>(
     .bind(now_text)
     .bind(now_text)
     .bind(&new.parent_session_id)
+    .bind(&new.agent)
 }
 
 /// Appends one message of a session's history; returns its index.
@@ -502,6 +503,7 @@ impl Store for SqliteStore {
             updated_at: now,
             last_seq: 0,
             parent_session_id: new.parent_session_id.clone(),
+            agent: new.agent.clone(),
             model: None,
             reasoning_effort: None,
         })

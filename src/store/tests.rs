@@ -145,6 +145,7 @@ fn new_session(id: &str, user: Option<&str>) -> NewSession {
         cwd: "project".to_owned(),
         title: None,
         parent_session_id: None,
+        agent: None,
     }
 }
 
@@ -1267,6 +1268,7 @@ fn rows_serialise_as_the_contract_shapes() {
         updated_at: at(0) + time::Duration::microseconds(7),
         last_seq: 3,
         parent_session_id: Some("s0".to_owned()),
+        agent: None,
         model: None,
         reasoning_effort: None,
     };
@@ -1311,6 +1313,7 @@ async fn a_fork_copies_events_and_messages_up_to_the_cut(store: Arc<dyn Store>, 
         .fork_session(
             &NewSession {
                 parent_session_id: Some("src".into()),
+                agent: None,
                 ..new_session("fork", Some("alice"))
             },
             2,

@@ -195,6 +195,10 @@ impl ToolRegistry {
 
     /// Shows the deferral tool while anything is deferred, describing exactly what is.
     pub(super) fn sync_deferral_tool(&mut self) {
+        let refused = match &self.deferral_tool {
+            Some(deferral) => self.hard_refuses(&deferral.name, &[]),
+            None => return,
+        };
         let Some(deferral) = self.deferral_tool.as_mut() else {
             return;
         };
@@ -205,10 +209,6 @@ impl ToolRegistry {
             .filter(|name| *name != deferral.name)
             .collect();
         let registered = self.tools.contains_key(deferral.name.as_str());
-        let refused = self
-            .hard_policy
-            .as_ref()
-            .is_some_and(|p| !p.is_allowed(&deferral.name));
         if listed.is_empty() || refused {
             if registered {
                 self.tools.remove(deferral.name.as_str());

@@ -58,6 +58,9 @@ pub struct ToolRegistry {
     /// registers its tools later, and a server's tool that went away may come back.
     pub(super) spawn_only_pending: BTreeSet<String>,
     pub(super) hard_policy: Option<ToolPolicy>,
+    /// Policies that narrow this registry further (an agent profile's): a tool must pass
+    /// each, and tools registered later are held to them too.
+    pub(super) narrowed: Vec<ToolPolicy>,
     pub(super) provider_policy: Option<ToolPolicy>,
     pub(super) context_filter: Vec<String>,
     pub(super) lifecycle: ToolLifecycle,
@@ -103,6 +106,7 @@ impl ToolRegistry {
             spawn_only: BTreeSet::new(),
             spawn_only_pending: BTreeSet::new(),
             hard_policy: None,
+            narrowed: Vec::new(),
             provider_policy: None,
             context_filter: Vec::new(),
             lifecycle,
@@ -148,10 +152,7 @@ impl ToolRegistry {
             validator: Arc::new(validator),
             tool,
         };
-        let refused = self
-            .hard_policy
-            .as_ref()
-            .is_some_and(|p| p.verdict(&name, entry.tool.tags()) != Verdict::Allowed);
+        let refused = self.hard_refuses(&name, entry.tool.tags());
         if refused {
             self.tools.remove(name.as_str());
             self.deferred.remove(&name);
@@ -296,6 +297,36 @@ impl ToolRegistry {
         refused
     }
 
+    /// Narrows the registry by one more policy (an agent profile's) on top of the hard one:
+    /// tools it refuses are removed as by [`ToolRegistry::apply_policy`], and tools registered
+    /// later must pass it too. Answers the names removed.
+    pub fn narrow(&mut self, policy: ToolPolicy) -> Vec<String> {
+        let refused: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(name, entry)| policy.verdict(name, entry.tool.tags()) != Verdict::Allowed)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        for name in &refused {
+            if let Some(entry) = self.tools.remove(name.as_str()) {
+                self.removed.insert(name.clone(), entry);
+            }
+            self.deferred.remove(name);
+            self.spawn_only.remove(name);
+        }
+        self.narrowed.push(policy);
+        self.changed();
+        refused
+    }
+
+    /// Whether the hard policy or a narrowing one refuses the tool `name`.
+    pub(super) fn hard_refuses(&self, name: &str, tags: &[&str]) -> bool {
+        self.hard_policy
+            .iter()
+            .chain(&self.narrowed)
+            .any(|p| p.verdict(name, tags) != Verdict::Allowed)
+    }
+
     /// The system-wide policy applied to this registry, if any.
     pub fn hard_policy(&self) -> Option<&ToolPolicy> {
         self.hard_policy.as_ref()
@@ -420,6 +451,7 @@ impl ToolRegistry {
                 .cloned()
                 .collect(),
             hard_policy: self.hard_policy.clone(),
+            narrowed: self.narrowed.clone(),
             provider_policy: self.provider_policy.clone(),
             context_filter: self.context_filter.clone(),
             lifecycle: self.lifecycle.fresh(),

@@ -1,5 +1,6 @@
 //! Integration test modules.
 
+mod acp;
 mod agent;
 mod anthropic;
 mod architecture;
@@ -18,6 +19,7 @@ mod long_sessions;
 mod mcp;
 mod mcp_server;
 mod models;
+mod profiles;
 mod responses;
 mod rest_turns;
 mod sandbox;

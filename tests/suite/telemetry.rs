@@ -307,6 +307,18 @@ async fn a_turn_with_a_tool_and_a_sub_agent_exports_genai_spans_and_metrics() {
     );
     assert_eq!(attr(turn, "gen_ai.agent.name").as_deref(), Some("agentd"));
     assert_eq!(attr(turn, "gen_ai.conversation.id"), Some(session.clone()));
+    for noise in [
+        "thread.id",
+        "thread.name",
+        "target",
+        "busy_ns",
+        "code.file.path",
+    ] {
+        assert!(
+            !turn.attributes.iter().any(|kv| kv.key == noise),
+            "{noise} is not exported"
+        );
+    }
 
     for (tool, call_id) in [
         ("read_file", "p1"),
@@ -479,8 +491,9 @@ async fn content_is_recorded_only_when_asked() {
     .await;
     ws.notification("turn/completed").await;
     collector
-        .until("the chat span", |r| {
+        .until("the turn's spans", |r| {
             r.spans.iter().any(|s| s.name == "chat mock-model")
+                && r.spans.iter().any(|s| s.name == "invoke_agent agentd")
         })
         .await;
     let spans = collector.spans();
@@ -561,6 +574,7 @@ async fn a_turn_forwarded_to_the_owning_node_stays_in_the_callers_trace() {
                 .iter()
                 .any(|s| s.name == "cluster_forward turn/start")
                 && r.spans.iter().any(|s| s.name == "chat mock-model")
+                && r.spans.iter().any(|s| s.name == "invoke_agent agentd")
         })
         .await;
     let spans = collector.spans();

@@ -72,6 +72,10 @@ impl Connection {
                 .await
             }
             Request::ModelList(_) => Dispatched::Now(Ok(self.model_list()), None),
+            Request::AgentList(_) => Dispatched::Now(
+                Ok(json!({"agents": self.app.sessions().profiles().list()})),
+                None,
+            ),
             Request::TurnStart(params) => {
                 let (input, images) = match params.input() {
                     Ok(input) => input,

@@ -65,6 +65,9 @@ pub(super) enum Request {
     /// `model/list`.
     #[serde(rename = "model/list")]
     ModelList(IgnoredParams),
+    /// `agent/list` (extension): the agent profiles.
+    #[serde(rename = "agent/list")]
+    AgentList(IgnoredParams),
     /// Any other method. Its params are skipped unread, so an unknown method is answered as
     /// unknown whatever its params hold.
     #[serde(other, deserialize_with = "skip_params")]
@@ -99,6 +102,7 @@ impl Request {
             Self::TaskOutputRead(_) => "task/output/read",
             Self::TaskCancel(_) => "task/cancel",
             Self::ModelList(_) => "model/list",
+            Self::AgentList(_) => "agent/list",
             Self::Unknown => return None,
         })
     }
@@ -118,6 +122,8 @@ pub(super) struct OpenParams {
     pub model: Option<String>,
     /// The reasoning effort its turns ask for.
     pub reasoning_effort: Option<String>,
+    /// The agent profile (`[[agents]]`) a new session is opened as.
+    pub agent: Option<String>,
 }
 
 impl OpenParams {

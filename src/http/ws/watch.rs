@@ -81,10 +81,26 @@ impl Connection {
         }
         let (session_id, resumed) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {
+                Ok(row) if params.agent.is_some() && params.agent != row.agent => {
+                    let refused = SessionError::InvalidParams(format!(
+                        "session {session_id} was opened as agent {:?}; an agent is chosen when \
+                         a session is created",
+                        row.agent.as_deref().unwrap_or("(none)")
+                    ));
+                    return Dispatched::Now(Err(refused.into()), None);
+                }
                 Ok(row) => (row.session_id, true),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
-            None => match sessions.create(&self.caller, params.cwd.as_deref()).await {
+            None => match sessions
+                .create_as(
+                    &self.caller,
+                    params.cwd.as_deref(),
+                    params.agent.as_deref(),
+                    Vec::new(),
+                )
+                .await
+            {
                 Ok((_handle, row)) => (row.session_id, false),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
@@ -130,8 +146,19 @@ impl Connection {
         if let Some(agent) = self.app.agent()
             && let Ok(row) = sessions.row(&self.caller, &session_id).await
         {
-            result["model"] = json!(row.model.as_deref().unwrap_or(&agent.model));
+            let profile_model = row
+                .agent
+                .as_deref()
+                .and_then(|name| sessions.profiles().get(name).ok())
+                .and_then(|profile| profile.model.as_deref());
+            result["model"] = json!(
+                row.model
+                    .as_deref()
+                    .or(profile_model)
+                    .unwrap_or(&agent.model)
+            );
             result["reasoning_effort"] = json!(row.reasoning_effort);
+            result["agent"] = json!(row.agent);
         }
         result["mcp"] = view.mcp;
         result["instructions"] = json!(view.instructions);

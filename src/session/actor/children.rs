@@ -92,6 +92,7 @@ impl SessionActor {
             SubAgentRequest::Spawn {
                 message,
                 model,
+                agent_type,
                 tool_call_id,
                 cancel,
                 reply,
@@ -100,7 +101,8 @@ impl SessionActor {
                 let outcome = if cancel.is_cancelled() {
                     Err(ToolError::model("cancelled", "the turn was interrupted"))
                 } else {
-                    self.spawn_child(message, model, tool_call_id).await
+                    self.spawn_child(message, model, agent_type, tool_call_id)
+                        .await
                 };
                 let _ = reply.send(outcome);
             }
@@ -171,6 +173,7 @@ impl SessionActor {
         &mut self,
         message: String,
         model: Option<String>,
+        agent_type: Option<String>,
         tool_call_id: String,
     ) -> Result<AgentStatus, ToolError> {
         let Some(settings) = self.agent.clone() else {
@@ -179,6 +182,16 @@ impl SessionActor {
                 "no model is configured for this server",
             ));
         };
+        let profile = match &agent_type {
+            Some(name) => Some(
+                self.profiles
+                    .get(name)
+                    .map_err(|err| ToolError::model("unknown_agent_type", err))?
+                    .clone(),
+            ),
+            None => None,
+        };
+        let model = model.or_else(|| profile.as_ref().and_then(|p| p.model.clone()));
         if self.children.len() >= settings.max_sub_agents {
             return Err(ToolError::model(
                 "agent_limit",
@@ -238,13 +251,24 @@ impl SessionActor {
                 "the sub-agent's history could not be created: {err}"
             ))
         })?;
+        if let Some(name) = &agent_type {
+            // A revived child (after a restart) works as the same profile.
+            let marker = profile_marker(self.tasks.dir(), &agent_id);
+            if let Err(err) = std::fs::write(&marker, name) {
+                tracing::error!(%err, "sub-agent profile not recorded");
+                return Err(ToolError::Fatal(format!(
+                    "the sub-agent's profile could not be recorded: {err}"
+                )));
+            }
+        }
         let host = Arc::new(ChildHost::new(
             agent_id.clone(),
-            self.child_registry(),
+            self.profiled_registry(profile.as_ref()),
             spool,
             journal,
             self.reports.sender(),
             ActorLink::new(self.turns.sender()),
+            profile.as_ref().and_then(|p| p.instructions.clone()),
         ));
         self.children.insert(
             agent_id.clone(),
@@ -334,13 +358,23 @@ impl SessionActor {
                 ),
             }
         };
+        let profile = std::fs::read_to_string(profile_marker(self.tasks.dir(), agent_id))
+            .ok()
+            .and_then(|name| match self.profiles.get(name.trim()) {
+                Ok(profile) => Some(profile.clone()),
+                Err(err) => {
+                    tracing::warn!(agent_id, %err, "the sub-agent's profile is gone");
+                    None
+                }
+            });
         let host = Arc::new(ChildHost::new(
             agent_id.to_string(),
-            self.child_registry(),
+            self.profiled_registry(profile.as_ref()),
             spool,
             journal,
             self.reports.sender(),
             ActorLink::new(self.turns.sender()),
+            profile.as_ref().and_then(|p| p.instructions.clone()),
         ));
         tracing::info!(agent_id, "sub-agent reopened from its history");
         self.children.insert(
@@ -385,6 +419,18 @@ impl SessionActor {
         denied.apply_policy(policy);
         let mut registry = denied.snapshot_excluding(CHILD_EXCLUDED);
         registry.clear_spawn_only();
+        registry
+    }
+
+    /// [`Self::child_registry`] narrowed by `profile`'s tool policy.
+    fn profiled_registry(
+        &self,
+        profile: Option<&crate::session::profiles::AgentProfile>,
+    ) -> crate::tools::ToolRegistry {
+        let mut registry = self.child_registry();
+        if let Some(policy) = profile.and_then(|p| p.tool_policy.clone()) {
+            registry.narrow(policy);
+        }
         registry
     }
 
@@ -615,4 +661,9 @@ fn closed_status(agent_id: &str) -> AgentStatus {
         answer: None,
         error: None,
     }
+}
+
+/// The file beside a sub-agent's task output naming the profile it works as.
+fn profile_marker(tasks_dir: &std::path::Path, agent_id: &str) -> std::path::PathBuf {
+    tasks_dir.join(format!("{agent_id}.agent"))
 }

@@ -48,6 +48,8 @@ pub(crate) const COMMAND_QUEUE: usize = 64;
 
 /// Everything an actor needs from the server when it starts.
 pub(crate) struct ActorSetup {
+    /// `[[agents]]`, for `spawn_agent {agent_type}`.
+    pub profiles: crate::session::profiles::Profiles,
     pub session_id: Arc<str>,
     pub store: Arc<dyn Store>,
     pub registry: ToolRegistry,
@@ -98,6 +100,7 @@ struct RunningTurn {
 
 /// One session's state, owned by one task.
 pub(crate) struct SessionActor {
+    profiles: crate::session::profiles::Profiles,
     session_id: Arc<str>,
     store: Arc<dyn Store>,
     registry: ToolRegistry,
@@ -201,6 +204,7 @@ impl SessionActor {
             linger_until: None,
             watchers: Vec::new(),
             idle_unload: setup.idle_unload,
+            profiles: setup.profiles,
             cancel: setup.cancel,
             tracker: setup.tracker,
             metrics: setup.metrics,

@@ -76,6 +76,8 @@ pub enum SubAgentRequest {
         message: String,
         /// Another model than the session's, by id.
         model: Option<String>,
+        /// The agent profile (`[[agents]]`) it works as.
+        agent_type: Option<String>,
         /// The call that spawned it, recorded on its task.
         tool_call_id: String,
         /// The spawning call's cancellation: a call already stopped starts no child.
@@ -187,6 +189,8 @@ struct SpawnArgs {
     message: String,
     #[serde(default)]
     model: Option<String>,
+    #[serde(default)]
+    agent_type: Option<String>,
 }
 
 /// Starts a child agent on a task.
@@ -207,7 +211,8 @@ impl Tool for SpawnAgent {
                     "type": "object",
                     "properties": {
                         "message": {"type": "string", "minLength": 1, "description": MESSAGE_SCHEMA},
-                        "model": {"type": "string", "description": "Another model id for this agent; the session's model when omitted."}
+                        "model": {"type": "string", "description": "Another model id for this agent; the session's model when omitted."},
+                        "agent_type": {"type": "string", "description": "An agent profile the server offers (its name), whose instructions, model and tool limits the agent gets; a plain sub-agent when omitted."}
                     },
                     "required": ["message"],
                     "additionalProperties": false
@@ -225,6 +230,7 @@ impl Tool for SpawnAgent {
         ask_status(ctx, |reply| SubAgentRequest::Spawn {
             message: args.message,
             model: args.model,
+            agent_type: args.agent_type,
             tool_call_id: ctx.tool_call_id.clone(),
             cancel: ctx.cancel.clone(),
             reply,

@@ -39,6 +39,7 @@ fn method_of(request: &Request) -> &'static str {
     match request {
         Request::SessionOpen(_) => "session/open",
         Request::ModelList(_) => "model/list",
+        Request::AgentList(_) => "agent/list",
         Request::SessionFork(_) => "session/fork",
         Request::SessionCompact(_) => "session/compact",
         Request::SessionUpdate(_) => "session/update",
@@ -93,6 +94,7 @@ fn every_method_reads_as_its_variant() {
         ("task/output/read", task.clone()),
         ("task/cancel", task),
         ("model/list", Value::Null),
+        ("agent/list", json!({})),
     ];
     for (method, params) in cases {
         let request = Request::read(method, params).unwrap_or_else(|err| {
@@ -124,7 +126,7 @@ fn every_method_reads_as_its_variant() {
             Request::TaskOutputRead(p) | Request::TaskCancel(p) => {
                 p.task_id == "t1" && p.output.mode.as_deref() == Some("tail")
             }
-            Request::ModelList(_) => true,
+            Request::ModelList(_) | Request::AgentList(_) => true,
             Request::Unknown => false,
         };
         assert!(read, "{method}");
