@@ -317,3 +317,66 @@ async fn pre_compact_and_session_end_hooks_run_with_their_json() {
     assert_eq!(ended["hook_event_name"], "SessionEnd");
     assert_eq!(ended["reason"], "closed");
 }
+
+#[tokio::test]
+async fn an_mcp_servers_tools_meet_the_same_hooks() {
+    let Some(script) = crate::suite::mcp::everything_script() else {
+        return;
+    };
+    let with_everything = crate::suite::mcp::with_everything(script);
+    let app = TestApp::spawn_with(move |c| {
+        with_everything(c);
+        c.hooks = vec![
+            command_hook(
+                HookEvent::PreToolUse,
+                "mcp__everything__echo",
+                "grep -q forbidden && { echo 'no forbidden echoes' >&2; exit 2; }; exit 0",
+            ),
+            command_hook(
+                HookEvent::PostToolUse,
+                "mcp__everything__*",
+                r#"echo '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "checked by the MCP hook"}}'"#,
+            ),
+        ];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+
+    let (notes, blocked) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "mcp__everything__echo",
+                   "arguments": {"message": "something forbidden"}}),
+        )
+        .await;
+    let blocked = &blocked["result"];
+    assert_eq!(blocked["success"], false, "{blocked}");
+    assert_eq!(
+        blocked["structured_metadata"]["error"]["kind"],
+        "hook_blocked"
+    );
+    assert!(
+        blocked["output"]
+            .as_str()
+            .unwrap()
+            .contains("no forbidden echoes"),
+        "{blocked}"
+    );
+    let ran: Vec<&Value> = notes.iter().filter(|n| n["method"] == "hook/ran").collect();
+    assert_eq!(ran.len(), 1, "{notes:?}");
+    assert_eq!(ran[0]["params"]["event"], "PreToolUse");
+
+    // Allowed through, the call runs on the MCP server and its answer carries the context
+    // the PostToolUse hook added.
+    let echoed = ws
+        .invoke(
+            &session,
+            "mcp__everything__echo",
+            json!({"message": "harmless"}),
+        )
+        .await;
+    let output = echoed["output"].as_str().unwrap();
+    assert!(output.starts_with("Echo: harmless"), "{echoed}");
+    assert!(output.contains("checked by the MCP hook"), "{echoed}");
+}
