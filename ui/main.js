@@ -4,7 +4,8 @@
 // starts a turn with the images pasted, dropped or picked into it (or steers the one running,
 // with its text only); the next turn may use another model or reasoning effort than the
 // session's. Compact
-// asks the server to summarise the older conversation between turns.
+// asks the server to summarise the older conversation between turns. "+ New session" may open
+// the session as one of the server's agent profiles (`agent/list`).
 
 import { Approvals } from './approvals.js';
 import { storeToken, takeToken, token } from './auth.js';
@@ -288,7 +289,7 @@ async function boot() {
   const tools = new Tools(byTestId('tools-panel'), state, connection, (list) => toolConsole.setTools(list));
   const sessions = new Sessions(byTestId('sessions'), byTestId('session-heading'), state, connection, {
     select: (sessionId) => switchTo(sessionId, { push: true }),
-    create: () => switchTo(null, { push: true }),
+    create: (agent) => (agent ? createAs(agent) : switchTo(null, { push: true })),
     notice: (text, kind, code) => conversation.notice(text, kind, code),
     chooseModel: (choice) => chooseModel(choice),
   });
@@ -315,6 +316,17 @@ async function boot() {
     sessions.showModels(modelList);
     cost.setModels(modelList?.models ?? []);
     showTurnChoice();
+  }
+
+  /** Reads the server's agent profiles anew (a restart may have changed them) and shows them. */
+  async function loadAgents() {
+    let agents = [];
+    try {
+      ({ agents = [] } = await connection.request('agent/list', {}));
+    } catch {
+      // A server without agent/list has no profiles: "+ New session" stays as it is.
+    }
+    sessions.showAgents(agents);
   }
 
   /**
@@ -455,6 +467,7 @@ async function boot() {
     if (typeof configured === 'boolean') showModel(configured);
     sessions.showSessionModel(opened.model ?? null, opened.reasoning_effort ?? null);
     loadModels();
+    loadAgents();
     // What the server offers may have changed while the page was away (a restart with
     // another configuration): tools, costs and the session's row are read on every open.
     tools.refresh();
@@ -479,6 +492,24 @@ async function boot() {
     if (connection.status === 'live') {
       openSession().catch((err) => conversation.notice(`Could not open the session: ${err.message}`));
     }
+  }
+
+  /**
+   * Opens a new session as the agent profile `agent`, then shows it. A session's agent is
+   * chosen only when it is created, so the session is created first, while the page still
+   * shows the one it had: a name the server refuses (a profile a restart removed) leaves the
+   * page where it was, with the server's reason. The profile brings its own model (else the
+   * server's default), so the model last chosen on the page does not go with it.
+   */
+  async function createAs(agent) {
+    let opened;
+    try {
+      opened = await connection.request('session/open', { agent });
+    } catch (err) {
+      conversation.notice(`The session was not created as ${agent}: ${err.message}`, 'error', err.kind);
+      return;
+    }
+    switchTo(opened.session_id, { push: true });
   }
 
   /** Forks the shown session after the event `seq` and shows the fork. */

@@ -2,7 +2,10 @@
 // and the heading of the session shown — its title, which a click makes editable
 // (`session/update`), the session it was forked from, and the model and reasoning effort its
 // turns use (from `model/list`; a change is a `session/open` with `model`, which the server
-// stores). A fork is marked in the list and links to its parent. Choosing a session is the
+// stores). A fork is marked in the list and links to its parent. With agent profiles
+// configured (`agent/list`), a select beside "+ New session" picks the profile the next new
+// session opens as — the only moment a session's agent can be chosen — and a session opened
+// as one carries its name as a badge in the list and the heading. Choosing a session is the
 // page's job (it changes the URL and re-opens). The shown session's event count follows its
 // notifications' `seq`, so the list never lags behind the conversation.
 
@@ -55,6 +58,11 @@ export function effortOptions(unchosen) {
   ];
 }
 
+/** What an agent profile's option and note say beside its name: its description and model. */
+function agentDetails(profile) {
+  return [profile.description, profile.model ? `model ${profile.model}` : null].filter(Boolean).join(' · ');
+}
+
 /** The name a session goes by before it has a title. */
 function untitled(sessionId) {
   return `Session ${sessionId.slice(0, 8)}`;
@@ -67,7 +75,7 @@ export class Sessions {
    * @param {HTMLElement} heading the top bar's session heading
    * @param {import('./state.js').SessionState} state
    * @param {import('./connection.js').Connection} connection
-   * @param {{select: (id: string) => void, create: () => void,
+   * @param {{select: (id: string) => void, create: (agent: string | null) => void,
    *   notice: (text: string, kind: string, code?: string) => void,
    *   chooseModel: (choice: {model: string, reasoning_effort?: string}) => Promise<void>}} actions
    */
@@ -88,6 +96,7 @@ export class Sessions {
       input: byTestId('session-title-input', heading),
       forkOf: byTestId('session-fork-of', heading),
       label: byTestId('session-label', heading),
+      agent: byTestId('session-agent-badge', heading),
     };
     /** The session whose title is being edited, or null. */
     this.editing = null;
@@ -101,8 +110,16 @@ export class Sessions {
     /** The shown session's model and effort, as its last open said; null until then. */
     this.sessionModel = null;
     this.wireModelPicker();
+    this.agentPicker = {
+      root: byTestId('new-session-agent-picker', nav),
+      select: byTestId('new-session-agent', nav),
+      about: byTestId('new-session-agent-about', nav),
+    };
+    /** `agent/list`'s profiles; empty when the server has none (or no agent/list). */
+    this.agents = [];
+    this.agentPicker.select.addEventListener('change', () => this.showAgentAbout());
     this.refreshSoon = coalesce(() => this.refresh(), 200);
-    byTestId('new-session', nav).addEventListener('click', () => actions.create());
+    byTestId('new-session', nav).addEventListener('click', () => actions.create(this.chosenAgent()));
     this.wireTitleEditor();
     state.on('state/reset', () => {
       this.stopEditing();
@@ -180,6 +197,19 @@ export class Sessions {
     meta.textContent = `${when(session.updated_at)} · ${count} event${count === 1 ? '' : 's'}`;
   }
 
+  /** A badge naming the agent profile a session was opened as; null for a plain session. */
+  agentBadge(agent, testid) {
+    if (!agent) return null;
+    return h('span', { class: 'badge agent', testid, dataset: { agent }, title: this.agentTitle(agent), text: agent });
+  }
+
+  /** A badge's tooltip: the profile and, while the server still lists it, what it is. */
+  agentTitle(agent) {
+    const profile = this.agents.find((p) => p.name === agent);
+    const details = profile ? agentDetails(profile) : '';
+    return `Opened as the agent profile ${agent}${details ? `: ${details}` : ''}`;
+  }
+
   render() {
     const current = this.state.sessionId;
     this.metas.clear();
@@ -205,6 +235,7 @@ export class Sessions {
           { class: 'session-title-line' },
           parent ? h('span', { class: 'badge fork', testid: 'session-fork-mark', title: 'A fork of another session', text: '⑂ fork' }) : null,
           h('span', { class: 'session-title', testid: 'session-item-title', text: session.title || untitled(id) }),
+          this.agentBadge(session.agent, 'session-agent'),
         ),
         meta,
       );
@@ -230,9 +261,10 @@ export class Sessions {
   /** The top bar: the shown session's title, where it was forked from, its short id. */
   renderHeading() {
     const id = this.state.sessionId;
-    const { title, forkOf, label } = this.heading;
+    const { title, forkOf, label, agent } = this.heading;
     title.hidden = !id || this.editing;
     forkOf.hidden = true;
+    agent.hidden = true;
     label.textContent = id ? `session ${id.slice(0, 8)}` : '';
     label.title = id ?? '';
     if (!id) return;
@@ -245,6 +277,60 @@ export class Sessions {
       forkOf.replaceChildren('⑂ forked ', this.parentLink(row.parent_session_id, 'session-parent'));
       forkOf.hidden = false;
     }
+    if (row?.agent) {
+      agent.textContent = row.agent;
+      agent.dataset.agent = row.agent;
+      agent.title = this.agentTitle(row.agent);
+      agent.hidden = false;
+    }
+  }
+
+  /**
+   * Takes `agent/list`'s profiles. Without any the picker stays hidden and "+ New session"
+   * opens a plain session, as on a server that has no profiles at all.
+   */
+  showAgents(agents) {
+    this.agents = Array.isArray(agents) ? agents : [];
+    const { root, select } = this.agentPicker;
+    root.hidden = this.agents.length === 0;
+    // Rebuilt only when the list changes (a reconnect reads it anew), keeping the choice
+    // while the server still offers it.
+    const offered = JSON.stringify(this.agents);
+    if (select.dataset.offered !== offered) {
+      const chosen = select.value;
+      select.replaceChildren(
+        h('option', { value: '', text: 'plain agent', title: `No profile: the server's own instructions, model and tools` }),
+        ...this.agents.map((profile) => {
+          const details = agentDetails(profile);
+          return h('option', {
+            value: profile.name,
+            title: details || null,
+            dataset: profile.model ? { model: profile.model } : null,
+            text: details ? `${profile.name} — ${details}` : profile.name,
+          });
+        }),
+      );
+      select.dataset.offered = offered;
+      select.value = this.agents.some((p) => p.name === chosen) ? chosen : '';
+      // Badges' tooltips say what their profile is.
+      this.render();
+      this.renderHeading();
+    }
+    this.showAgentAbout();
+  }
+
+  /** The chosen profile's description and model, in full, under the picker. */
+  showAgentAbout() {
+    const profile = this.agents.find((p) => p.name === this.agentPicker.select.value);
+    const about = this.agentPicker.about;
+    about.textContent = profile ? agentDetails(profile) : '';
+    about.hidden = !about.textContent;
+  }
+
+  /** The profile the next new session opens as, or null for a plain session. */
+  chosenAgent() {
+    if (this.agentPicker.root.hidden) return null;
+    return this.agentPicker.select.value || null;
   }
 
   /** Takes `model/list`'s answer (null: the server has no model, or no model/list). */

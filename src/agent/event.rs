@@ -44,6 +44,16 @@ pub enum SessionEvent {
         /// Every changed file.
         files: Vec<crate::tools::checkpoint::FileChange>,
     },
+    /// The workspace was put back as it was before a turn; reverting `revert_id` undoes it.
+    #[serde(rename = "session/reverted")]
+    SessionReverted {
+        /// The turn reverted to (the state before it).
+        turn_id: String,
+        /// The checkpoint taken just before the revert.
+        revert_id: String,
+        /// What the revert did to each path.
+        files: Vec<serde_json::Value>,
+    },
     /// An operator hook ran, and what it decided.
     #[serde(rename = "hook/ran")]
     HookRan {

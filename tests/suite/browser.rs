@@ -13,6 +13,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use agentd::config::{Config, ModelCard, ModelPrice, PluginConfig, ProviderConfig};
+use agentd::session::profiles::AgentProfile;
 use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -1245,6 +1246,113 @@ async fn a_finished_turn_forks_into_a_new_session() {
         )
         .await;
     })
+    .await;
+}
+
+const REVIEWER_SAYS: &str = "You review changes; you never edit files.";
+
+#[tokio::test]
+async fn a_new_session_opens_as_the_agent_profile_chosen_and_shows_its_badge() {
+    let mock = MockLlm::start(Script::always(Reply::text(&["Looks fine."]))).await;
+    let configure = with_model(&mock);
+    let app = TestApp::spawn_with(move |c: &mut Config| {
+        configure(c);
+        c.agents.push(AgentProfile {
+            name: "reviewer".into(),
+            description: "Reads and comments; cannot write".into(),
+            instructions: Some(REVIEWER_SAYS.into()),
+            model: Some(MODEL.into()),
+            tool_policy: None,
+        });
+    })
+    .await;
+    let url = app.url("/");
+    in_browser(
+        "a_new_session_opens_as_the_agent_profile_chosen_and_shows_its_badge",
+        async |b| {
+            b.goto(&url).await;
+            let plain = b.live_session().await;
+
+            // The picker offers a plain agent (chosen) and the profile, with what it is.
+            let offered = b
+                .wait(
+                    "the agent picker",
+                    "!document.querySelector(tid('new-session-agent-picker')).hidden && [document.querySelector(tid('new-session-agent')).value, texts(tid('new-session-agent') + ' option'), document.querySelector(tid('new-session-agent-about')).hidden]",
+                )
+                .await;
+            assert_eq!(
+                offered,
+                json!(["", ["plain agent", "reviewer — Reads and comments; cannot write · model test-model"], true])
+            );
+            b.find("[data-testid=new-session-agent]").await.select_by_value("reviewer").await.unwrap();
+            assert_eq!(
+                b.js("return document.querySelector(tid('new-session-agent-about')).textContent").await,
+                "Reads and comments; cannot write · model test-model"
+            );
+
+            // + New session opens the next session as the profile.
+            b.click("[data-testid=new-session]").await;
+            let reviewed = b
+                .wait(
+                    "the new session, as the reviewer",
+                    &format!(
+                        "(() => {{ const id = new URL(location.href).searchParams.get('session');
+                           const badge = document.querySelector(tid('session-agent-badge'));
+                           return id && id !== '{plain}' && document.querySelector(tid('connection-status')).dataset.status === 'live'
+                             && !badge.hidden && badge.textContent === 'reviewer' && id; }})()"
+                    ),
+                )
+                .await;
+            let reviewed = reviewed.as_str().unwrap().to_string();
+            let listed = app.get_json("/api/sessions", None).await;
+            let agent_of = |id: &str| {
+                listed["sessions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|row| row["session_id"] == id)
+                    .unwrap_or_else(|| panic!("{id} listed: {listed}"))
+                    .get("agent")
+                    .cloned()
+            };
+            assert_eq!(agent_of(&reviewed), Some(json!("reviewer")), "{listed}");
+            assert_eq!(agent_of(&plain), None, "{listed}");
+
+            // The list marks the profile's session, and only it.
+            let badges = b
+                .wait(
+                    "the badge in the list",
+                    "$$(tid('session-item')).length === 2 && $$(tid('session-agent')).length === 1 && $$(tid('session-agent')).map((badge) => [badge.closest(tid('session-item')).dataset.sessionId, badge.dataset.agent, badge.textContent])",
+                )
+                .await;
+            assert_eq!(badges, json!([[reviewed, "reviewer", "reviewer"]]));
+
+            // Its turns run as the profile: its instructions reach the model.
+            b.fill("[data-testid=composer-input]", "Check my change").await;
+            b.click("[data-testid=send]").await;
+            b.wait("the end of the turn", "document.querySelector('[data-testid=turn][data-state=completed]')").await;
+            let system = mock.requests()[0]["messages"][0]["content"].to_string();
+            assert!(system.contains(REVIEWER_SAYS), "{system}");
+
+            // A profile the server does not know is refused, said so, and the page stays put.
+            b.js("const select = document.querySelector(tid('new-session-agent')); select.append(new Option('writer', 'writer')); select.value = 'writer';").await;
+            b.click("[data-testid=new-session]").await;
+            let refusal = b
+                .wait(
+                    "the refusal",
+                    "document.querySelector('[data-testid=conversation-notice][data-code=invalid_params]')?.textContent",
+                )
+                .await;
+            let refusal = refusal.as_str().unwrap();
+            assert!(refusal.starts_with("The session was not created as writer:"), "{refusal}");
+            assert!(refusal.contains("reviewer"), "the profiles are named: {refusal}");
+            assert_eq!(
+                b.js("return new URL(location.href).searchParams.get('session')").await,
+                reviewed.as_str()
+            );
+            assert_eq!(app.get_json("/api/sessions", None).await["sessions"].as_array().unwrap().len(), 2);
+        },
+    )
     .await;
 }
 

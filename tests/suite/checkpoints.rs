@@ -109,6 +109,32 @@ async fn a_shell_turns_changes_are_diffed_and_reverted() {
         )
         .await;
     assert!(files(&again).is_empty(), "{again}");
+    assert!(again.get("revert_id").is_none(), "nothing to undo: {again}");
+
+    // The revert can itself be reverted: the workspace is as the turn left it again.
+    let revert_id = reverted["revert_id"]
+        .as_str()
+        .expect("a revert id")
+        .to_string();
+    let undone = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": revert_id}),
+        )
+        .await;
+    assert_eq!(
+        files(&undone),
+        pairs(&[
+            ("edit.txt", "modified"),
+            ("gone.txt", "deleted"),
+            ("made.txt", "added")
+        ])
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("edit.txt")).unwrap(),
+        "ONE\ntwo\n"
+    );
+    assert!(root.join("made.txt").exists() && !root.join("gone.txt").exists());
 
     let (_, refused) = ws
         .call(
@@ -123,4 +149,13 @@ async fn a_shell_turns_changes_are_diffed_and_reverted() {
     // The diff was stored with the session's events.
     let events = app.replay(&session).await;
     assert!(events.iter().any(|e| e["method"] == "turn/diff"));
+    // So were both reverts, each naming the checkpoint that undoes it.
+    let reverts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["method"] == "session/reverted")
+        .collect();
+    assert_eq!(reverts.len(), 2, "{events:?}");
+    assert_eq!(reverts[0]["params"]["turn_id"], turn_id.as_str());
+    assert_eq!(reverts[0]["params"]["revert_id"], revert_id.as_str());
+    assert_eq!(reverts[1]["params"]["turn_id"], revert_id.as_str());
 }

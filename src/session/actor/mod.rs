@@ -340,10 +340,30 @@ impl SessionActor {
             ));
         };
         let before = Arc::clone(before);
-        let files = tokio::task::spawn_blocking(move || before.restore(&workspace, dry_run))
-            .await
-            .map_err(|err| SessionError::InvalidParams(format!("revert failed: {err}")))?
-            .map_err(|err| SessionError::InvalidParams(format!("revert stopped at {err}")))?;
+        let restore = |dry_run: bool| {
+            let (before, workspace) = (Arc::clone(&before), workspace.clone());
+            async move {
+                tokio::task::spawn_blocking(move || before.restore(&workspace, dry_run))
+                    .await
+                    .map_err(|err| SessionError::InvalidParams(format!("revert failed: {err}")))?
+                    .map_err(|err| SessionError::InvalidParams(format!("revert stopped at {err}")))
+            }
+        };
+        let mut revert_id = None;
+        let files = if dry_run {
+            restore(true).await?
+        } else {
+            let planned = restore(true).await?;
+            if planned.is_empty() {
+                planned
+            } else {
+                // The revert is a checkpoint of its own: reverting `revert_id` undoes it.
+                let id = format!("revert_{}", uuid::Uuid::new_v4().simple());
+                self.checkpoint(&id).await;
+                revert_id = Some(id);
+                restore(false).await?
+            }
+        };
         // What reverting undoes is the opposite of what the turns did.
         let undone: Vec<Value> = files
             .iter()
@@ -356,10 +376,17 @@ impl SessionActor {
                 json!({"path": file.path, "change": change})
             })
             .collect();
-        if !dry_run {
-            tracing::info!(turn_id, files = undone.len(), "workspace reverted");
-        }
-        Ok(json!({"files": undone, "dry_run": dry_run}))
+        let Some(revert_id) = revert_id else {
+            return Ok(json!({"files": undone, "dry_run": dry_run}));
+        };
+        tracing::info!(turn_id, files = undone.len(), "workspace reverted");
+        self.emit(SessionEvent::SessionReverted {
+            turn_id: turn_id.to_string(),
+            revert_id: revert_id.clone(),
+            files: undone.clone(),
+        })
+        .await;
+        Ok(json!({"files": undone, "dry_run": false, "revert_id": revert_id}))
     }
 
     /// What the session's turns are told now: the operator's and the repository's
