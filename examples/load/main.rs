@@ -1,14 +1,14 @@
 //! A load generator that measures agentd from outside, as a client sees it, beside a bare axum
 //! WebSocket echo server (the "floor") measured the same way in the same run.
 //!
-//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|cache|adapters|mcp|mcp-serve|cluster|soak|all> [options]`
+//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|cache|adapters|telemetry|mcp|mcp-serve|cluster|soak|all> [options]`
 //!
 //! Both servers run as child processes so that their CPU time and resident memory can be read
 //! from /proc without counting the client's own. Modules: `child` (the servers as processes),
 //! `floor` (the echo server), `client` (the JSON-RPC WebSocket client), `report` (percentiles
 //! and tables), `mock_model` (the zero-latency model of three APIs), and one module per
-//! scenario family: `invoke` (rtt, conc), `opens`, `idle`, `turns`, `cache`, `adapters`, `mcp`,
-//! `mcp_serve`, `cluster`, `soak`.
+//! scenario family: `invoke` (rtt, conc), `opens`, `idle`, `turns`, `cache`, `adapters`,
+//! `telemetry`, `mcp`, `mcp_serve`, `cluster`, `soak`.
 
 mod adapters;
 mod cache;
@@ -24,6 +24,7 @@ mod mock_model;
 mod opens;
 mod report;
 mod soak;
+mod telemetry;
 mod turns;
 
 use std::path::PathBuf;
@@ -53,6 +54,8 @@ enum Scenario {
     Cache,
     /// Turn overhead of each model API adapter: chat completions, Responses, Anthropic.
     Adapters,
+    /// Tool-call turns with the OTLP exporter off, then on: its cost per tool call.
+    Telemetry,
     /// A tool of an MCP server called directly, then through agentd.
     Mcp,
     /// agentd's own `/mcp`: `tools/call` beside `tool/invoke` over the WebSocket.
@@ -74,8 +77,8 @@ struct Cli {
     /// The scenario to run.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Measured requests (turns for `turns`, `cache` and `adapters`); `conc` runs for --secs
-    /// unless this is given.
+    /// Measured requests (turns for `turns`, `cache`, `adapters` and `telemetry`); `conc` runs
+    /// for --secs unless this is given.
     #[arg(long)]
     requests: Option<u64>,
     /// Connections of `conc`.
@@ -93,7 +96,7 @@ struct Cli {
     /// How long `idle` waits after closing its sessions before reading memory again.
     #[arg(long)]
     settle_secs: Option<f64>,
-    /// Tool calls per model answer in `turns`.
+    /// Tool calls per model answer in `turns` and `telemetry`.
     #[arg(long)]
     tool_calls: Option<usize>,
     /// agentd's `server.idle_unload_secs` (default: agentd's own, 1800): how long a session's
@@ -127,7 +130,7 @@ pub struct Settings {
     pub sessions: usize,
     /// Wait of `idle` after closing.
     pub settle: Duration,
-    /// Tool calls per model answer in `turns`.
+    /// Tool calls per model answer in `turns` and `telemetry`.
     pub tool_calls: usize,
     /// Whether the counts are the smoke ones.
     pub smoke: bool,
@@ -297,6 +300,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
         Scenario::Turns,
         Scenario::Cache,
         Scenario::Adapters,
+        Scenario::Telemetry,
         Scenario::Mcp,
         Scenario::McpServe,
     ];
@@ -315,6 +319,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Turns => turns::run(settings).await,
             Scenario::Cache => cache::run(settings).await,
             Scenario::Adapters => adapters::run(settings).await,
+            Scenario::Telemetry => telemetry::run(settings).await,
             Scenario::Mcp => mcp::run(settings).await,
             Scenario::McpServe => mcp_serve::run(settings).await,
             Scenario::Cluster => cluster::run(settings).await,
