@@ -150,6 +150,17 @@ fn main() -> ExitCode {
     code
 }
 
+/// The configuration, telemetry and a log of warnings and worse on stderr, for the commands
+/// whose stdout is their output (`exec`, `acp`).
+fn quiet_start(
+    serve: &agentd::config::ServeArgs,
+) -> Result<(Config, Option<agentd::telemetry::Telemetry>), ExitCode> {
+    let config = Config::load(serve, &|name| std::env::var(name).ok()).map_err(|err| fail(&err))?;
+    let telemetry = start_telemetry(&config).map_err(|err| fail(&err))?;
+    init_tracing_with("warn", telemetry.as_ref());
+    Ok((config, telemetry))
+}
+
 /// Starts OpenTelemetry export when `[telemetry]` or the `OTEL_*` variables ask for it;
 /// before any runtime, since the exporters send from threads of their own.
 fn start_telemetry(config: &Config) -> Result<Option<agentd::telemetry::Telemetry>, String> {
@@ -185,16 +196,11 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         Some(Ok(schema)) => Some(schema),
         None => None,
     };
-    let config = match Config::load(&args.serve, &|name| std::env::var(name).ok()) {
-        Ok(config) => config,
-        Err(err) => return fail(&err),
-    };
-    let telemetry = match start_telemetry(&config) {
-        Ok(telemetry) => telemetry,
-        Err(err) => return fail(&err),
-    };
     // Only warnings and worse on stderr unless asked: it carries the summary line.
-    init_tracing_with("warn", telemetry.as_ref());
+    let (config, telemetry) = match quiet_start(&args.serve) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
@@ -233,16 +239,11 @@ fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
               `agentd acp --config F`, which hosts the sessions in-process",
         );
     }
-    let config = match Config::load(&args.serve, &|name| std::env::var(name).ok()) {
-        Ok(config) => config,
-        Err(err) => return fail(&err),
-    };
-    let telemetry = match start_telemetry(&config) {
-        Ok(telemetry) => telemetry,
-        Err(err) => return fail(&err),
-    };
     // Warnings and worse only, on stderr: editors show it as the agent's log.
-    init_tracing_with("warn", telemetry.as_ref());
+    let (config, telemetry) = match quiet_start(&args.serve) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
     let protocol = (
         std::io::stdin().as_fd().try_clone_to_owned(),
         std::io::stdout().as_fd().try_clone_to_owned(),

@@ -279,6 +279,14 @@ impl ToolRegistry {
     /// and spawn_only marks) and remembered as hidden with reason `policy_deny`. Returns the
     /// names removed.
     pub fn apply_policy(&mut self, policy: ToolPolicy) -> Vec<String> {
+        let refused = self.remove_refused(&policy);
+        self.hard_policy = Some(policy);
+        self.changed();
+        refused
+    }
+
+    /// Moves the tools `policy` refuses to `removed`; answers their names.
+    fn remove_refused(&mut self, policy: &ToolPolicy) -> Vec<String> {
         let refused: Vec<String> = self
             .tools
             .iter()
@@ -292,8 +300,6 @@ impl ToolRegistry {
             self.deferred.remove(name);
             self.spawn_only.remove(name);
         }
-        self.hard_policy = Some(policy);
-        self.changed();
         refused
     }
 
@@ -301,19 +307,7 @@ impl ToolRegistry {
     /// tools it refuses are removed as by [`ToolRegistry::apply_policy`], and tools registered
     /// later must pass it too. Answers the names removed.
     pub fn narrow(&mut self, policy: ToolPolicy) -> Vec<String> {
-        let refused: Vec<String> = self
-            .tools
-            .iter()
-            .filter(|(name, entry)| policy.verdict(name, entry.tool.tags()) != Verdict::Allowed)
-            .map(|(name, _)| name.to_string())
-            .collect();
-        for name in &refused {
-            if let Some(entry) = self.tools.remove(name.as_str()) {
-                self.removed.insert(name.clone(), entry);
-            }
-            self.deferred.remove(name);
-            self.spawn_only.remove(name);
-        }
+        let refused = self.remove_refused(&policy);
         self.narrowed.push(policy);
         self.changed();
         refused

@@ -188,6 +188,21 @@ fn start_agentd(dir: &Path, config: &str) -> ServerProcess {
     ServerProcess::spawn(command)
 }
 
+/// One agentd in `dir` on the scripted model, with `extra` TOML after its own sections.
+fn start_single(dir: &Path, mock: &MockLlm, extra: &str) -> ServerProcess {
+    start_agentd(
+        dir,
+        &format!(
+            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\nworkspace = \"{ws}\"\n\
+             [llm]\nbase_url = \"{llm}\"\nmodel = \"mock-model\"\n\
+             [sandbox]\nmode = \"off\"\n{extra}",
+            data = dir.join("data").display(),
+            ws = dir.join("workspace").display(),
+            llm = mock.base_url(),
+        ),
+    )
+}
+
 fn messages(request: &Value) -> &Vec<Value> {
     request["messages"].as_array().unwrap()
 }
@@ -245,18 +260,13 @@ async fn a_turn_with_a_tool_and_a_sub_agent_exports_genai_spans_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
     std::fs::write(dir.path().join("workspace/notes.txt"), "a\nb\nc\n").unwrap();
-    let server = start_agentd(
+    let server = start_single(
         dir.path(),
+        &mock,
         &format!(
-            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\nworkspace = \"{ws}\"\n\
-             [llm]\nbase_url = \"{llm}\"\nmodel = \"mock-model\"\n\
-             [llm.pricing.\"mock-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
-             [sandbox]\nmode = \"off\"\n\
-             [telemetry]\notlp_endpoint = \"{otlp}\"\n",
-            data = dir.path().join("data").display(),
-            ws = dir.path().join("workspace").display(),
-            llm = mock.base_url(),
-            otlp = collector.url,
+            "[llm.pricing.\"mock-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n\
+             [telemetry]\notlp_endpoint = \"{}\"\n",
+            collector.url
         ),
     );
     let mut ws = server.ws().await;
@@ -469,17 +479,12 @@ async fn content_is_recorded_only_when_asked() {
     ))
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let server = start_agentd(
+    let server = start_single(
         dir.path(),
+        &mock,
         &format!(
-            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\nworkspace = \"{ws}\"\n\
-             [llm]\nbase_url = \"{llm}\"\nmodel = \"mock-model\"\n\
-             [sandbox]\nmode = \"off\"\n\
-             [telemetry]\notlp_endpoint = \"{otlp}/\"\ncapture_content = true\n",
-            data = dir.path().join("data").display(),
-            ws = dir.path().join("workspace").display(),
-            llm = mock.base_url(),
-            otlp = collector.url,
+            "[telemetry]\notlp_endpoint = \"{}/\"\ncapture_content = true\n",
+            collector.url
         ),
     );
     let mut ws = server.ws().await;
