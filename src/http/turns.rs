@@ -3,8 +3,9 @@
 //! turn has ended, with its final message, how it ended and what it cost.
 //!
 //! `multitask` says what happens when the session already runs a turn: `reject` (409
-//! `turn_in_progress`, the default), `queue` (start once that turn has ended) or `interrupt`
-//! (stop that turn, then start). The route is outside the REST time limit: a waited turn
+//! `turn_in_progress`, the default), `queue` (start once that turn has ended), `steer` (the
+//! input joins that turn, as `turn/steer`; the answer names it) or `interrupt` (stop that
+//! turn, then start). The route is outside the REST time limit: a waited turn
 //! takes as long as it takes.
 
 use axum::Json;
@@ -30,6 +31,7 @@ enum Multitask {
     #[default]
     Reject,
     Queue,
+    Steer,
     Interrupt,
 }
 
@@ -89,6 +91,8 @@ pub async fn start_turn(
     }
     let mut interrupts = 0;
     let mut after_end = false;
+    let mut steered = false;
+    let has_images = !images.is_empty();
     // The caller's trace context (W3C `traceparent`), which the turn's span continues.
     let traceparent = headers
         .get("traceparent")
@@ -111,6 +115,22 @@ pub async fn start_turn(
             (Err(SessionError::TurnInProgress), Multitask::Queue) => {
                 if next_end(&mut rx, None).await.is_none() {
                     break Err(SessionError::ActorGone);
+                }
+            }
+            (Err(SessionError::TurnInProgress), Multitask::Steer) => {
+                if has_images {
+                    break Err(SessionError::InvalidParams(
+                        "multitask steer takes text only (as turn/steer); send images with a \
+                         turn of their own"
+                            .into(),
+                    ));
+                }
+                // A turn that ends meanwhile is no longer there to steer: start anew.
+                if let Some(running) = handle.describe().await?.running_turn
+                    && handle.steer(running.clone(), text.clone()).await.is_ok()
+                {
+                    steered = true;
+                    break Ok(running);
                 }
             }
             (Err(SessionError::TurnInProgress), Multitask::Interrupt)
@@ -136,7 +156,11 @@ pub async fn start_turn(
         if watching {
             handle.detach(connection_id).await;
         }
-        return Ok((StatusCode::ACCEPTED, Json(json!({"turn_id": turn_id}))).into_response());
+        let mut accepted = json!({"turn_id": turn_id});
+        if steered {
+            accepted["steered"] = json!(true);
+        }
+        return Ok((StatusCode::ACCEPTED, Json(accepted)).into_response());
     }
     let ended = next_end(&mut rx, Some(&turn_id)).await;
     handle.detach(connection_id).await;
@@ -145,6 +169,7 @@ pub async fn start_turn(
     };
     let mut answer = json!({
         "turn_id": turn_id,
+        "steered": steered,
         "status": if method == "turn/completed" { "completed" } else { "failed" },
         "text": text,
     });

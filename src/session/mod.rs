@@ -220,6 +220,9 @@ pub struct SessionView {
     /// its size and whether it was cut.
     #[serde(default)]
     pub instructions: Vec<instructions::InstructionSource>,
+    /// The turn running now, if one is (and not being stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_turn: Option<String>,
 }
 
 /// Visible and deferred tool names.

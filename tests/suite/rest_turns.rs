@@ -147,3 +147,74 @@ async fn rest_turns_start_wait_queue_and_interrupt() {
         (404, Some("unknown_session"))
     );
 }
+
+#[tokio::test]
+async fn a_rest_turn_with_multitask_steer_joins_the_running_turn() {
+    use crate::support::mock_llm::ScriptedCall;
+    let questions = json!({"questions": [{"id": "go", "header": "Go", "question": "Go on?"}]});
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "ask_1",
+            "request_user_input",
+            &questions,
+        )]),
+        Reply::text(&["steered answer"]),
+        Reply::text(&["a turn of its own"]),
+    ]))
+    .await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (status, started) = post_turn(&app, &session, "", json!({"input": say("start")})).await;
+    assert_eq!(status, 202, "{started}");
+    // The turn waits for the user, so it is running when the steer comes.
+    let asked = ws.notification("user_input/requested").await;
+    let (status, with_image) = post_turn(
+        &app,
+        &session,
+        "",
+        json!({"input": [{"kind": "image", "path": "x.png"}], "multitask": "steer"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{with_image}");
+    let (status, steered) = post_turn(
+        &app,
+        &session,
+        "",
+        json!({"input": say("also check the tests"), "multitask": "steer"}),
+    )
+    .await;
+    assert_eq!(status, 202, "{steered}");
+    assert_eq!(steered["turn_id"], started["turn_id"], "the running turn");
+    assert_eq!(steered["steered"], true);
+    ws.result(
+        "user_input/respond",
+        json!({"session_id": session, "request_id": asked["request_id"], "answers": {"go": "yes"}}),
+    )
+    .await;
+    let done = ws.notification("turn/completed").await;
+    assert_eq!(done["turn_id"], started["turn_id"]);
+    let second = &mock.requests()[1];
+    let steer_seen = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["role"] == "user" && m["content"] == "also check the tests");
+    assert!(steer_seen, "{second}");
+    // With no turn running, a steer starts one of its own.
+    let (status, own) = post_turn(
+        &app,
+        &session,
+        "?wait=true",
+        json!({"input": say("a new task"), "multitask": "steer"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(own["steered"], false);
+    assert_eq!(own["text"], "a turn of its own");
+}

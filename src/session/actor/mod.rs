@@ -623,6 +623,11 @@ impl SessionActor {
             tools: super::ToolNames::of(&catalog),
             mcp: Value::Object(mcp),
             instructions: self.gather_instructions().sources,
+            running_turn: self
+                .turn
+                .as_ref()
+                .filter(|turn| !turn.cancel.is_cancelled())
+                .map(|turn| turn.turn_id.clone()),
         }
     }
 
