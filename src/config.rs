@@ -478,6 +478,36 @@ pub enum Command {
     Exec(ExecArgs),
     /// Speak the Agent Client Protocol (v1) on stdin/stdout, for editors such as Zed.
     Acp(AcpArgs),
+    /// Write a session as JSON Lines to stdout (what `GET /api/sessions/{id}/export` serves).
+    Export(ExportArgs),
+    /// Make a new session from an export (a file, or `-` for stdin); prints its id.
+    Import(ImportArgs),
+}
+
+/// `agentd export SESSION_ID`.
+#[derive(Clone, Debug, Args)]
+pub struct ExportArgs {
+    /// The session.
+    pub session_id: String,
+    /// Whose session it is, on a server with `[[server.users]]`.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Settings, as for `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// `agentd import FILE`.
+#[derive(Clone, Debug, Args)]
+pub struct ImportArgs {
+    /// The export to read; `-` reads stdin.
+    pub file: PathBuf,
+    /// Whose session the new one is, on a server with `[[server.users]]`.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Settings, as for `serve`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 /// `agentd acp`: where the sessions run.

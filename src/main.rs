@@ -32,6 +32,16 @@ fn main() -> ExitCode {
     if let Some(Command::Acp(acp)) = cli.command {
         return acp_stdio(acp);
     }
+    if let Some(Command::Export(export)) = cli.command {
+        return transfer(
+            &export.serve,
+            export.user,
+            Transfer::Export(export.session_id),
+        );
+    }
+    if let Some(Command::Import(import)) = cli.command {
+        return transfer(&import.serve, import.user, Transfer::Import(import.file));
+    }
     let mut backup_file = None;
     let mut gc = false;
     let (args, serving) = match cli.command {
@@ -46,7 +56,9 @@ fn main() -> ExitCode {
             backup_file = Some(backup.file);
             (backup.serve, Some(false))
         }
-        Some(Command::Exec(_) | Command::Acp(_)) => unreachable!("handled above"),
+        Some(Command::Exec(_) | Command::Acp(_) | Command::Export(_) | Command::Import(_)) => {
+            unreachable!("handled above")
+        }
         None => (cli.serve, Some(true)),
     };
     let config = match Config::load(&args, &|name| std::env::var(name).ok()) {
@@ -141,6 +153,64 @@ fn main() -> ExitCode {
                 let _ = writeln!(std::io::stderr(), "agentd: {err}");
                 ExitCode::FAILURE
             }
+        }
+    });
+    drop(runtime);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// What `agentd export` or `agentd import` was asked.
+enum Transfer {
+    Export(String),
+    Import(std::path::PathBuf),
+}
+
+/// `agentd export` / `agentd import`: the session moved through the store in-process, as the
+/// REST routes do for a running server.
+fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Transfer) -> ExitCode {
+    use std::io::Read as _;
+    let (config, telemetry) = match quiet_start(serve) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    let body = match &what {
+        Transfer::Import(path) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            match std::io::stdin().read_to_string(&mut text) {
+                Ok(_) => Some(text),
+                Err(err) => return fail(&format!("cannot read the export from stdin: {err}")),
+            }
+        }
+        Transfer::Import(path) => match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(err) => return fail(&format!("cannot read {}: {err}", path.display())),
+        },
+        Transfer::Export(_) => None,
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
+    };
+    let code = runtime.block_on(async move {
+        let server = match Server::start(config).await {
+            Ok(server) => server,
+            Err(err) => return fail(&err),
+        };
+        let outcome = match (what, body) {
+            (Transfer::Export(id), _) => server.export_session(user, &id).await,
+            (Transfer::Import(_), Some(body)) => server.import_session(user, &body).await,
+            (Transfer::Import(_), None) => unreachable!("read above"),
+        };
+        server.stop().await;
+        match outcome {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
         }
     });
     drop(runtime);

@@ -291,6 +291,7 @@ fn spawn_daily_sweep(
 
 pub mod acp;
 pub mod exec;
+pub mod transfer;
 
 impl Server {
     /// Creates the data and workspace directories, opens and migrates the database, marks

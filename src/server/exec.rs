@@ -81,10 +81,7 @@ impl Server {
                 EXIT_USAGE
             }
         };
-        self.cancel.cancel();
-        self.tracker.close();
-        self.tracker.wait().await;
-        self.store.close().await;
+        self.stop().await;
         code
     }
 

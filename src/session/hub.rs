@@ -363,28 +363,41 @@ impl Sessions {
             })
             .await?;
         let id = row.session_id.clone();
-        let events = imported.new_events(&id);
-        for chunk in events.chunks(500) {
-            store.append_events(chunk).await?;
-        }
-        let last_seq = events.len() as i64;
-        for message in &imported.messages {
-            store.append_message(&id, message, last_seq).await?;
-        }
-        for cost in &imported.costs {
-            let mut cost = cost.clone();
-            cost.session_id = id.clone();
-            store.insert_cost_row(&cost).await?;
-        }
-        if imported.model.is_some() || imported.reasoning_effort.is_some() {
-            store
-                .set_session_model(
-                    &id,
-                    imported.model.as_deref(),
-                    imported.reasoning_effort.as_deref(),
-                )
-                .await?;
-        }
+        let filled = async {
+            let events = imported.new_events(&id);
+            for chunk in events.chunks(500) {
+                store.append_events(chunk).await?;
+            }
+            let last_seq = events.len() as i64;
+            for message in &imported.messages {
+                store.append_message(&id, message, last_seq).await?;
+            }
+            for cost in &imported.costs {
+                let mut cost = cost.clone();
+                cost.session_id = id.clone();
+                store.insert_cost_row(&cost).await?;
+            }
+            if imported.model.is_some() || imported.reasoning_effort.is_some() {
+                store
+                    .set_session_model(
+                        &id,
+                        imported.model.as_deref(),
+                        imported.reasoning_effort.as_deref(),
+                    )
+                    .await?;
+            }
+            Ok::<i64, crate::store::StoreError>(last_seq)
+        };
+        let last_seq = match filled.await {
+            Ok(last_seq) => last_seq,
+            Err(err) => {
+                // An import is all or nothing: no half session is left behind.
+                if let Err(cleanup) = store.delete_session(&id).await {
+                    tracing::error!(session_id = %id, %cleanup, "a failed import's session could not be removed");
+                }
+                return Err(err.into());
+            }
+        };
         self.inner.metrics.sessions_created.inc();
         tracing::info!(session_id = %id, source = %imported.source_id, events = last_seq, "session imported");
         self.row(caller, &id).await

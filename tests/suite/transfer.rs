@@ -94,3 +94,104 @@ async fn an_exported_session_imports_as_a_new_one_that_carries_on() {
     let (status, _) = app.get("/api/sessions/nope/export", None).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn agentd_export_and_import_carry_a_session_on_the_command_line() {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mock = MockLlm::start(Script::always(Reply::text(&["noted"]))).await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let source = ws.open().await;
+    let (_, end) = run_turn(&mut ws, &source, "remember the number 42").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    drop(ws);
+    let dir = app.stop().await;
+    let config = dir.path().join("agentd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndata_dir = \"{}\"\nworkspace = \"{}\"\n[sandbox]\nmode = \"off\"\n",
+            dir.path().join("data").display(),
+            dir.path().join("workspace").display()
+        ),
+    )
+    .unwrap();
+    let agentd = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentd"));
+        command
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .env_remove("AGENTD_LLM_BASE_URL")
+            .env_remove("AGENTD_LLM_MODEL");
+        command
+    };
+    let exported = agentd(&["export", &source]).output().unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    let body = String::from_utf8(exported.stdout).unwrap();
+    assert!(body.lines().count() > 3, "{body}");
+
+    let mut import = agentd(&["import", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    import
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let imported = import.wait_with_output().unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let new_id = String::from_utf8(imported.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_ne!(new_id, source);
+
+    // The new session holds the same events and history as the source, under its own id.
+    let again = agentd(&["export", &new_id]).output().unwrap();
+    assert!(again.status.success(), "{again:?}");
+    let shape = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["type"] != "session")
+            .map(|l| {
+                let kind = l["type"].as_str().unwrap().to_string();
+                let what = match kind.as_str() {
+                    "event" => l["method"].to_string(),
+                    _ => l["message"]["content"].to_string(),
+                };
+                (kind, what)
+            })
+            .collect()
+    };
+    let copy = String::from_utf8(again.stdout).unwrap();
+    assert_eq!(shape(&copy), shape(&body));
+    assert!(copy.contains(&new_id) && copy.contains("remember the number 42"));
+
+    // A broken export is refused with one line and exit code 2, and creates nothing.
+    let mut broken = agentd(&["import", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    broken
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"type\": \"nonsense\"}\n")
+        .unwrap();
+    let refused = broken.wait_with_output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let missing = agentd(&["export", "no-such-session"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
+}
