@@ -71,6 +71,7 @@ mod tests {
                 usage: None,
                 finish_reason: Some("stop".into()),
                 first_token,
+                model: None,
             })
         }
     }

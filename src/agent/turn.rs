@@ -739,6 +739,9 @@ impl TracedChat {
             return;
         }
         let usage = response.usage.unwrap_or_default();
+        if let Some(model) = &response.model {
+            telemetry::attribute(&self.span, "gen_ai.response.model", model.clone());
+        }
         if telemetry::capture_content() {
             let output = json!([{
                 "role": "assistant",

@@ -319,6 +319,9 @@ pub struct ChatResponse {
     /// How long after the answering attempt was sent its first text or tool-call fragment
     /// came; `None` when nothing streamed.
     pub first_token: Option<std::time::Duration>,
+    /// The model that answered, as the server named it (it may differ from the one asked
+    /// for: a dated snapshot, a gateway's route), when it said.
+    pub model: Option<String>,
 }
 
 /// Why a model call failed; `kind()` is the `turn/error` code.

@@ -374,6 +374,11 @@ async fn a_turn_with_a_tool_and_a_sub_agent_exports_genai_spans_and_metrics() {
             attr(chat, "gen_ai.request.model").as_deref(),
             Some("mock-model")
         );
+        // As the server named it in its stream.
+        assert_eq!(
+            attr(chat, "gen_ai.response.model").as_deref(),
+            Some("mock-model")
+        );
         // `[llm] provider` (default "openai") names the vendor of the single-endpoint form.
         assert_eq!(
             attr(chat, "gen_ai.provider.name").as_deref(),

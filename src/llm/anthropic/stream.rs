@@ -45,6 +45,8 @@ pub(super) struct MessageStream {
     /// Whether any event carried usage.
     saw_usage: bool,
     stop_reason: Option<String>,
+    /// The model `message_start` named.
+    model: Option<String>,
 }
 
 /// A field of an event as text, empty when missing.
@@ -215,6 +217,10 @@ impl Decoder for MessageStream {
         match kind {
             "message_start" => {
                 self.read_usage(value.pointer("/message/usage"));
+                self.model = value
+                    .pointer("/message/model")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 Ok(Step::Continue)
             }
             "content_block_start" => self.start_block(&value, data),
@@ -327,6 +333,7 @@ impl Decoder for MessageStream {
             usage,
             finish_reason,
             first_token: None,
+            model: self.model.take(),
         })
     }
 }
@@ -433,6 +440,7 @@ mod tests {
         );
         let response = answer.finish().unwrap();
         assert_eq!(response.text, "Let me check the weather.");
+        assert_eq!(response.model.as_deref(), Some("claude-sonnet-4-5"));
         assert_eq!(
             response.tool_calls,
             vec![ToolCall {

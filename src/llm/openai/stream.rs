@@ -30,6 +30,8 @@ pub(super) struct Accumulator {
     finish_reason: Option<String>,
     /// The reasoning so far, once any chunk carried the field.
     reasoning: Option<String>,
+    /// The model the first chunk named.
+    model: Option<String>,
 }
 
 /// The reasoning text a chunk's first choice carries: `reasoning_content` (DeepSeek, vLLM and
@@ -83,6 +85,9 @@ impl Decoder for Accumulator {
                     truncate(data, MAX_ERROR_MESSAGE)
                 ))
             })?;
+        if self.model.is_none() && !chunk.model.is_empty() {
+            self.model = Some(chunk.model.clone());
+        }
         if let Some(usage) = &chunk.usage {
             self.usage = Some(Usage {
                 prompt_tokens: u64::from(usage.prompt_tokens),
@@ -186,6 +191,7 @@ impl Decoder for Accumulator {
             usage: self.usage,
             finish_reason: self.finish_reason.clone(),
             first_token: None,
+            model: self.model.take(),
         })
     }
 }

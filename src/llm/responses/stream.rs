@@ -57,6 +57,8 @@ pub(super) struct ResponseStream {
     last_part: Option<Part>,
     usage: Option<Usage>,
     end: Option<End>,
+    /// The model the response named.
+    model: Option<String>,
 }
 
 impl Decoder for ResponseStream {
@@ -116,6 +118,9 @@ impl Decoder for ResponseStream {
             }
             "response.completed" | "response.incomplete" => {
                 let response = value.get("response").unwrap_or(&Value::Null);
+                if let Some(model) = response.get("model").and_then(Value::as_str) {
+                    self.model = Some(model.to_string());
+                }
                 self.usage = response.get("usage").and_then(usage).or(self.usage);
                 let incomplete = kind == "response.incomplete"
                     || response.get("status").and_then(Value::as_str) == Some("incomplete");
@@ -199,6 +204,7 @@ impl Decoder for ResponseStream {
             usage: self.usage,
             finish_reason: Some(finish_reason),
             first_token: None,
+            model: self.model.take(),
         })
     }
 }
@@ -550,6 +556,7 @@ mod tests {
         assert!(decoder.has_output());
         let response = decoder.finish().unwrap();
         assert_eq!(response.text, "");
+        assert_eq!(response.model.as_deref(), Some("o4-mini-2025-04-16"));
         assert_eq!(
             response.tool_calls,
             vec![ToolCall {

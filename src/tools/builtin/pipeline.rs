@@ -858,6 +858,7 @@ mod tests {
             usage: Some(usage),
             finish_reason: Some("stop".into()),
             first_token: None,
+            model: None,
         }
     }
 
