@@ -139,10 +139,22 @@ impl RpcClient {
 
     /// `session/open` of a new session, which later invokes use; returns its id.
     pub async fn open(&mut self) -> anyhow::Result<String> {
+        let result = self.open_answer().await?;
+        let opened: Opened = serde_json::from_str(&result).context("session/open result")?;
+        Ok(opened.session_id)
+    }
+
+    /// [`RpcClient::open`], returning the whole result's JSON text (its `sandbox`, …).
+    pub async fn open_answer(&mut self) -> anyhow::Result<String> {
         let result = self.call("session/open", "{}").await?;
         let opened: Opened = serde_json::from_str(&result).context("session/open result")?;
-        self.session = opened.session_id.clone();
-        Ok(opened.session_id)
+        self.session = opened.session_id;
+        Ok(result)
+    }
+
+    /// The session `open` or `join` made, for requests the client has no method for.
+    pub fn session(&self) -> &str {
+        &self.session
     }
 
     /// `session/open` of the existing `session_id`, which later invokes use.
@@ -163,6 +175,11 @@ impl RpcClient {
     /// `tool/invoke` of `name` with `arguments` (JSON text) in the session `open` made; a
     /// result with `success: false` is an error.
     pub async fn invoke_tool(&mut self, name: &str, arguments: &str) -> anyhow::Result<()> {
+        self.invoke_answer(name, arguments).await.map(drop)
+    }
+
+    /// [`RpcClient::invoke_tool`], returning the whole result's JSON text.
+    pub async fn invoke_answer(&mut self, name: &str, arguments: &str) -> anyhow::Result<String> {
         let params = format!(
             r#"{{"session_id":{},"name":{},"arguments":{arguments}}}"#,
             serde_json::to_string(&self.session)?,
@@ -173,7 +190,7 @@ impl RpcClient {
         if invoked.success == Some(false) {
             bail!("{name} failed: {}", invoked.output.unwrap_or_default());
         }
-        Ok(())
+        Ok(result)
     }
 
     /// Sends a close frame and waits for the server's, so that the server has seen the close

@@ -1,21 +1,23 @@
 //! A load generator that measures agentd from outside, as a client sees it, beside a bare axum
 //! WebSocket echo server (the "floor") measured the same way in the same run.
 //!
-//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|cache|adapters|telemetry|mcp|mcp-serve|cluster|soak|all> [options]`
+//! `cargo run --release --example load -- <rtt|conc|opens|idle|turns|cache|adapters|telemetry|hooks|busy|mcp|mcp-serve|cluster|soak|all> [options]`
 //!
 //! Both servers run as child processes so that their CPU time and resident memory can be read
 //! from /proc without counting the client's own. Modules: `child` (the servers as processes),
 //! `floor` (the echo server), `client` (the JSON-RPC WebSocket client), `report` (percentiles
 //! and tables), `mock_model` (the zero-latency model of three APIs), and one module per
 //! scenario family: `invoke` (rtt, conc), `opens`, `idle`, `turns`, `cache`, `adapters`,
-//! `telemetry`, `mcp`, `mcp_serve`, `cluster`, `soak`.
+//! `telemetry`, `hooks`, `busy`, `mcp`, `mcp_serve`, `cluster`, `soak`.
 
 mod adapters;
+mod busy;
 mod cache;
 mod child;
 mod client;
 mod cluster;
 mod floor;
+mod hooks;
 mod idle;
 mod invoke;
 mod mcp;
@@ -56,6 +58,12 @@ enum Scenario {
     Adapters,
     /// Tool-call turns with the OTLP exporter off, then on: its cost per tool call.
     Telemetry,
+    /// `tool/invoke` of read_file without hooks, then with a `PreToolUse` command hook: its
+    /// cost per call.
+    Hooks,
+    /// One session's `tool/invoke` idle, then while another session's background shell runs
+    /// two busy loops under `[sandbox] cpu_max_percent = 100`. Not part of `all`.
+    Busy,
     /// A tool of an MCP server called directly, then through agentd.
     Mcp,
     /// agentd's own `/mcp`: `tools/call` beside `tool/invoke` over the WebSocket.
@@ -301,6 +309,7 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
         Scenario::Cache,
         Scenario::Adapters,
         Scenario::Telemetry,
+        Scenario::Hooks,
         Scenario::Mcp,
         Scenario::McpServe,
     ];
@@ -320,6 +329,8 @@ async fn run(scenario: Scenario, settings: &Settings) -> anyhow::Result<()> {
             Scenario::Cache => cache::run(settings).await,
             Scenario::Adapters => adapters::run(settings).await,
             Scenario::Telemetry => telemetry::run(settings).await,
+            Scenario::Hooks => hooks::run(settings).await,
+            Scenario::Busy => busy::run(settings).await,
             Scenario::Mcp => mcp::run(settings).await,
             Scenario::McpServe => mcp_serve::run(settings).await,
             Scenario::Cluster => cluster::run(settings).await,

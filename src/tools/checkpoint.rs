@@ -35,6 +35,33 @@ pub struct Snapshot {
     files: BTreeMap<PathBuf, Arc<[u8]>>,
     /// Files past a limit, not copied: never reported as changed nor reverted.
     skipped: std::collections::BTreeSet<PathBuf>,
+    /// What each copied file's metadata said when it was read.
+    stamps: BTreeMap<PathBuf, Stamp>,
+}
+
+/// A file's size, inode and modification and change times: while all four stay the same the
+/// file was not written (the change time moves on every write and cannot be set back), so the
+/// previous checkpoint's copy is shared without reading the file again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    inode: u64,
+    modified_ns: i128,
+    changed_ns: i128,
+}
+
+impl Stamp {
+    fn of(metadata: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            size: metadata.len(),
+            inode: metadata.ino(),
+            modified_ns: i128::from(metadata.mtime()) * 1_000_000_000
+                + i128::from(metadata.mtime_nsec()),
+            changed_ns: i128::from(metadata.ctime()) * 1_000_000_000
+                + i128::from(metadata.ctime_nsec()),
+        }
+    }
 }
 
 /// How one file changed.
@@ -47,8 +74,9 @@ pub struct FileChange {
 }
 
 impl Snapshot {
-    /// The files of `workspace` now. A file whose bytes are those it had in `previous`
-    /// shares that copy, so the checkpoints of a session hold each version of a file once.
+    /// The files of `workspace` now. A file whose metadata or bytes are those it had in
+    /// `previous` shares that copy (unread, when the metadata says it was not written), so the
+    /// checkpoints of a session hold each version of a file once.
     pub fn take(workspace: &Workspace, previous: Option<&Snapshot>) -> Self {
         let root = workspace.root().to_path_buf();
         let mut snapshot = Self::default();
@@ -67,12 +95,24 @@ impl Snapshot {
                 continue;
             };
             let rel = rel.to_path_buf();
-            let size = entry.metadata().map_or(u64::MAX, |m| m.len());
+            let metadata = entry.metadata().ok();
+            let size = metadata.as_ref().map_or(u64::MAX, |m| m.len());
             if snapshot.files.len() >= MAX_FILES
                 || size > MAX_FILE_BYTES
                 || total + size > MAX_TOTAL_BYTES
             {
                 snapshot.skipped.insert(rel);
+                continue;
+            }
+            let stamp = metadata.as_ref().map(Stamp::of);
+            let unchanged = previous.and_then(|previous| {
+                let known = previous.stamps.get(&rel)?;
+                (Some(*known) == stamp).then(|| previous.files.get(&rel))?
+            });
+            if let (Some(copy), Some(stamp)) = (unchanged, stamp) {
+                total += copy.len() as u64;
+                snapshot.files.insert(rel.clone(), Arc::clone(copy));
+                snapshot.stamps.insert(rel, stamp);
                 continue;
             }
             // Read through the workspace: a file swapped for a link meanwhile is refused.
@@ -83,6 +123,9 @@ impl Snapshot {
                         .and_then(|previous| previous.files.get(&rel))
                         .filter(|known| ***known == *bytes)
                         .map_or_else(|| Arc::from(bytes), Arc::clone);
+                    if let Some(stamp) = stamp {
+                        snapshot.stamps.insert(rel.clone(), stamp);
+                    }
                     snapshot.files.insert(rel, shared);
                 }
                 Err(_) => {
