@@ -380,3 +380,60 @@ async fn an_mcp_servers_tools_meet_the_same_hooks() {
     assert!(output.starts_with("Echo: harmless"), "{echoed}");
     assert!(output.contains("checked by the MCP hook"), "{echoed}");
 }
+
+#[tokio::test]
+async fn a_plugins_calls_meet_the_same_hooks() {
+    let scratch = tempfile::tempdir().unwrap();
+    let script = scratch.path().join("stamp.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat >/dev/null\necho stamped\n").unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    let plugin = agentd::config::PluginConfig {
+        name: "stamp".into(),
+        description: "Stamps a document.".into(),
+        command: script.to_string_lossy().into_owned(),
+        args: Vec::new(),
+        spawn_only: false,
+        tags: Vec::new(),
+        exclusive: false,
+        timeout_ms: 30_000,
+        input_schema: json!({"type": "object"}),
+    };
+    let app = TestApp::spawn_with(move |c| {
+        c.plugins.push(plugin);
+        c.hooks = vec![
+            command_hook(
+                HookEvent::PreToolUse,
+                "stamp",
+                "grep -q forbidden && { echo 'no stamping that' >&2; exit 2; }; exit 0",
+            ),
+            command_hook(
+                HookEvent::PostToolUse,
+                "stamp",
+                r#"echo '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "checked by the plugin hook"}}'"#,
+            ),
+        ];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (_, blocked) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": "stamp", "arguments": {"doc": "forbidden"}}),
+        )
+        .await;
+    let blocked = &blocked["result"];
+    assert_eq!(blocked["success"], false, "{blocked}");
+    assert_eq!(
+        blocked["structured_metadata"]["error"]["kind"],
+        "hook_blocked"
+    );
+    let stamped = ws
+        .invoke(&session, "stamp", json!({"doc": "the memo"}))
+        .await;
+    let output = stamped["output"].as_str().unwrap();
+    assert!(output.starts_with("stamped"), "{stamped}");
+    assert!(output.contains("checked by the plugin hook"), "{stamped}");
+}
