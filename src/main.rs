@@ -190,15 +190,7 @@ fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Trans
         },
         Transfer::Export(_) => None,
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
-    };
-    let code = runtime.block_on(async move {
-        let server = match Server::start(config).await {
-            Ok(server) => server,
-            Err(err) => return fail(&err),
-        };
+    in_process(config, telemetry, false, |server| async move {
         let outcome = match (what, body) {
             (Transfer::Export(id), _) => server.export_session(user, &id).await,
             (Transfer::Import(_), Some(body)) => server.import_session(user, &body).await,
@@ -212,8 +204,37 @@ fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Trans
             }
             Err(err) => fail(&err),
         }
+    })
+}
+
+/// Runs `run` on a server started in-process from `config` (for the commands that run one
+/// piece of work and exit), then stops the runtime (`abandon`: without waiting for blocking
+/// reads, such as of stdin) and sends what telemetry still holds.
+fn in_process<F, Fut>(
+    config: Config,
+    telemetry: Option<agentd::telemetry::Telemetry>,
+    abandon: bool,
+    run: F,
+) -> ExitCode
+where
+    F: FnOnce(Server) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
+    };
+    let code = runtime.block_on(async move {
+        match Server::start(config).await {
+            Ok(server) => run(server).await,
+            Err(err) => fail(&err),
+        }
     });
-    drop(runtime);
+    if abandon {
+        runtime.shutdown_background();
+    } else {
+        drop(runtime);
+    }
     if let Some(telemetry) = telemetry {
         telemetry.shutdown();
     }
@@ -271,10 +292,6 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         Ok(started) => started,
         Err(code) => return code,
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
-    };
     let task = agentd::server::exec::ExecTask {
         prompt,
         json: args.json,
@@ -283,19 +300,10 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         cwd: args.cwd,
         approve_all: args.approve == "all",
     };
-    let code = runtime.block_on(async move {
-        let server = match Server::start(config).await {
-            Ok(server) => server,
-            Err(err) => return fail(&err),
-        };
+    in_process(config, telemetry, false, |server| async move {
         let mut stdout = std::io::stdout();
         ExitCode::from(server.exec(task, &mut stdout).await)
-    });
-    drop(runtime);
-    if let Some(telemetry) = telemetry {
-        telemetry.shutdown();
-    }
-    code
+    })
 }
 
 /// `agentd acp`: the Agent Client Protocol on stdio. stdout carries only protocol lines: the
@@ -331,25 +339,11 @@ fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
             return fail(&"cannot take over stdin and stdout");
         }
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
-    };
-    let code = runtime.block_on(async move {
-        let server = match Server::start(config).await {
-            Ok(server) => server,
-            Err(err) => return fail(&err),
-        };
+    in_process(config, telemetry, true, |server| async move {
         let input = tokio::fs::File::from_std(std::fs::File::from(input));
         let output = tokio::fs::File::from_std(std::fs::File::from(output));
         ExitCode::from(server.acp(input, output).await)
-    });
-    // Blocking reads of stdin may still wait in the runtime's pool: do not wait for them.
-    runtime.shutdown_background();
-    if let Some(telemetry) = telemetry {
-        telemetry.shutdown();
-    }
-    code
+    })
 }
 
 /// Start-up failures: one line on stderr, exit code 2.

@@ -318,6 +318,60 @@ async fn pre_compact_and_session_end_hooks_run_with_their_json() {
     assert_eq!(ended["reason"], "closed");
 }
 
+/// A `PreToolUse` hook on `tool` that blocks arguments saying "forbidden" (exit 2 with
+/// `reason`), and a `PostToolUse` hook on `post_matcher` that adds `context`.
+fn guard_hooks(tool: &str, post_matcher: &str, reason: &str, context: &str) -> Vec<HookConfig> {
+    vec![
+        command_hook(
+            HookEvent::PreToolUse,
+            tool,
+            &format!("grep -q forbidden && {{ echo '{reason}' >&2; exit 2; }}; exit 0"),
+        ),
+        command_hook(
+            HookEvent::PostToolUse,
+            post_matcher,
+            &format!(
+                r#"echo '{{"hookSpecificOutput": {{"hookEventName": "PostToolUse", "additionalContext": "{context}"}}}}'"#
+            ),
+        ),
+    ]
+}
+
+/// Calls `tool` with `blocked` arguments (refused `hook_blocked` with `reason`, told as one
+/// `hook/ran`), then with `allowed` ones; answers the allowed call's output, which must carry
+/// `context`.
+async fn guarded_call(
+    ws: &mut crate::support::WsClient,
+    session: &str,
+    tool: &str,
+    (blocked, allowed): (Value, Value),
+    (reason, context): (&str, &str),
+) -> String {
+    let (notes, refused) = ws
+        .call(
+            "tool/invoke",
+            json!({"session_id": session, "name": tool, "arguments": blocked}),
+        )
+        .await;
+    let refused = &refused["result"];
+    assert_eq!(refused["success"], false, "{refused}");
+    assert_eq!(
+        refused["structured_metadata"]["error"]["kind"],
+        "hook_blocked"
+    );
+    assert!(
+        refused["output"].as_str().unwrap().contains(reason),
+        "{refused}"
+    );
+    let ran: Vec<&Value> = notes.iter().filter(|n| n["method"] == "hook/ran").collect();
+    assert_eq!(ran.len(), 1, "{notes:?}");
+    assert_eq!(ran[0]["params"]["event"], "PreToolUse");
+    let answer = ws.invoke(session, tool, allowed).await;
+    let output = answer["output"].as_str().unwrap().to_string();
+    assert!(output.contains(context), "{answer}");
+    output
+}
+
 #[tokio::test]
 async fn an_mcp_servers_tools_meet_the_same_hooks() {
     let Some(script) = crate::suite::mcp::everything_script() else {
@@ -326,59 +380,29 @@ async fn an_mcp_servers_tools_meet_the_same_hooks() {
     let with_everything = crate::suite::mcp::with_everything(script);
     let app = TestApp::spawn_with(move |c| {
         with_everything(c);
-        c.hooks = vec![
-            command_hook(
-                HookEvent::PreToolUse,
-                "mcp__everything__echo",
-                "grep -q forbidden && { echo 'no forbidden echoes' >&2; exit 2; }; exit 0",
-            ),
-            command_hook(
-                HookEvent::PostToolUse,
-                "mcp__everything__*",
-                r#"echo '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "checked by the MCP hook"}}'"#,
-            ),
-        ];
+        c.hooks = guard_hooks(
+            "mcp__everything__echo",
+            "mcp__everything__*",
+            "no forbidden echoes",
+            "checked by the MCP hook",
+        );
     })
     .await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-
-    let (notes, blocked) = ws
-        .call(
-            "tool/invoke",
-            json!({"session_id": session, "name": "mcp__everything__echo",
-                   "arguments": {"message": "something forbidden"}}),
-        )
-        .await;
-    let blocked = &blocked["result"];
-    assert_eq!(blocked["success"], false, "{blocked}");
-    assert_eq!(
-        blocked["structured_metadata"]["error"]["kind"],
-        "hook_blocked"
-    );
-    assert!(
-        blocked["output"]
-            .as_str()
-            .unwrap()
-            .contains("no forbidden echoes"),
-        "{blocked}"
-    );
-    let ran: Vec<&Value> = notes.iter().filter(|n| n["method"] == "hook/ran").collect();
-    assert_eq!(ran.len(), 1, "{notes:?}");
-    assert_eq!(ran[0]["params"]["event"], "PreToolUse");
-
-    // Allowed through, the call runs on the MCP server and its answer carries the context
-    // the PostToolUse hook added.
-    let echoed = ws
-        .invoke(
-            &session,
-            "mcp__everything__echo",
+    // Allowed through, the call runs on the MCP server and carries the hook's context.
+    let output = guarded_call(
+        &mut ws,
+        &session,
+        "mcp__everything__echo",
+        (
+            json!({"message": "something forbidden"}),
             json!({"message": "harmless"}),
-        )
-        .await;
-    let output = echoed["output"].as_str().unwrap();
-    assert!(output.starts_with("Echo: harmless"), "{echoed}");
-    assert!(output.contains("checked by the MCP hook"), "{echoed}");
+        ),
+        ("no forbidden echoes", "checked by the MCP hook"),
+    )
+    .await;
+    assert!(output.starts_with("Echo: harmless"), "{output}");
 }
 
 #[tokio::test]
@@ -402,38 +426,23 @@ async fn a_plugins_calls_meet_the_same_hooks() {
     };
     let app = TestApp::spawn_with(move |c| {
         c.plugins.push(plugin);
-        c.hooks = vec![
-            command_hook(
-                HookEvent::PreToolUse,
-                "stamp",
-                "grep -q forbidden && { echo 'no stamping that' >&2; exit 2; }; exit 0",
-            ),
-            command_hook(
-                HookEvent::PostToolUse,
-                "stamp",
-                r#"echo '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "checked by the plugin hook"}}'"#,
-            ),
-        ];
+        c.hooks = guard_hooks(
+            "stamp",
+            "stamp",
+            "no stamping that",
+            "checked by the plugin hook",
+        );
     })
     .await;
     let mut ws = app.ws().await;
     let session = ws.open().await;
-    let (_, blocked) = ws
-        .call(
-            "tool/invoke",
-            json!({"session_id": session, "name": "stamp", "arguments": {"doc": "forbidden"}}),
-        )
-        .await;
-    let blocked = &blocked["result"];
-    assert_eq!(blocked["success"], false, "{blocked}");
-    assert_eq!(
-        blocked["structured_metadata"]["error"]["kind"],
-        "hook_blocked"
-    );
-    let stamped = ws
-        .invoke(&session, "stamp", json!({"doc": "the memo"}))
-        .await;
-    let output = stamped["output"].as_str().unwrap();
-    assert!(output.starts_with("stamped"), "{stamped}");
-    assert!(output.contains("checked by the plugin hook"), "{stamped}");
+    let output = guarded_call(
+        &mut ws,
+        &session,
+        "stamp",
+        (json!({"doc": "forbidden"}), json!({"doc": "the memo"})),
+        ("no stamping that", "checked by the plugin hook"),
+    )
+    .await;
+    assert!(output.starts_with("stamped"), "{output}");
 }
