@@ -164,3 +164,16 @@ impl From<SessionError> for ApiError {
         Self::Session { kind, message }
     }
 }
+
+/// A JSON request body read as `T`; only an object is taken (serde would also read a struct
+/// from an array of its fields, which no client means), else 400 `invalid_params` saying why.
+pub fn object_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|err| ApiError::BadRequest(format!("body: {err}")))?;
+    if !value.is_object() {
+        return Err(ApiError::BadRequest(
+            "body: a JSON object is expected".into(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|err| ApiError::BadRequest(format!("body: {err}")))
+}

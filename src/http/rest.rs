@@ -119,7 +119,7 @@ pub async fn create_session(
     let body: NewSessionBody = if body.iter().all(u8::is_ascii_whitespace) {
         NewSessionBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|err| ApiError::BadRequest(format!("body: {err}")))?
+        super::error::object_body(&body)?
     };
     let (_, row) = app
         .sessions()

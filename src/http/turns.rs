@@ -68,8 +68,7 @@ pub async fn start_turn(
 ) -> Result<Response, ApiError> {
     // It runs the model on the caller's account: a page of another site must not.
     super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
-    let body: TurnBody = serde_json::from_slice(&body)
-        .map_err(|err| ApiError::BadRequest(format!("body: {err}")))?;
+    let body: TurnBody = super::error::object_body(&body)?;
     let (text, images) = super::ws::read_turn_input(body.input).map_err(ApiError::BadRequest)?;
     let choice = ModelChoice {
         model: body.model,

@@ -1117,6 +1117,9 @@ async fn sessions_can_be_created_over_rest() {
         r#"{"cwd": "../out"}"#,
         r#"{"title": "x"}"#,
         "not json",
+        // serde would read a struct from an array of its fields.
+        "[null, null]",
+        r#"{"agent": "no-such-profile"}"#,
     ] {
         let refused = post(body).await.unwrap();
         assert_eq!(refused.status(), 400, "{body}");
