@@ -513,8 +513,9 @@ pub struct ImportArgs {
 /// `agentd acp`: where the sessions run.
 #[derive(Clone, Debug, Args)]
 pub struct AcpArgs {
-    /// Bridge to a running agentd at this WebSocket URL instead of running in-process (not
-    /// yet available).
+    /// Bridge to the running agentd whose WebSocket is this URL (`ws://HOST:PORT/api/ws`)
+    /// instead of hosting the sessions in-process; `--workspace` (or the config's) is that
+    /// server's workspace root as seen here, so ACP's absolute `cwd`s can be made relative.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
     /// The file holding the bearer token for `--url`.

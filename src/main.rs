@@ -311,12 +311,22 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
 /// children print can reach the client; fd 0 becomes /dev/null for the children likewise.
 fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
     use std::os::fd::AsFd as _;
-    if args.url.is_some() || args.token_file.is_some() {
-        return fail(
-            &"acp --url/--token-file (bridging to a running agentd) is not available yet; run \
-              `agentd acp --config F`, which hosts the sessions in-process",
-        );
+    if args.token_file.is_some() && args.url.is_none() {
+        return fail(&"acp --token-file goes with --url (the agentd to bridge to)");
     }
+    let token = match &args.token_file {
+        None => None,
+        Some(file) => match std::fs::read_to_string(file) {
+            Ok(token) if !token.trim().is_empty() => Some(token.trim().to_string()),
+            Ok(_) => return fail(&format!("the token file {} is empty", file.display())),
+            Err(err) => {
+                return fail(&format!(
+                    "cannot read the token file {}: {err}",
+                    file.display()
+                ));
+            }
+        },
+    };
     // Warnings and worse only, on stderr: editors show it as the agent's log.
     let (config, telemetry) = match quiet_start(&args.serve) {
         Ok(started) => started,
@@ -339,11 +349,30 @@ fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
             return fail(&"cannot take over stdin and stdout");
         }
     }
-    in_process(config, telemetry, true, |server| async move {
-        let input = tokio::fs::File::from_std(std::fs::File::from(input));
-        let output = tokio::fs::File::from_std(std::fs::File::from(output));
-        ExitCode::from(server.acp(input, output).await)
-    })
+    let input = tokio::fs::File::from_std(std::fs::File::from(input));
+    let output = tokio::fs::File::from_std(std::fs::File::from(output));
+    let Some(url) = args.url else {
+        return in_process(config, telemetry, true, |server| async move {
+            ExitCode::from(server.acp(input, output).await)
+        });
+    };
+    // A bridge hosts nothing: the settings only say where the workspace is.
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the async runtime: {err}")),
+    };
+    let workspace = config.server.workspace.clone();
+    let code = runtime.block_on(agentd::server::acp::bridge(
+        &url, token, &workspace, input, output,
+    ));
+    runtime.shutdown_background();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    match code {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => fail(&err),
+    }
 }
 
 /// Start-up failures: one line on stderr, exit code 2.

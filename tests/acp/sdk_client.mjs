@@ -4,7 +4,8 @@
 // frame against the root schema, and its params or result against the definition of its
 // method. Prints one JSON summary on stdout; the Rust test asserts on it.
 //
-// Usage: node sdk_client.mjs NODE_MODULES AGENTD CONFIG CWD
+// Usage: node sdk_client.mjs NODE_MODULES AGENTD CONFIG CWD [ARGS]
+// ARGS, a JSON array, replaces `acp --config CONFIG` as agentd's arguments (a bridge's).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
@@ -12,7 +13,8 @@ import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
 import { pathToFileURL } from "node:url";
 
-const [modules, agentdBin, config, cwd] = process.argv.slice(2);
+const [modules, agentdBin, config, cwd, args] = process.argv.slice(2);
+const agentdArgs = args ? JSON.parse(args) : ["acp", "--config", config];
 const require = createRequire(join(modules, "noop.js"));
 const acp = await import(pathToFileURL(require.resolve("@agentclientprotocol/sdk")).href);
 const Ajv2020 = require("ajv/dist/2020").default;
@@ -61,7 +63,7 @@ function check(frame, sentMethods) {
 
 /** Starts `agentd acp` and an SDK client app on its stdio; `op` runs with the context. */
 async function withAgent(handlers, op) {
-  const child = spawn(agentdBin, ["acp", "--config", config], {
+  const child = spawn(agentdBin, agentdArgs, {
     stdio: ["pipe", "pipe", "inherit"],
   });
   const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));

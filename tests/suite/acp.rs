@@ -89,18 +89,14 @@ async fn output(mut command: Command) -> std::process::Output {
     .unwrap()
 }
 
-#[tokio::test]
-async fn the_official_sdk_drives_a_session_and_every_frame_fits_the_schema() {
-    let modules = acp_clients();
-    let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join("ws/proj");
-    std::fs::create_dir_all(&project).unwrap();
-    std::fs::write(project.join("notes.txt"), "the notes\n").unwrap();
+/// The script the SDK client's run plays: two tools (shell asked about), a plan, a thought
+/// with text, then a reply held until the client cancels it.
+async fn sdk_mock() -> MockLlm {
     let thinking = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Both ran.\"}}]}\n\n\
                     data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"all done\"}}]}\n\n\
                     data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
                     data: [DONE]\n\n";
-    let mock = MockLlm::start(Script::sequence(vec![
+    MockLlm::start(Script::sequence(vec![
         Reply::tool_calls(vec![
             ScriptedCall::whole("call_read", "read_file", &json!({"path": "notes.txt"})),
             ScriptedCall::whole(
@@ -119,15 +115,31 @@ async fn the_official_sdk_drives_a_session_and_every_frame_fits_the_schema() {
         // Never released: the client cancels this prompt.
         Reply::hold(&["waiting"], Arc::new(Notify::new()), &["never"]),
     ]))
-    .await;
-    let config = write_config(dir.path(), &mock);
+    .await
+}
+
+/// The project the SDK client opens, `<dir>/ws/proj`, with the notes the model reads.
+fn sdk_project(dir: &Path) -> PathBuf {
+    let project = dir.join("ws/proj");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("notes.txt"), "the notes\n").unwrap();
+    project
+}
+
+/// Runs tests/acp/sdk_client.mjs with agentd started as `args` says (in-process with
+/// `config` when `None`) and checks everything its summary says.
+async fn sdk_run_checks_out(mock: &MockLlm, config: &Path, project: &Path, args: Option<Value>) {
+    let modules = acp_clients();
     let mut client = command("node");
     client
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/acp/sdk_client.mjs"))
         .arg(&modules)
         .arg(env!("CARGO_BIN_EXE_agentd"))
-        .arg(&config)
-        .arg(&project);
+        .arg(config)
+        .arg(project);
+    if let Some(args) = args {
+        client.arg(args.to_string());
+    }
     let out = output(client).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the client failed: {stderr}");
@@ -203,6 +215,85 @@ async fn the_official_sdk_drives_a_session_and_every_frame_fits_the_schema() {
         load["updatesBeforeAnswer"].as_u64().unwrap() >= 8,
         "{load:#}"
     );
+}
+
+#[tokio::test]
+async fn the_official_sdk_drives_a_session_and_every_frame_fits_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = sdk_project(dir.path());
+    let mock = sdk_mock().await;
+    let config = write_config(dir.path(), &mock);
+    sdk_run_checks_out(&mock, &config, &project, None).await;
+}
+
+/// `agentd acp --url` hosts nothing: the same client run passes with every session living in
+/// a separate agentd server (auth on) that the bridge reaches over its WebSocket and REST.
+#[tokio::test]
+async fn the_official_sdk_drives_a_session_through_a_bridge_to_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = sdk_project(dir.path());
+    let mock = sdk_mock().await;
+    let server = crate::support::ServerProcess::start_config(
+        dir.path(),
+        &format!(
+            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{0}/data\"\nworkspace = \"{0}/ws\"\n\
+             auth_token = \"bridge-secret\"\n[llm]\nbase_url = \"{1}\"\nmodel = \"test-model\"\n\
+             [tool_policy]\nask = [\"shell\"]\n",
+            dir.path().display(),
+            mock.base_url()
+        ),
+    );
+    let token = dir.path().join("token");
+    std::fs::write(&token, "bridge-secret\n").unwrap();
+    let args = json!([
+        "acp",
+        "--url",
+        format!("ws://{}/api/ws", server.addr),
+        "--token-file",
+        token,
+        "--workspace",
+        dir.path().join("ws")
+    ]);
+    sdk_run_checks_out(&mock, &dir.path().join("unused.toml"), &project, Some(args)).await;
+    // The sessions are the server's: its REST API lists the one the client made and loaded.
+    let listed: Value = reqwest::Client::new()
+        .get(format!("http://{}/api/sessions", server.addr))
+        .bearer_auth("bridge-secret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["sessions"].as_array().unwrap().len(),
+        1,
+        "{listed:#}"
+    );
+
+    // A wrong token and a server that is not there are one clear line each, exit code 2.
+    std::fs::write(&token, "not-the-token").unwrap();
+    let url = format!("ws://{}/api/ws", server.addr);
+    for (url, expected) in [
+        (url.as_str(), "refused the token (401)"),
+        ("ws://127.0.0.1:1/api/ws", "cannot reach agentd"),
+        ("wss://127.0.0.1:1/api/ws", "wss:// is not supported"),
+    ] {
+        let mut bridge = command(env!("CARGO_BIN_EXE_agentd"));
+        bridge
+            .args(["acp", "--url", url, "--token-file"])
+            .arg(&token)
+            .arg("--workspace")
+            .arg(dir.path().join("ws"));
+        let out = output(bridge).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{url}: stdout is the protocol's alone"
+        );
+    }
 }
 
 #[tokio::test]

@@ -8,6 +8,12 @@
 //! `session/update`s and its approval requests into `session/request_permission` requests.
 //! `session/prompt` starts a turn with an id chosen here, so its end is recognised whatever
 //! the order of the start's answer and the turn's last notification.
+//!
+//! `agentd acp --url ws://…/api/ws` speaks the same protocol to the editor but hosts nothing:
+//! each ACP session is then a session of a running agentd, reached over its WebSocket and
+//! REST API ([`remote`]), so the editor shares the server's sessions, store and users.
+
+mod remote;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -26,7 +32,6 @@ use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
 };
 use crate::store::Store;
-use crate::tools::ToolCatalog;
 use crate::tools::mcp::McpServerConfig;
 
 /// The ACP version spoken.
@@ -118,9 +123,159 @@ struct Waiter {
     cancelled: bool,
 }
 
+/// Where the sessions live: in this process, or in a running agentd the connection bridges to.
+enum Backend {
+    Local {
+        sessions: Sessions,
+        store: Arc<dyn Store>,
+    },
+    Remote(Arc<remote::Remote>),
+}
+
+/// One stored event, as a replay reads it.
+struct Replayed {
+    seq: i64,
+    method: String,
+    params: Value,
+}
+
+/// One session as this connection acts on it: the in-process actor's handle, or the session's
+/// id on the server bridged to.
+#[derive(Clone)]
+enum Link {
+    Local(SessionHandle),
+    Remote(Arc<remote::Remote>, String),
+}
+
+impl Link {
+    async fn interrupt(&self) {
+        match self {
+            Self::Local(handle) => {
+                let _ = handle.interrupt().await;
+            }
+            Self::Remote(remote, session_id) => {
+                let _ = remote
+                    .call("turn/interrupt", json!({"session_id": session_id}))
+                    .await;
+            }
+        }
+    }
+
+    async fn respond_approval(
+        &self,
+        approval_id: String,
+        decision: Decision,
+        message: Option<String>,
+    ) -> Result<(), RpcError> {
+        match self {
+            Self::Local(handle) => Ok(handle
+                .respond_approval(approval_id, decision, message)
+                .await?),
+            Self::Remote(remote, session_id) => {
+                let mut params = json!({"session_id": session_id, "approval_id": approval_id,
+                    "decision": decision});
+                if let Some(message) = message {
+                    params["message"] = Value::String(message);
+                }
+                remote.call("approval/respond", params).await.map(|_| ())
+            }
+        }
+    }
+
+    /// Starts a turn with the id `turn_id` right after the last one was seen to end.
+    async fn start_turn(
+        &self,
+        text: String,
+        images: Vec<ImageInput>,
+        turn_id: String,
+    ) -> Result<(), RpcError> {
+        match self {
+            Self::Local(handle) => {
+                handle
+                    .start_turn_after_end(text, images, Some(turn_id), ModelChoice::default(), None)
+                    .await?;
+                Ok(())
+            }
+            Self::Remote(remote, session_id) => {
+                let mut input = vec![json!({"kind": "text", "text": text})];
+                for image in images {
+                    let mut item = serde_json::to_value(image).unwrap_or_default();
+                    item["kind"] = json!("image");
+                    input.push(item);
+                }
+                let params = json!({"session_id": session_id, "input": input, "turn_id": turn_id});
+                // As in-process: the last turn's `turn/completed` is out a moment before its
+                // slot is free.
+                let mut tries = 0;
+                loop {
+                    match remote.call("turn/start", params.clone()).await {
+                        Err(err) if err.kind == "turn_in_progress" && tries < 100 => {
+                            tries += 1;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        other => return other.map(|_| ()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each of the session's tools: its name, tags and whether it runs alone.
+    async fn tools(&self) -> Vec<(String, Vec<String>, bool)> {
+        match self {
+            Self::Local(handle) => handle
+                .catalog()
+                .await
+                .map(|catalog| {
+                    catalog
+                        .entries
+                        .iter()
+                        .map(|entry| {
+                            (
+                                entry.name().to_string(),
+                                entry.tags().iter().map(|tag| (*tag).to_string()).collect(),
+                                entry.concurrency() == crate::tools::ConcurrencyClass::Exclusive,
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Self::Remote(remote, session_id) => {
+                let Ok(list) = remote
+                    .call("tool/list", json!({"session_id": session_id}))
+                    .await
+                else {
+                    return Vec::new();
+                };
+                ["active", "deferred"]
+                    .iter()
+                    .filter_map(|part| list[*part].as_array())
+                    .flatten()
+                    .filter_map(|info| {
+                        let tags = info["tags"]
+                            .as_array()
+                            .map(|tags| {
+                                tags.iter()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_string)
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        Some((
+                            info["name"].as_str()?.to_string(),
+                            tags,
+                            info["concurrency"] == "exclusive",
+                        ))
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
 /// One ACP session: an agentd session this connection watches.
 struct AcpSession {
-    handle: SessionHandle,
+    link: Link,
     /// The session's directory, absolute, for the locations of tool calls.
     dir: PathBuf,
     /// The `MODES` entry in force.
@@ -142,8 +297,7 @@ impl AcpSession {
 
 /// What the connection shares between its reader, its request tasks and its pumps.
 struct Connection {
-    sessions: Sessions,
-    store: Arc<dyn Store>,
+    backend: Backend,
     /// The workspace root, canonical: ACP's absolute `cwd`s must lie inside it.
     workspace: PathBuf,
     /// To the writer task, which ends once every sender is gone.
@@ -172,46 +326,104 @@ impl Server {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let workspace = self.config.server.workspace.clone();
-        let (out, rx) = mpsc::channel(OUT_QUEUE);
-        let writer = tokio::spawn(write_lines(rx, output));
-        let connection = Arc::new(Connection {
+        let backend = Backend::Local {
             sessions: self.state.sessions().clone(),
             store: Arc::clone(&self.store),
-            workspace: std::fs::canonicalize(&workspace).unwrap_or(workspace),
-            out,
-            next_id: AtomicU64::new(0),
-            asked: Mutex::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
-            next_watcher: AtomicU64::new(u64::MAX / 2),
-            closed: CancellationToken::new(),
-        });
-        let mut lines = BufReader::new(input).lines();
-        loop {
-            let line = tokio::select! {
-                line = lines.next_line() => line,
-                () = self.cancel.cancelled() => break,
-            };
-            match line {
-                Ok(Some(line)) if line.trim().is_empty() => {}
-                Ok(Some(line)) => connection.receive(&line),
-                Ok(None) | Err(_) => break,
-            }
-        }
-        connection.closed.cancel();
-        let open: Vec<Arc<AcpSession>> = lock(&connection.open).drain().map(|(_, s)| s).collect();
-        for session in open {
-            let _ = session.handle.interrupt().await;
-        }
-        drop(connection);
+        };
+        speak(
+            backend,
+            &self.config.server.workspace,
+            input,
+            output,
+            self.cancel.clone(),
+        )
+        .await;
         self.cancel.cancel();
         self.tracker.close();
         self.tracker.wait().await;
         self.store.close().await;
-        // Every sender is gone with the connection and its tasks: the writer drains and ends.
-        let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
         0
     }
+}
+
+/// `agentd acp --url`: speaks ACP on `input` and `output` for the sessions of the agentd whose
+/// WebSocket is `url`, until `input` closes (exit code 0) or that agentd goes away (1). ACP's
+/// absolute `cwd`s are taken relative to `workspace`, the server's workspace root as this
+/// side sees it (the user's root, on a server with users).
+pub async fn bridge<R, W>(
+    url: &str,
+    token: Option<String>,
+    workspace: &Path,
+    input: R,
+    output: W,
+) -> Result<u8, String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let remote = remote::Remote::connect(url, token).await?;
+    let gone = remote.gone();
+    speak(
+        Backend::Remote(Arc::clone(&remote)),
+        workspace,
+        input,
+        output,
+        gone.clone(),
+    )
+    .await;
+    let code = if gone.is_cancelled() {
+        tracing::error!(url, "agentd closed the connection");
+        1
+    } else {
+        0
+    };
+    remote.close();
+    Ok(code)
+}
+
+/// Serves one ACP client on `input` and `output` until `input` closes or `stop` fires.
+async fn speak<R, W>(
+    backend: Backend,
+    workspace: &Path,
+    input: R,
+    output: W,
+    stop: CancellationToken,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, rx) = mpsc::channel(OUT_QUEUE);
+    let writer = tokio::spawn(write_lines(rx, output));
+    let connection = Arc::new(Connection {
+        backend,
+        workspace: std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf()),
+        out,
+        next_id: AtomicU64::new(0),
+        asked: Mutex::new(HashMap::new()),
+        open: Mutex::new(HashMap::new()),
+        next_watcher: AtomicU64::new(u64::MAX / 2),
+        closed: CancellationToken::new(),
+    });
+    let mut lines = BufReader::new(input).lines();
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => line,
+            () = stop.cancelled() => break,
+        };
+        match line {
+            Ok(Some(line)) if line.trim().is_empty() => {}
+            Ok(Some(line)) => connection.receive(&line),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    connection.closed.cancel();
+    let open: Vec<Arc<AcpSession>> = lock(&connection.open).drain().map(|(_, s)| s).collect();
+    for session in open {
+        session.link.interrupt().await;
+    }
+    drop(connection);
+    // Every sender is gone with the connection and its tasks: the writer drains and ends.
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
 
 /// Writes each frame as one line, flushed, so the client sees it at once.
@@ -324,7 +536,7 @@ impl Connection {
             if let Some(waiter) = lock(&session.turn).as_mut() {
                 waiter.cancelled = true;
             }
-            let _ = session.handle.interrupt().await;
+            session.link.interrupt().await;
         }
         // Other notifications ($/cancel_request among them) need nothing from us.
     }
@@ -376,18 +588,37 @@ impl Connection {
         let cwd = self.relative_cwd(params)?;
         let mcp = mcp_servers(&params["mcpServers"])?;
         let names: Vec<String> = mcp.iter().map(|server| server.name.clone()).collect();
-        let caller = Caller::anonymous();
-        let (handle, row) = self
-            .sessions
-            .create_with_mcp(&caller, Some(&cwd), mcp)
-            .await?;
-        if let Err(err) = wait_for_mcp(&handle, &names).await {
-            let _ = self.sessions.delete(&caller, &row.session_id).await;
-            return Err(err);
-        }
-        let dir = self.workspace.join(&row.cwd);
-        self.open(handle, dir, None).await?;
-        Ok(json!({"sessionId": row.session_id, "modes": modes("ask")}))
+        let session_id = match &self.backend {
+            Backend::Local { sessions, .. } => {
+                let caller = Caller::anonymous();
+                let (handle, row) = sessions.create_with_mcp(&caller, Some(&cwd), mcp).await?;
+                if let Err(err) = wait_for_mcp(&handle, &names).await {
+                    let _ = sessions.delete(&caller, &row.session_id).await;
+                    return Err(err);
+                }
+                let dir = self.workspace.join(&row.cwd);
+                let attached = self.attach_local(&handle).await?;
+                self.open(Link::Local(handle), dir, attached, None).await?;
+                row.session_id
+            }
+            Backend::Remote(remote) => {
+                refuse_client_mcp(&names)?;
+                let opened = remote.call("session/open", json!({"cwd": cwd})).await?;
+                let session_id = opened["session_id"]
+                    .as_str()
+                    .ok_or_else(|| RpcError::invalid("agentd answered session/open without an id"))?
+                    .to_string();
+                let (tx, rx) = mpsc::channel(WATCH_QUEUE);
+                let lagged = CancellationToken::new();
+                remote.route(&session_id, tx, lagged.clone());
+                let last_seq = opened["last_seq"].as_i64().unwrap_or_default();
+                let link = Link::Remote(Arc::clone(remote), session_id.clone());
+                let dir = self.workspace.join(&cwd);
+                self.open(link, dir, (last_seq, rx, lagged), None).await?;
+                session_id
+            }
+        };
+        Ok(json!({"sessionId": session_id, "modes": modes("ask")}))
     }
 
     async fn load_session(self: &Arc<Self>, params: &Value) -> Result<Value, RpcError> {
@@ -395,17 +626,28 @@ impl Connection {
             .as_str()
             .ok_or_else(|| RpcError::invalid("sessionId is required"))?;
         let caller = Caller::anonymous();
-        let row = self.sessions.row(&caller, session_id).await?;
-        let prompts = user_prompts(
-            &self
-                .store
-                .messages(session_id)
-                .await
-                .map_err(|err| RpcError::from(SessionError::from(err)))?,
-        );
+        let (last_seq, cwd, messages) = match &self.backend {
+            Backend::Local { sessions, store } => {
+                let row = sessions.row(&caller, session_id).await?;
+                let messages = store
+                    .messages(session_id)
+                    .await
+                    .map_err(|err| RpcError::from(SessionError::from(err)))?;
+                (row.last_seq, row.cwd, messages)
+            }
+            Backend::Remote(remote) => {
+                let row = remote.get(&format!("/api/sessions/{session_id}")).await?;
+                let messages = remote
+                    .get(&format!("/api/sessions/{session_id}/messages"))
+                    .await?;
+                let cwd = row["cwd"].as_str().unwrap_or_default().to_string();
+                let messages = messages["messages"].as_array().cloned().unwrap_or_default();
+                (row["last_seq"].as_i64().unwrap_or_default(), cwd, messages)
+            }
+        };
         let replay = Replay {
-            last_seq: row.last_seq,
-            prompts,
+            last_seq,
+            prompts: user_prompts(&messages),
         };
         if let Some(session) = self.session(session_id) {
             let mut translator = Translator::new(&session, true);
@@ -416,32 +658,43 @@ impl Connection {
         }
         let mcp = mcp_servers(&params["mcpServers"])?;
         let names: Vec<String> = mcp.iter().map(|server| server.name.clone()).collect();
-        let handle = self
-            .sessions
-            .handle_with_mcp(&caller, session_id, mcp)
-            .await?;
-        wait_for_mcp(&handle, &names).await?;
-        let dir = self.workspace.join(&row.cwd);
-        self.open(handle, dir, Some(replay)).await?;
+        let dir = self.workspace.join(&cwd);
+        match &self.backend {
+            Backend::Local { sessions, .. } => {
+                let handle = sessions.handle_with_mcp(&caller, session_id, mcp).await?;
+                wait_for_mcp(&handle, &names).await?;
+                let attached = self.attach_local(&handle).await?;
+                self.open(Link::Local(handle), dir, attached, Some(replay))
+                    .await?;
+            }
+            Backend::Remote(remote) => {
+                refuse_client_mcp(&names)?;
+                // Routed before the attach, so nothing after its `last_seq` is missed.
+                let (tx, rx) = mpsc::channel(WATCH_QUEUE);
+                let lagged = CancellationToken::new();
+                remote.route(session_id, tx, lagged.clone());
+                let opened = remote
+                    .call("session/open", json!({"session_id": session_id}))
+                    .await;
+                let opened = match opened {
+                    Ok(opened) => opened,
+                    Err(err) => {
+                        remote.unroute(session_id);
+                        return Err(err);
+                    }
+                };
+                let last_seq = opened["last_seq"].as_i64().unwrap_or_default();
+                let link = Link::Remote(Arc::clone(remote), session_id.to_string());
+                self.open(link, dir, (last_seq, rx, lagged), Some(replay))
+                    .await?;
+            }
+        }
         Ok(json!({"modes": modes("ask")}))
     }
 
-    /// Watches `handle` for the client: replays what `replay` asks for first, then starts
-    /// the session's pump on the live events (held in the watcher's queue meanwhile).
-    async fn open(
-        self: &Arc<Self>,
-        handle: SessionHandle,
-        dir: PathBuf,
-        replay: Option<Replay>,
-    ) -> Result<(), RpcError> {
-        let session_id = handle.session_id().to_string();
-        let session = Arc::new(AcpSession {
-            handle: handle.clone(),
-            dir,
-            mode: Mutex::new("ask"),
-            rejected: Mutex::new(HashSet::new()),
-            turn: Mutex::new(None),
-        });
+    /// Watches an in-process session like a WebSocket client: its last `seq` when attached,
+    /// and the queue its later events arrive on.
+    async fn attach_local(&self, handle: &SessionHandle) -> Result<Attached, RpcError> {
         let (tx, rx) = mpsc::channel(WATCH_QUEUE);
         let lagged = CancellationToken::new();
         let watcher = Watcher {
@@ -450,8 +703,31 @@ impl Connection {
             lagged: lagged.clone(),
         };
         let (last_seq, _) = handle.attach_replaying(watcher, None).await?;
+        Ok((last_seq, rx, lagged))
+    }
+
+    /// Watches a session for the client: replays what `replay` asks for first, then starts
+    /// the session's pump on the live events (held in the attachment's queue meanwhile).
+    async fn open(
+        self: &Arc<Self>,
+        link: Link,
+        dir: PathBuf,
+        (last_seq, rx, lagged): Attached,
+        replay: Option<Replay>,
+    ) -> Result<(), RpcError> {
+        let session_id = match &link {
+            Link::Local(handle) => handle.session_id().to_string(),
+            Link::Remote(_, session_id) => session_id.clone(),
+        };
+        let session = Arc::new(AcpSession {
+            link,
+            dir,
+            mode: Mutex::new("ask"),
+            rejected: Mutex::new(HashSet::new()),
+            turn: Mutex::new(None),
+        });
         let mut translator = Translator::new(&session, false);
-        translator.learn(&handle).await;
+        translator.learn(&session.link).await;
         if let Some(replay) = replay {
             let mut replaying = Translator::new(&session, true);
             replaying.kinds = translator.kinds.clone();
@@ -469,6 +745,48 @@ impl Connection {
         Ok(())
     }
 
+    /// Up to `limit` stored events of a session after `after`, in order.
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Replayed>, RpcError> {
+        match &self.backend {
+            Backend::Local { store, .. } => Ok(store
+                .events_after(session_id, after, limit.into())
+                .await
+                .map_err(|err| RpcError::from(SessionError::from(err)))?
+                .into_iter()
+                .map(|event| Replayed {
+                    seq: event.seq,
+                    method: event.method,
+                    params: event.params,
+                })
+                .collect()),
+            Backend::Remote(remote) => {
+                let page = remote
+                    .get(&format!(
+                        "/api/sessions/{session_id}/events?after_seq={after}&limit={limit}"
+                    ))
+                    .await?;
+                Ok(page["events"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|event| {
+                        Some(Replayed {
+                            seq: event["seq"].as_i64()?,
+                            method: event["method"].as_str()?.to_string(),
+                            params: event["params"].clone(),
+                        })
+                    })
+                    .collect())
+            }
+        }
+    }
+
     /// Sends the stored events up to `last_seq` as `session/update`s.
     async fn replay(
         &self,
@@ -479,16 +797,12 @@ impl Connection {
     ) -> Result<(), RpcError> {
         let mut cursor = 0;
         while cursor < last_seq {
-            let page = self
-                .store
-                .events_after(session_id, cursor, 500)
-                .await
-                .map_err(|err| RpcError::from(SessionError::from(err)))?;
+            let page = self.events_after(session_id, cursor, 500).await?;
             let Some(last) = page.last() else { break };
             cursor = last.seq;
             for event in page.into_iter().filter(|event| event.seq <= last_seq) {
                 if translator.needs_catalog(&event.method, &event.params) {
-                    translator.learn(&session.handle).await;
+                    translator.learn(&session.link).await;
                 }
                 for step in translator.step(&event.method, &event.params) {
                     if let Step::Update(update) = step {
@@ -524,7 +838,7 @@ impl Connection {
             let method = frame["method"].as_str().unwrap_or_default();
             let params = &frame["params"];
             if translator.needs_catalog(method, params) {
-                translator.learn(&session.handle).await;
+                translator.learn(&session.link).await;
             }
             for step in translator.step(method, params) {
                 match step {
@@ -604,7 +918,7 @@ impl Connection {
         };
         let accepted = decision != Decision::Decline;
         let answered = session
-            .handle
+            .link
             .respond_approval(ask.approval_id, decision, message)
             .await;
         if accepted && answered.is_ok() {
@@ -642,26 +956,17 @@ impl Connection {
                 cancelled: false,
             });
         }
-        let started = session
-            .handle
-            .start_turn_after_end(
-                text,
-                images,
-                Some(turn_id.clone()),
-                ModelChoice::default(),
-                None,
-            )
-            .await;
+        let started = session.link.start_turn(text, images, turn_id.clone()).await;
         if let Err(err) = started {
             lock(&session.turn).take();
-            return Err(err.into());
+            return Err(err);
         }
         // A cancel that came before the turn was under way interrupted nothing.
         if lock(&session.turn)
             .as_ref()
             .is_some_and(|waiter| waiter.cancelled)
         {
-            let _ = session.handle.interrupt().await;
+            session.link.interrupt().await;
         }
         let end = tokio::select! {
             end = ended => end.ok(),
@@ -696,6 +1001,10 @@ impl Connection {
         Ok(json!({}))
     }
 }
+
+/// A session being watched: its last `seq` when attached, the queue its later events arrive
+/// on, and the token that fires when that queue overflowed.
+type Attached = (i64, mpsc::Receiver<Outbound>, CancellationToken);
 
 /// What `session/load` replays.
 struct Replay {
@@ -900,6 +1209,19 @@ fn mcp_name(given: &str) -> String {
     if name.is_empty() { "mcp".into() } else { name }
 }
 
+/// A bridged session cannot run the client's MCP servers: the server would start them, on its
+/// side, from a WebSocket client's word.
+fn refuse_client_mcp(names: &[String]) -> Result<(), RpcError> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    Err(RpcError::invalid(format!(
+        "agentd acp --url does not carry the client's MCP servers ({}); list them in the \
+         server's [[mcp_servers]], or run agentd acp without --url",
+        names.join(", ")
+    )))
+}
+
 /// Waits until each of `names` is up or failed; a failed one is the error.
 async fn wait_for_mcp(handle: &SessionHandle, names: &[String]) -> Result<(), RpcError> {
     if names.is_empty() {
@@ -1001,19 +1323,11 @@ impl Translator {
     }
 
     /// Learns the kinds of the session's tools as they are now.
-    async fn learn(&mut self, handle: &SessionHandle) {
-        if let Ok(catalog) = handle.catalog().await {
-            self.learn_catalog(&catalog);
-        }
-    }
-
-    fn learn_catalog(&mut self, catalog: &ToolCatalog) {
-        for entry in &catalog.entries {
-            let exclusive = entry.concurrency() == crate::tools::ConcurrencyClass::Exclusive;
-            self.kinds.insert(
-                entry.name().to_string(),
-                tool_kind(entry.name(), entry.tags(), exclusive),
-            );
+    async fn learn(&mut self, link: &Link) {
+        for (name, tags, exclusive) in link.tools().await {
+            let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+            let kind = tool_kind(&name, &tags, exclusive);
+            self.kinds.insert(name, kind);
         }
     }
 

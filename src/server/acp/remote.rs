@@ -1,0 +1,298 @@
+//! A running agentd reached over its WebSocket (`/api/ws`) and REST API: what `agentd acp
+//! --url` bridges the editor to instead of hosting sessions in-process.
+//!
+//! One WebSocket carries every request and every watched session's notifications; a reader
+//! task answers the waiting requests and routes each notification to its session's queue,
+//! the same queue an in-process watcher fills, so the ACP side cannot tell the two apart.
+//! Stored history (a `session/load`'s replay) is read through REST.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_util::sync::CancellationToken;
+
+use super::{DOMAIN_ERROR, INTERNAL_ERROR, NOT_FOUND, RpcError, lock};
+use crate::session::Outbound;
+
+/// A session's notification queue on this side, and the token that ends its pump when the
+/// queue overflows or the connection drops.
+struct Route {
+    tx: mpsc::Sender<Outbound>,
+    lagged: CancellationToken,
+}
+
+/// The connection to one running agentd.
+pub(super) struct Remote {
+    /// Frames for the WebSocket writer.
+    out: mpsc::UnboundedSender<String>,
+    next_id: AtomicU64,
+    /// Our requests waiting for the server's answer, by id.
+    pending: Mutex<HashMap<u64, oneshot::Sender<Result<Value, Value>>>>,
+    routes: Mutex<HashMap<String, Route>>,
+    http: reqwest::Client,
+    /// `http://host:port` of the same server, for REST.
+    base: String,
+    token: Option<String>,
+    /// Fired when the WebSocket closes: requests fail and pumps end.
+    gone: CancellationToken,
+}
+
+impl Remote {
+    /// Connects to the WebSocket at `url` (`ws://host:port/api/ws`), with `token` as the
+    /// bearer token when the server asks for one.
+    pub(super) async fn connect(url: &str, token: Option<String>) -> Result<Arc<Self>, String> {
+        let base = http_base(url)?;
+        let mut request = url
+            .into_client_request()
+            .map_err(|err| format!("--url {url}: {err}"))?;
+        if let Some(token) = &token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| "the token file holds characters a header cannot carry".to_string())?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let (socket, _) =
+            tokio_tungstenite::connect_async(request)
+                .await
+                .map_err(|err| match err {
+                    tokio_tungstenite::tungstenite::Error::Http(response)
+                        if response.status() == 401 =>
+                    {
+                        format!("{url} refused the token (401): check --token-file")
+                    }
+                    err => format!("cannot reach agentd at {url}: {err}"),
+                })?;
+        let (mut sink, mut stream) = socket.split();
+        let (out, mut frames) = mpsc::unbounded_channel::<String>();
+        let remote = Arc::new(Self {
+            out,
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+            http: reqwest::Client::new(),
+            base,
+            token,
+            gone: CancellationToken::new(),
+        });
+        let gone = remote.gone.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    frame = frames.recv() => match frame {
+                        Some(frame) => {
+                            if sink.send(Message::text(frame)).await.is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                    () = gone.cancelled() => break,
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let reader = Arc::clone(&remote);
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = stream.next().await {
+                match message {
+                    Message::Text(text) => reader.receive(text.as_str()),
+                    Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+            reader.hang_up();
+        });
+        Ok(remote)
+    }
+
+    /// Ends every waiting request and every session's pump: the server went away.
+    fn hang_up(&self) {
+        self.gone.cancel();
+        lock(&self.pending).clear();
+        for (_, route) in lock(&self.routes).drain() {
+            route.lagged.cancel();
+        }
+    }
+
+    /// Fires when the WebSocket closes.
+    pub(super) fn gone(&self) -> CancellationToken {
+        self.gone.clone()
+    }
+
+    /// Closes the WebSocket.
+    pub(super) fn close(&self) {
+        self.hang_up();
+    }
+
+    fn receive(&self, text: &str) {
+        let Ok(frame) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        if frame.get("method").is_none() {
+            if let Some(waiting) = frame["id"]
+                .as_u64()
+                .and_then(|id| lock(&self.pending).remove(&id))
+            {
+                let answer = match frame.get("error") {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(frame.get("result").cloned().unwrap_or(Value::Null)),
+                };
+                let _ = waiting.send(answer);
+            }
+            return;
+        }
+        let Some(session_id) = frame["params"]["session_id"].as_str() else {
+            return;
+        };
+        let mut routes = lock(&self.routes);
+        if let Some(route) = routes.get(session_id)
+            && route.tx.try_send(Outbound::Text(text.into())).is_err()
+        {
+            // A pump that fell this far behind (or ended) gets no more: as a lagging
+            // in-process watcher, it stops.
+            route.lagged.cancel();
+            routes.remove(session_id);
+        }
+    }
+
+    /// Sends `session_id`'s notifications to `tx` from now on.
+    pub(super) fn route(
+        &self,
+        session_id: &str,
+        tx: mpsc::Sender<Outbound>,
+        lagged: CancellationToken,
+    ) {
+        if self.gone.is_cancelled() {
+            lagged.cancel();
+            return;
+        }
+        lock(&self.routes).insert(session_id.to_string(), Route { tx, lagged });
+    }
+
+    /// Stops routing `session_id`'s notifications.
+    pub(super) fn unroute(&self, session_id: &str) {
+        lock(&self.routes).remove(session_id);
+    }
+
+    /// One WebSocket request; the server's error keeps its code, message and kind.
+    pub(super) async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id, tx);
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if self.gone.is_cancelled() || self.out.send(frame.to_string()).is_err() {
+            lock(&self.pending).remove(&id);
+            return Err(server_gone());
+        }
+        let answer = tokio::select! {
+            answer = rx => answer.map_err(|_| server_gone())?,
+            () = self.gone.cancelled() => return Err(server_gone()),
+        };
+        answer.map_err(|error| RpcError {
+            code: error["code"].as_i64().unwrap_or(INTERNAL_ERROR),
+            message: error["message"]
+                .as_str()
+                .unwrap_or("agentd answered an error")
+                .to_string(),
+            kind: kind_word(error["data"]["kind"].as_str()),
+        })
+    }
+
+    /// A REST `GET` of `path` (from `/api/…`), as JSON.
+    pub(super) async fn get(&self, path: &str) -> Result<Value, RpcError> {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.map_err(|err| RpcError {
+            code: INTERNAL_ERROR,
+            message: format!("agentd's REST API: {err}"),
+            kind: "internal",
+        })?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(body);
+        }
+        let error = &body["error"];
+        Err(RpcError {
+            code: if status == reqwest::StatusCode::NOT_FOUND {
+                NOT_FOUND
+            } else {
+                DOMAIN_ERROR
+            },
+            message: error["message"]
+                .as_str()
+                .map_or_else(|| format!("agentd answered {status}"), str::to_string),
+            kind: kind_word(error["kind"].as_str()),
+        })
+    }
+}
+
+fn server_gone() -> RpcError {
+    RpcError {
+        code: INTERNAL_ERROR,
+        message: "the connection to agentd closed".into(),
+        kind: "session_unavailable",
+    }
+}
+
+/// The server's error kinds as the static words `RpcError` carries; one it does not know
+/// (a newer server's) becomes `internal`, with the server's message kept.
+fn kind_word(kind: Option<&str>) -> &'static str {
+    crate::session::SessionError::remote(kind.unwrap_or_default(), String::new()).kind()
+}
+
+/// `http://host:port` for the WebSocket URL `ws://host:port/…`.
+fn http_base(url: &str) -> Result<String, String> {
+    let rest = if let Some(rest) = url.strip_prefix("ws://") {
+        rest
+    } else if url.starts_with("wss://") {
+        return Err(format!(
+            "--url {url}: wss:// is not supported; reach the server over ws:// (on loopback, \
+             or through an SSH tunnel)"
+        ));
+    } else {
+        return Err(format!(
+            "--url {url} is not a WebSocket URL; give ws://HOST:PORT/api/ws"
+        ));
+    };
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(format!("--url {url} names no host"));
+    }
+    Ok(format!("http://{host}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rest_base_comes_from_the_websocket_url() {
+        assert_eq!(
+            http_base("ws://127.0.0.1:8080/api/ws").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        assert!(
+            http_base("wss://a/api/ws")
+                .unwrap_err()
+                .contains("not supported")
+        );
+        assert!(http_base("http://a/api/ws").unwrap_err().contains("ws://"));
+        assert!(http_base("ws:///api/ws").unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn unknown_kinds_become_internal() {
+        assert_eq!(kind_word(Some("unknown_session")), "unknown_session");
+        assert_eq!(kind_word(Some("from_the_future")), "internal");
+        assert_eq!(kind_word(None), "internal");
+    }
+}
