@@ -189,6 +189,12 @@ pub(crate) enum TurnRequest {
             oneshot::Sender<CompactionOutcome>,
         )>,
     ),
+    /// The turn is about to say it ended: the workspace as it leaves it is the turn's diff
+    /// (answered as the `turn/diff` to emit after the ending, when it changed files).
+    Settle {
+        turn_id: String,
+        reply: oneshot::Sender<Option<SessionEvent>>,
+    },
     /// The turn is over.
     Finished { turn_id: String },
 }
@@ -228,6 +234,12 @@ pub(crate) trait TurnHost: CallHost + 'static {
         turn_id: Option<&str>,
         compacted: Compacted,
     ) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// The turn is about to say it ended: what it changed, as the event to emit after its
+    /// ending (`turn/diff`), taken before the ending so nothing done after it counts.
+    fn settle(&self, _turn_id: &str) -> impl Future<Output = Option<SessionEvent>> + Send {
+        std::future::ready(None)
+    }
 
     /// The turn is over and has said so.
     fn finished(&self, turn_id: &str) -> impl Future<Output = ()> + Send;
@@ -339,6 +351,18 @@ impl TurnHost for ActorLink {
         })
         .await
         .unwrap_or_else(|| Err("the session stopped".to_string()))
+    }
+
+    async fn settle(&self, turn_id: &str) -> Option<SessionEvent> {
+        let (reply, answer) = oneshot::channel();
+        self.actor
+            .send(TurnRequest::Settle {
+                turn_id: turn_id.to_string(),
+                reply,
+            })
+            .await
+            .ok()?;
+        answer.await.ok().flatten()
     }
 
     async fn finished(&self, turn_id: &str) {

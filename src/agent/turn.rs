@@ -149,7 +149,11 @@ impl<H: TurnHost> Turn<H> {
                 message,
             },
         };
+        let diff = self.host.settle(&self.turn_id).await;
         self.host.emit(event).await;
+        if let Some(diff) = diff {
+            self.host.emit(diff).await;
+        }
         if let Some(hooks) = &self.scope.hooks
             && hooks.any(HookEvent::Stop, None)
         {

@@ -72,6 +72,9 @@ pub enum ForwardedCall {
         turn_id: String,
         /// Only say what would change.
         dry_run: bool,
+        /// Revert over files changed since the last turn ended.
+        #[serde(default)]
+        force: bool,
     },
     /// `approval/respond`.
     RespondApproval {
@@ -206,9 +209,14 @@ impl Relay {
             Command::Revert {
                 turn_id,
                 dry_run,
+                force,
                 reply,
             } => relay(
-                ForwardedCall::Revert { turn_id, dry_run },
+                ForwardedCall::Revert {
+                    turn_id,
+                    dry_run,
+                    force,
+                },
                 Box::new(move |value| {
                     let _ = reply.send(value);
                 }),
@@ -359,7 +367,11 @@ pub(crate) async fn run(
             Value::Null
         }
         ForwardedCall::Compact => json!(handle.compact().await?),
-        ForwardedCall::Revert { turn_id, dry_run } => handle.revert(turn_id, dry_run).await?,
+        ForwardedCall::Revert {
+            turn_id,
+            dry_run,
+            force,
+        } => handle.revert(turn_id, dry_run, force).await?,
         ForwardedCall::RespondApproval {
             approval_id,
             decision,

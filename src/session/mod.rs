@@ -80,6 +80,10 @@ pub enum SessionError {
         "this session already has {0} tool calls running or queued; retry when one has finished"
     )]
     Overloaded(usize),
+    /// `session/revert` found files changed since the session's last turn ended; the message
+    /// names them.
+    #[error("{0}")]
+    RevertConflict(String),
     /// The store cannot write (a full disk, a lost database): nothing that would need a
     /// write is acknowledged.
     #[error("the store cannot write ({0}); retry once it can")]
@@ -122,6 +126,7 @@ const ERROR_KINDS: &[&str] = &[
     "quota_exceeded",
     "storage_unavailable",
     "session_unavailable",
+    "revert_conflict",
     "internal",
     "unknown_tool",
     "policy_denied",
@@ -151,6 +156,7 @@ impl SessionError {
             Self::Overloaded(_) => "overloaded",
             Self::QuotaExceeded(_) => "quota_exceeded",
             Self::StorageUnavailable(_) => "storage_unavailable",
+            Self::RevertConflict(_) => "revert_conflict",
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
             Self::Compaction(err) => err.kind(),
@@ -372,6 +378,7 @@ pub(crate) enum Command {
     Revert {
         turn_id: String,
         dry_run: bool,
+        force: bool,
         reply: oneshot::Sender<Result<Value, SessionError>>,
     },
     RespondApproval {
@@ -677,11 +684,18 @@ impl SessionHandle {
 
     /// Puts the workspace back as it was before the turn `turn_id` (see
     /// [`crate::tools::checkpoint`]); answers `{files: [{path, change}]}`, what was (or with
-    /// `dry_run`, would be) undone.
-    pub async fn revert(&self, turn_id: String, dry_run: bool) -> Result<Value, SessionError> {
+    /// `dry_run`, would be) undone. Files changed since the session's last turn ended are a
+    /// conflict that refuses the revert unless `force`.
+    pub async fn revert(
+        &self,
+        turn_id: String,
+        dry_run: bool,
+        force: bool,
+    ) -> Result<Value, SessionError> {
         self.ask(|reply| Command::Revert {
             turn_id,
             dry_run,
+            force,
             reply,
         })
         .await?

@@ -159,3 +159,99 @@ async fn a_shell_turns_changes_are_diffed_and_reverted() {
     assert_eq!(reverts[0]["params"]["revert_id"], revert_id.as_str());
     assert_eq!(reverts[1]["params"]["turn_id"], revert_id.as_str());
 }
+
+/// A file changed after the session's last turn ended (by a person, another session) is not
+/// silently overwritten: the revert is refused naming it, a dry run lists it, and `force`
+/// reverts over it.
+#[tokio::test]
+async fn a_revert_over_a_change_made_outside_the_session_needs_force() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "shell",
+            &json!({"command": "echo turn > notes.txt && echo made > made.txt"}),
+        )]),
+        Reply::text(&["changed"]),
+    ]))
+    .await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+    })
+    .await;
+    let root = app.workspace();
+    std::fs::write(root.join("notes.txt"), "mine\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (_, end) = run_turn(&mut ws, &session, "change things").await;
+    let turn_id = end["turn_id"].as_str().unwrap().to_string();
+
+    // The person edits the file the turn wrote, and adds one of their own.
+    std::fs::write(root.join("notes.txt"), "turn, then my edit\n").unwrap();
+    std::fs::write(root.join("mine.txt"), "by hand\n").unwrap();
+    let (_, refused) = ws
+        .call(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id}),
+        )
+        .await;
+    assert_eq!(
+        refused["error"]["data"]["kind"], "revert_conflict",
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("notes.txt (modified)") && message.contains("mine.txt (added)"),
+        "{message}"
+    );
+    // Nothing was touched.
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "turn, then my edit\n"
+    );
+    assert!(root.join("made.txt").exists());
+
+    let planned = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(
+        files(&json!({"files": planned["conflicts"]})),
+        pairs(&[("mine.txt", "added"), ("notes.txt", "modified")])
+    );
+
+    let forced = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id, "force": true}),
+        )
+        .await;
+    assert!(forced["revert_id"].is_string(), "{forced}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+    assert!(!root.join("made.txt").exists());
+    // A file the turn never had is the person's: the revert takes it away only as part of
+    // the state before the turn, which it was not.
+    assert!(
+        !root.join("mine.txt").exists(),
+        "forced: back to before the turn"
+    );
+    // The forced revert settled the workspace: undoing it needs no force.
+    let revert_id = forced["revert_id"].as_str().unwrap();
+    let undone = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": revert_id}),
+        )
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "turn, then my edit\n",
+        "{undone}"
+    );
+}

@@ -58,7 +58,7 @@ impl Connection {
             Request::SessionRevert(params) => {
                 self.with_session(&params.session_id, |handle| async move {
                     handle
-                        .revert(params.turn_id, params.dry_run)
+                        .revert(params.turn_id, params.dry_run, params.force)
                         .await
                         .map_err(RpcError::from)
                 })

@@ -164,6 +164,8 @@ pub(super) struct RevertParams {
     pub turn_id: String,
     #[serde(default)]
     pub dry_run: bool,
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// Methods that name only a session.

@@ -170,6 +170,12 @@ pub(crate) struct SessionActor {
     session_started: bool,
     /// The workspace as each recent turn found it, oldest first.
     checkpoints: std::collections::VecDeque<(String, Arc<crate::tools::checkpoint::Snapshot>)>,
+    /// The workspace as the last turn (or revert) left it, with the number of the diff that
+    /// found it: a revert compares the workspace with it to see what changed outside the
+    /// session's turns since.
+    settled: tokio::sync::watch::Sender<(u64, Option<Arc<crate::tools::checkpoint::Snapshot>>)>,
+    /// Diffs started after turns: `settled` is current once it carries this number.
+    diffs_started: u64,
 }
 
 impl SessionActor {
@@ -239,6 +245,8 @@ impl SessionActor {
             hooks,
             session_started: false,
             checkpoints: std::collections::VecDeque::new(),
+            settled: tokio::sync::watch::Sender::new((0, None)),
+            diffs_started: 0,
         }
     }
 
@@ -289,41 +297,94 @@ impl SessionActor {
             .push_back((turn_id.to_string(), Arc::new(snapshot)));
     }
 
-    /// Says what the turn `turn_id` changed in the workspace (`turn/diff`), once it is over,
-    /// when it changed something.
-    pub(super) fn announce_diff(&mut self, turn_id: &str) {
+    /// Answers what the turn `turn_id` changed in the workspace (`turn/diff`, when it changed
+    /// something), as the turn is about to end; the walk runs beside the actor.
+    pub(super) fn settle(
+        &mut self,
+        turn_id: &str,
+        reply: tokio::sync::oneshot::Sender<Option<SessionEvent>>,
+    ) {
         let Some((_, before)) = self.checkpoints.iter().find(|(id, _)| id == turn_id) else {
+            let _ = reply.send(None);
             return;
         };
         let Some(workspace) = self.registry.workspace().cloned() else {
+            let _ = reply.send(None);
             return;
         };
         let before = Arc::clone(before);
         let turn_id = turn_id.to_string();
-        let actor = self.turns.sender();
+        self.diffs_started += 1;
+        let number = self.diffs_started;
+        let settled = self.settled.clone();
         self.tracker.spawn(async move {
             let found = tokio::task::spawn_blocking(move || {
                 let after = crate::tools::checkpoint::Snapshot::take(&workspace, Some(&before));
                 let files = before.changes(&after);
                 let diff = before.diff(&after, &files);
-                (files, diff)
+                (files, diff, Arc::new(after))
             })
             .await;
-            if let Ok((files, diff)) = found
-                && !files.is_empty()
-            {
-                let event = SessionEvent::TurnDiff {
-                    turn_id,
-                    diff,
-                    files,
-                };
-                let _ = actor.send(crate::agent::TurnRequest::Emit(event)).await;
-            }
+            // Diffs may finish out of order: only a later one replaces what is settled.
+            let after = found.as_ref().ok().map(|(_, _, after)| Arc::clone(after));
+            settled.send_if_modified(|(known, snapshot)| {
+                if number <= *known {
+                    return false;
+                }
+                *known = number;
+                *snapshot = after;
+                true
+            });
+            let event =
+                found
+                    .ok()
+                    .filter(|(files, _, _)| !files.is_empty())
+                    .map(|(files, diff, _)| SessionEvent::TurnDiff {
+                        turn_id,
+                        diff,
+                        files,
+                    });
+            let _ = reply.send(event);
         });
     }
 
+    /// Files changed since the last turn (or revert) left the workspace, by whoever: a person,
+    /// another session, a client's `tool/invoke` between turns. Empty when nothing is known.
+    async fn changed_since_settled(
+        &self,
+        workspace: &Arc<crate::tools::workspace::Workspace>,
+    ) -> Vec<crate::tools::checkpoint::FileChange> {
+        let mut settled = self.settled.subscribe();
+        let wanted = self.diffs_started;
+        // The last turn's diff is still being taken: it is what the workspace was left as.
+        let snapshot = match tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            settled.wait_for(|(number, _)| *number >= wanted),
+        )
+        .await
+        {
+            Ok(Ok(state)) => state.1.clone(),
+            _ => None,
+        };
+        let Some(snapshot) = snapshot else {
+            return Vec::new();
+        };
+        let workspace = Arc::clone(workspace);
+        tokio::task::spawn_blocking(move || {
+            let now = crate::tools::checkpoint::Snapshot::take(&workspace, Some(&snapshot));
+            snapshot.changes(&now)
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     /// `session/revert`: the workspace as it was before the turn `turn_id`.
-    async fn revert(&mut self, turn_id: &str, dry_run: bool) -> Result<Value, SessionError> {
+    async fn revert(
+        &mut self,
+        turn_id: &str,
+        dry_run: bool,
+        force: bool,
+    ) -> Result<Value, SessionError> {
         if self.turn.is_some() {
             return Err(SessionError::TurnInProgress);
         }
@@ -340,6 +401,27 @@ impl SessionActor {
             ));
         };
         let before = Arc::clone(before);
+        let conflicts = self.changed_since_settled(&workspace).await;
+        if !conflicts.is_empty() && !dry_run && !force {
+            let mut named: Vec<String> = conflicts
+                .iter()
+                .take(20)
+                .map(|file| format!("{} ({})", file.path, file.change))
+                .collect();
+            if conflicts.len() > named.len() {
+                named.push(format!("and {} more", conflicts.len() - named.len()));
+            }
+            return Err(SessionError::RevertConflict(format!(
+                "{} changed since the session's last turn ended: {}; nothing was reverted \
+                 (force: true reverts over them)",
+                if conflicts.len() == 1 {
+                    "a file"
+                } else {
+                    "files"
+                },
+                named.join(", ")
+            )));
+        }
         let restore = |dry_run: bool| {
             let (before, workspace) = (Arc::clone(&before), workspace.clone());
             async move {
@@ -377,8 +459,21 @@ impl SessionActor {
             })
             .collect();
         let Some(revert_id) = revert_id else {
-            return Ok(json!({"files": undone, "dry_run": dry_run}));
+            return Ok(json!({"files": undone, "dry_run": dry_run, "conflicts": conflicts}));
         };
+        // What the revert left is the new settled state: a revert of the revert is no conflict.
+        let settled = {
+            let workspace = workspace.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::tools::checkpoint::Snapshot::take(&workspace, None)
+            })
+            .await
+            .ok()
+            .map(Arc::new)
+        };
+        self.diffs_started += 1;
+        let number = self.diffs_started;
+        self.settled.send_replace((number, settled));
         tracing::info!(turn_id, files = undone.len(), "workspace reverted");
         self.emit(SessionEvent::SessionReverted {
             turn_id: turn_id.to_string(),
@@ -386,7 +481,10 @@ impl SessionActor {
             files: undone.clone(),
         })
         .await;
-        Ok(json!({"files": undone, "dry_run": false, "revert_id": revert_id}))
+        Ok(
+            json!({"files": undone, "dry_run": false, "revert_id": revert_id,
+            "conflicts": conflicts}),
+        )
     }
 
     /// What the session's turns are told now: the operator's and the repository's
@@ -563,9 +661,10 @@ impl SessionActor {
             Command::Revert {
                 turn_id,
                 dry_run,
+                force,
                 reply,
             } => {
-                let _ = reply.send(self.revert(&turn_id, dry_run).await);
+                let _ = reply.send(self.revert(&turn_id, dry_run, force).await);
             }
             Command::Steer {
                 turn_id,

@@ -368,10 +368,10 @@ impl SessionActor {
                 let (tool_call_id, result) = *invoked;
                 self.on_invoked(tool_call_id, result).await;
             }
+            TurnRequest::Settle { turn_id, reply } => self.settle(&turn_id, reply),
             TurnRequest::Finished { turn_id } => {
                 // Whoever is told the turn ended must be able to see how.
                 self.commit_lingering().await;
-                self.announce_diff(&turn_id);
                 if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
                     && let Some(turn) = self.turn.take()
                 {
