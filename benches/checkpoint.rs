@@ -1,11 +1,12 @@
 //! What a turn's checkpoint costs on a workspace of 10,000 files: the first one (every file
-//! read), the next one when nothing changed (files whose size and time are unchanged share the
-//! previous copy), and one after a turn changed ten files.
+//! read, hashed and put in the store, which already holds them after the first iteration),
+//! the next one when nothing changed (files whose size and time are unchanged keep the
+//! previous hash unread), and one after a turn changed ten files.
 
 use std::hint::black_box;
 use std::path::Path;
 
-use agentd::tools::checkpoint::Snapshot;
+use agentd::tools::checkpoint::{CheckpointStore, Limits, Snapshot};
 use agentd::tools::workspace::Workspace;
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -26,21 +27,23 @@ fn checkpoint(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     fill(dir.path());
     let workspace = Workspace::new(dir.path());
+    let kept = tempfile::tempdir().expect("temp dir");
+    let store = CheckpointStore::open(kept.path(), Limits::default()).expect("store");
     let mut group = c.benchmark_group("checkpoint_10k_files");
     group.sample_size(10);
     group.bench_function("first", |b| {
-        b.iter(|| black_box(Snapshot::take(&workspace, None)));
+        b.iter(|| black_box(Snapshot::take(&workspace, None, &store)));
     });
-    let previous = Snapshot::take(&workspace, None);
+    let previous = Snapshot::take(&workspace, None, &store);
     group.bench_function("unchanged", |b| {
-        b.iter(|| black_box(Snapshot::take(&workspace, Some(&previous))));
+        b.iter(|| black_box(Snapshot::take(&workspace, Some(&previous), &store)));
     });
     for i in 0..10 {
         let path = dir.path().join(format!("src/m{:03}/f{i:05}.rs", i % 100));
         std::fs::write(path, "changed\n").expect("change");
     }
     group.bench_function("ten_changed", |b| {
-        b.iter(|| black_box(Snapshot::take(&workspace, Some(&previous))));
+        b.iter(|| black_box(Snapshot::take(&workspace, Some(&previous), &store)));
     });
     group.finish();
 }

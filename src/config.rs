@@ -415,6 +415,8 @@ pub struct Config {
     pub budget: BudgetConfig,
     /// `[retention]`.
     pub retention: crate::session::retention::RetentionConfig,
+    /// `[checkpoints]`.
+    pub checkpoints: CheckpointsConfig,
     /// `[agent]`.
     pub agent: AgentConfig,
     /// `[cluster]`.
@@ -482,6 +484,37 @@ pub enum Command {
     Export(ExportArgs),
     /// Make a new session from an export (a file, or `-` for stdin); prints its id.
     Import(ImportArgs),
+}
+
+/// `[checkpoints]`: what each turn's checkpoint (`turn/diff`, `session/revert`) copies.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointsConfig {
+    /// A file larger than this many MiB is neither diffed nor reverted.
+    pub max_file_mb: u64,
+    /// A checkpoint copies at most this many MiB of a session's workspace; the files past it
+    /// are neither diffed nor reverted.
+    pub max_total_mb: u64,
+}
+
+impl Default for CheckpointsConfig {
+    fn default() -> Self {
+        Self {
+            max_file_mb: 1,
+            max_total_mb: 128,
+        }
+    }
+}
+
+impl CheckpointsConfig {
+    /// The limits a checkpoint is taken within.
+    pub fn limits(&self) -> crate::tools::checkpoint::Limits {
+        crate::tools::checkpoint::Limits {
+            max_file_bytes: self.max_file_mb.saturating_mul(1024 * 1024),
+            max_total_bytes: self.max_total_mb.saturating_mul(1024 * 1024),
+            ..crate::tools::checkpoint::Limits::default()
+        }
+    }
 }
 
 /// `agentd export SESSION_ID`.
@@ -847,6 +880,17 @@ impl Config {
     /// Checks values that parse but make no sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
+        if self.checkpoints.max_file_mb == 0 || self.checkpoints.max_total_mb == 0 {
+            return invalid(
+                "checkpoints.max_file_mb and checkpoints.max_total_mb must be at least 1".into(),
+            );
+        }
+        if self.checkpoints.max_file_mb > self.checkpoints.max_total_mb {
+            return invalid(format!(
+                "checkpoints.max_file_mb ({}) is larger than checkpoints.max_total_mb ({})",
+                self.checkpoints.max_file_mb, self.checkpoints.max_total_mb
+            ));
+        }
         if self.tools.max_active == 0 {
             return invalid("tools.max_active must be at least 1".into());
         }

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub actors_live: Gauge,
     /// WebSocket connections currently open.
     pub connections: Gauge,
+    /// Bytes of checkpoint contents kept, as the last sweep found them.
+    pub checkpoint_store_bytes: Gauge,
     /// Events persisted and streamed.
     pub events_written: Counter,
     /// Commits of the event writer; `events_written` over this is the mean batch size.
@@ -141,6 +143,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("agentd");
         let sessions_created = Counter::default();
         let actors_live = Gauge::default();
+        let checkpoint_store_bytes = Gauge::default();
         let connections = Gauge::default();
         let events_written = Counter::default();
         let event_batches = Counter::default();
@@ -257,6 +260,11 @@ impl Metrics {
         );
         registry.register("actors_live", "Session actors loaded", actors_live.clone());
         registry.register(
+            "checkpoint_store_bytes",
+            "Bytes of checkpoint contents kept, as the last sweep found them",
+            checkpoint_store_bytes.clone(),
+        );
+        registry.register(
             "websocket_connections",
             "WebSocket connections open",
             connections.clone(),
@@ -285,6 +293,7 @@ impl Metrics {
             registry,
             sessions_created,
             actors_live,
+            checkpoint_store_bytes,
             connections,
             events_written,
             event_batches,

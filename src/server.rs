@@ -265,7 +265,8 @@ async fn end_open_work(store: &dyn store::Store, metrics: &Metrics) -> Result<()
     Ok(())
 }
 
-/// Applies `[retention]` once a day (the first time a minute after start), until `cancel`.
+/// Applies `[retention]` and collects unnamed checkpoint contents once a day (the first time a
+/// minute after start), until `cancel`.
 fn spawn_daily_sweep(
     sessions: &Sessions,
     policy: &crate::session::retention::RetentionConfig,
@@ -471,6 +472,16 @@ impl Server {
         if config.tools.web_search_url.is_none() {
             unsupported.push("web_search".to_string());
         }
+        let checkpoints_dir = config.server.data_dir.join("checkpoints");
+        let checkpoints = crate::tools::checkpoint::CheckpointStore::open(
+            &checkpoints_dir,
+            config.checkpoints.limits(),
+        )
+        .map_err(|source| StartupError::Directory {
+            what: "checkpoints",
+            path: checkpoints_dir.display().to_string(),
+            source,
+        })?;
         let sessions = Sessions::new(
             Arc::clone(&store),
             base,
@@ -508,14 +519,15 @@ impl Server {
                     .map_err(StartupError::Instructions)?,
                 hooks: config.hooks.clone().into(),
                 profiles: crate::session::profiles::Profiles::new(config.agents.clone()),
+                checkpoints: Some(Arc::new(checkpoints)),
             },
             Arc::clone(&metrics),
             cancel.clone(),
             tracker.clone(),
         );
-        if config.retention.is_enabled() {
-            spawn_daily_sweep(&sessions, &config.retention, &cancel, &tracker);
-        }
+        // Also when nothing is retained for a limited time: the sweep drops the checkpoint
+        // contents nothing names any more.
+        spawn_daily_sweep(&sessions, &config.retention, &cancel, &tracker);
         let config = Arc::new(config);
         let state = AppState::new(Arc::clone(&config), sessions, metrics, cancel.clone());
         Ok(Self {

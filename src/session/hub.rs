@@ -104,6 +104,9 @@ pub struct SessionsConfig {
     pub hooks: Arc<[crate::agent::hooks::HookConfig]>,
     /// `[[agents]]`.
     pub profiles: super::profiles::Profiles,
+    /// Where checkpoints are kept (`<data_dir>/checkpoints`); `None`: no `turn/diff` nor
+    /// `session/revert`.
+    pub checkpoints: Option<Arc<crate::tools::checkpoint::CheckpointStore>>,
 }
 
 struct Live {
@@ -562,6 +565,9 @@ impl Sessions {
         if let Some(sandbox) = &self.inner.config.sandbox {
             sandbox.remove_session(session_id);
         }
+        if let Some(checkpoints) = &self.inner.config.checkpoints {
+            checkpoints.forget_session(session_id);
+        }
         Ok(())
     }
 
@@ -573,19 +579,38 @@ impl Sessions {
         let loaded: std::collections::HashSet<String> =
             self.inner.live.lock().await.keys().cloned().collect();
         let sandbox = self.inner.config.sandbox.clone();
+        let checkpoints = self.inner.config.checkpoints.clone();
         let remove = move |session_id: &str| {
             if let Some(sandbox) = &sandbox {
                 sandbox.remove_session(session_id);
             }
+            if let Some(checkpoints) = &checkpoints {
+                checkpoints.forget_session(session_id);
+            }
         };
-        Ok(super::retention::sweep(
+        let mut report = super::retention::sweep(
             self.inner.store.as_ref(),
             policy,
             time::OffsetDateTime::now_utc(),
             &loaded,
             &remove,
         )
-        .await?)
+        .await?;
+        if let Some(checkpoints) = self.inner.config.checkpoints.clone() {
+            // Blobs of dropped checkpoints and deleted sessions.
+            match tokio::task::spawn_blocking(move || checkpoints.collect_garbage()).await {
+                Ok(Ok(collected)) => {
+                    report.checkpoint_bytes_removed = collected.bytes_removed;
+                    self.inner
+                        .metrics
+                        .checkpoint_store_bytes
+                        .set(i64::try_from(collected.bytes_kept).unwrap_or(i64::MAX));
+                }
+                Ok(Err(err)) => tracing::warn!(%err, "checkpoint garbage collection failed"),
+                Err(_) => {}
+            }
+        }
+        Ok(report)
     }
 
     /// Number of loaded actors.
@@ -671,6 +696,7 @@ impl Sessions {
             _ => (Arc::clone(&self.inner.store), None),
         };
         let actor = SessionActor::new(ActorSetup {
+            checkpoints: self.inner.config.checkpoints.clone(),
             session_id,
             store,
             registry,

@@ -44,16 +44,19 @@ pub struct SweepReport {
     pub events: u64,
     /// Task records deleted (with their output files).
     pub tasks: usize,
+    /// Bytes of checkpoint contents no checkpoint names any more, removed.
+    pub checkpoint_bytes_removed: u64,
 }
 
 impl std::fmt::Display for SweepReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "deleted {} idle sessions, {} events and {} tasks' output",
+            "deleted {} idle sessions, {} events, {} tasks' output and {} bytes of checkpoints",
             self.sessions.len(),
             self.events,
-            self.tasks
+            self.tasks,
+            self.checkpoint_bytes_removed
         )
     }
 }

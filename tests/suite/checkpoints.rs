@@ -255,3 +255,75 @@ async fn a_revert_over_a_change_made_outside_the_session_needs_force() {
         "{undone}"
     );
 }
+
+/// Checkpoints live in the data dir: a turn can be reverted after the server restarted, a file
+/// past `[checkpoints] max_file_mb` is neither diffed nor touched, and deleting the session
+/// drops its checkpoints.
+#[tokio::test]
+async fn checkpoints_outlive_a_restart_within_their_limits() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "shell",
+            &json!({"command": "echo v2 > notes.txt && head -c 2097152 /dev/zero > big.bin"}),
+        )]),
+        Reply::text(&["changed"]),
+    ]))
+    .await;
+    let configure = |config: &mut agentd::config::Config| {
+        crate::suite::agent::with_model(&mock)(config);
+        config.checkpoints.max_file_mb = 1;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::config_in(dir.path());
+    configure(&mut config);
+    let app = TestApp::start_in(dir, config).await;
+    let root = app.workspace();
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("notes.txt"), "v1\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (notes, end) = run_turn(&mut ws, &session, "change things").await;
+    let turn_id = end["turn_id"].as_str().unwrap().to_string();
+    let diff = match notes.iter().find(|n| n["method"] == "turn/diff") {
+        Some(note) => note["params"].clone(),
+        None => ws.notification("turn/diff").await,
+    };
+    // The 2 MiB file is past the 1 MiB limit: not part of the diff.
+    assert_eq!(files(&diff), pairs(&[("notes.txt", "modified")]));
+    drop(ws);
+    let dir = app.stop().await;
+    let stored = dir.path().join("data/checkpoints/sessions").join(&session);
+    assert!(stored.is_dir(), "no checkpoint was stored");
+
+    let mut config = crate::support::config_in(dir.path());
+    configure(&mut config);
+    let app = TestApp::start_in(dir, config).await;
+    let mut ws = app.ws().await;
+    ws.result("session/open", json!({"session_id": session}))
+        .await;
+    let reverted = ws
+        .result(
+            "session/revert",
+            json!({"session_id": session, "turn_id": turn_id}),
+        )
+        .await;
+    assert_eq!(files(&reverted), pairs(&[("notes.txt", "modified")]));
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "v1\n"
+    );
+    assert_eq!(
+        std::fs::metadata(root.join("big.bin")).unwrap().len(),
+        2 * 1024 * 1024,
+        "a file past the limit was touched"
+    );
+
+    let deleted = reqwest::Client::new()
+        .delete(app.url(&format!("/api/sessions/{session}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert!(!stored.exists(), "a deleted session's checkpoints stayed");
+}

@@ -15,6 +15,7 @@ mod invoke;
 mod mcp;
 mod tasks;
 mod turns;
+mod undo;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,6 +49,8 @@ pub(crate) const COMMAND_QUEUE: usize = 64;
 
 /// Everything an actor needs from the server when it starts.
 pub(crate) struct ActorSetup {
+    /// Where checkpoints are kept; `None`: no `turn/diff` nor `session/revert`.
+    pub checkpoints: Option<Arc<crate::tools::checkpoint::CheckpointStore>>,
     /// `[[agents]]`, for `spawn_agent {agent_type}`.
     pub profiles: crate::session::profiles::Profiles,
     pub session_id: Arc<str>,
@@ -168,14 +171,8 @@ pub(crate) struct SessionActor {
     hooks: Option<Arc<crate::agent::hooks::SessionHooks>>,
     /// Whether the `SessionStart` hooks have run for this load of the session.
     session_started: bool,
-    /// The workspace as each recent turn found it, oldest first.
-    checkpoints: std::collections::VecDeque<(String, Arc<crate::tools::checkpoint::Snapshot>)>,
-    /// The workspace as the last turn (or revert) left it, with the number of the diff that
-    /// found it: a revert compares the workspace with it to see what changed outside the
-    /// session's turns since.
-    settled: tokio::sync::watch::Sender<(u64, Option<Arc<crate::tools::checkpoint::Snapshot>>)>,
-    /// Diffs started after turns: `settled` is current once it carries this number.
-    diffs_started: u64,
+    /// Checkpoints, turn diffs and reverts.
+    undo: undo::Undo,
 }
 
 impl SessionActor {
@@ -244,9 +241,7 @@ impl SessionActor {
             user_root: setup.user_root,
             hooks,
             session_started: false,
-            checkpoints: std::collections::VecDeque::new(),
-            settled: tokio::sync::watch::Sender::new((0, None)),
-            diffs_started: 0,
+            undo: undo::Undo::new(setup.checkpoints),
         }
     }
 
@@ -272,219 +267,6 @@ impl SessionActor {
             })
             .await;
         }
-    }
-
-    /// Takes the checkpoint of the turn `turn_id` about to start.
-    pub(super) async fn checkpoint(&mut self, turn_id: &str) {
-        use crate::tools::checkpoint::{KEPT, Snapshot};
-        let Some(workspace) = self.registry.workspace().cloned() else {
-            return;
-        };
-        let previous = self
-            .checkpoints
-            .back()
-            .map(|(_, snapshot)| Arc::clone(snapshot));
-        let taken =
-            tokio::task::spawn_blocking(move || Snapshot::take(&workspace, previous.as_deref()))
-                .await;
-        let Ok(snapshot) = taken else {
-            return;
-        };
-        if self.checkpoints.len() == KEPT {
-            self.checkpoints.pop_front();
-        }
-        self.checkpoints
-            .push_back((turn_id.to_string(), Arc::new(snapshot)));
-    }
-
-    /// Answers what the turn `turn_id` changed in the workspace (`turn/diff`, when it changed
-    /// something), as the turn is about to end; the walk runs beside the actor.
-    pub(super) fn settle(
-        &mut self,
-        turn_id: &str,
-        reply: tokio::sync::oneshot::Sender<Option<SessionEvent>>,
-    ) {
-        let Some((_, before)) = self.checkpoints.iter().find(|(id, _)| id == turn_id) else {
-            let _ = reply.send(None);
-            return;
-        };
-        let Some(workspace) = self.registry.workspace().cloned() else {
-            let _ = reply.send(None);
-            return;
-        };
-        let before = Arc::clone(before);
-        let turn_id = turn_id.to_string();
-        self.diffs_started += 1;
-        let number = self.diffs_started;
-        let settled = self.settled.clone();
-        self.tracker.spawn(async move {
-            let found = tokio::task::spawn_blocking(move || {
-                let after = crate::tools::checkpoint::Snapshot::take(&workspace, Some(&before));
-                let files = before.changes(&after);
-                let diff = before.diff(&after, &files);
-                (files, diff, Arc::new(after))
-            })
-            .await;
-            // Diffs may finish out of order: only a later one replaces what is settled.
-            let after = found.as_ref().ok().map(|(_, _, after)| Arc::clone(after));
-            settled.send_if_modified(|(known, snapshot)| {
-                if number <= *known {
-                    return false;
-                }
-                *known = number;
-                *snapshot = after;
-                true
-            });
-            let event =
-                found
-                    .ok()
-                    .filter(|(files, _, _)| !files.is_empty())
-                    .map(|(files, diff, _)| SessionEvent::TurnDiff {
-                        turn_id,
-                        diff,
-                        files,
-                    });
-            let _ = reply.send(event);
-        });
-    }
-
-    /// Files changed since the last turn (or revert) left the workspace, by whoever: a person,
-    /// another session, a client's `tool/invoke` between turns. Empty when nothing is known.
-    async fn changed_since_settled(
-        &self,
-        workspace: &Arc<crate::tools::workspace::Workspace>,
-    ) -> Vec<crate::tools::checkpoint::FileChange> {
-        let mut settled = self.settled.subscribe();
-        let wanted = self.diffs_started;
-        // The last turn's diff is still being taken: it is what the workspace was left as.
-        let snapshot = match tokio::time::timeout(
-            std::time::Duration::from_secs(60),
-            settled.wait_for(|(number, _)| *number >= wanted),
-        )
-        .await
-        {
-            Ok(Ok(state)) => state.1.clone(),
-            _ => None,
-        };
-        let Some(snapshot) = snapshot else {
-            return Vec::new();
-        };
-        let workspace = Arc::clone(workspace);
-        tokio::task::spawn_blocking(move || {
-            let now = crate::tools::checkpoint::Snapshot::take(&workspace, Some(&snapshot));
-            snapshot.changes(&now)
-        })
-        .await
-        .unwrap_or_default()
-    }
-
-    /// `session/revert`: the workspace as it was before the turn `turn_id`.
-    async fn revert(
-        &mut self,
-        turn_id: &str,
-        dry_run: bool,
-        force: bool,
-    ) -> Result<Value, SessionError> {
-        if self.turn.is_some() {
-            return Err(SessionError::TurnInProgress);
-        }
-        let Some((_, before)) = self.checkpoints.iter().find(|(id, _)| id == turn_id) else {
-            return Err(SessionError::InvalidParams(format!(
-                "no checkpoint of turn {turn_id:?}: the session keeps the workspace as each of \
-                 its last {} turns found it, while it stays loaded",
-                crate::tools::checkpoint::KEPT
-            )));
-        };
-        let Some(workspace) = self.registry.workspace().cloned() else {
-            return Err(SessionError::InvalidParams(
-                "the session has no workspace".into(),
-            ));
-        };
-        let before = Arc::clone(before);
-        let conflicts = self.changed_since_settled(&workspace).await;
-        if !conflicts.is_empty() && !dry_run && !force {
-            let mut named: Vec<String> = conflicts
-                .iter()
-                .take(20)
-                .map(|file| format!("{} ({})", file.path, file.change))
-                .collect();
-            if conflicts.len() > named.len() {
-                named.push(format!("and {} more", conflicts.len() - named.len()));
-            }
-            return Err(SessionError::RevertConflict(format!(
-                "{} changed since the session's last turn ended: {}; nothing was reverted \
-                 (force: true reverts over them)",
-                if conflicts.len() == 1 {
-                    "a file"
-                } else {
-                    "files"
-                },
-                named.join(", ")
-            )));
-        }
-        let restore = |dry_run: bool| {
-            let (before, workspace) = (Arc::clone(&before), workspace.clone());
-            async move {
-                tokio::task::spawn_blocking(move || before.restore(&workspace, dry_run))
-                    .await
-                    .map_err(|err| SessionError::InvalidParams(format!("revert failed: {err}")))?
-                    .map_err(|err| SessionError::InvalidParams(format!("revert stopped at {err}")))
-            }
-        };
-        let mut revert_id = None;
-        let files = if dry_run {
-            restore(true).await?
-        } else {
-            let planned = restore(true).await?;
-            if planned.is_empty() {
-                planned
-            } else {
-                // The revert is a checkpoint of its own: reverting `revert_id` undoes it.
-                let id = format!("revert_{}", uuid::Uuid::new_v4().simple());
-                self.checkpoint(&id).await;
-                revert_id = Some(id);
-                restore(false).await?
-            }
-        };
-        // What reverting undoes is the opposite of what the turns did.
-        let undone: Vec<Value> = files
-            .iter()
-            .map(|file| {
-                let change = match file.change {
-                    "added" => "deleted",
-                    "deleted" => "added",
-                    other => other,
-                };
-                json!({"path": file.path, "change": change})
-            })
-            .collect();
-        let Some(revert_id) = revert_id else {
-            return Ok(json!({"files": undone, "dry_run": dry_run, "conflicts": conflicts}));
-        };
-        // What the revert left is the new settled state: a revert of the revert is no conflict.
-        let settled = {
-            let workspace = workspace.clone();
-            tokio::task::spawn_blocking(move || {
-                crate::tools::checkpoint::Snapshot::take(&workspace, None)
-            })
-            .await
-            .ok()
-            .map(Arc::new)
-        };
-        self.diffs_started += 1;
-        let number = self.diffs_started;
-        self.settled.send_replace((number, settled));
-        tracing::info!(turn_id, files = undone.len(), "workspace reverted");
-        self.emit(SessionEvent::SessionReverted {
-            turn_id: turn_id.to_string(),
-            revert_id: revert_id.clone(),
-            files: undone.clone(),
-        })
-        .await;
-        Ok(
-            json!({"files": undone, "dry_run": false, "revert_id": revert_id,
-            "conflicts": conflicts}),
-        )
     }
 
     /// What the session's turns are told now: the operator's and the repository's

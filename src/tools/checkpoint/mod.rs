@@ -2,52 +2,79 @@
 //! (`turn/diff`, whatever made the change: an edit tool, `shell`, a build) and how to put the
 //! workspace back as it was before a turn (`session/revert`).
 //!
-//! A checkpoint holds the contents of the workspace's files, walked without following links
-//! and with `.gitignore` rules (so `target/` or `node_modules/` of a repository that ignores
-//! them are not copied), `.git/` left out, at most [`MAX_FILES`] files of at most
-//! [`MAX_FILE_BYTES`] each and [`MAX_TOTAL_BYTES`] in all: a file past a limit is neither
-//! diffed nor reverted, and the checkpoint says it was cut. Checkpoints live in the session's
-//! memory, the last [`KEPT`] turns' of the session while it is loaded.
+//! A checkpoint records the workspace's files, walked without following links and with
+//! `.gitignore` rules (so `target/` or `node_modules/` of a repository that ignores them are
+//! not copied), `.git/` left out, within the store's [`Limits`]: a file past a limit (or
+//! whose path is not UTF-8) is neither diffed nor reverted, and the checkpoint says it was
+//! cut. Contents live in the [`store::CheckpointStore`] under the data dir, once per distinct
+//! content; a snapshot in memory holds only each path's hash and metadata, and a session keeps
+//! the last [`KEPT`] turns' checkpoints there, loaded again when its actor is.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+pub mod store;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use serde::Serialize;
 
+pub use store::CheckpointStore;
+
 use crate::tools::workspace::Workspace;
 
-/// Most files a checkpoint copies.
-pub const MAX_FILES: usize = 20_000;
-/// The largest file a checkpoint copies.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
-/// Most bytes a checkpoint copies in all.
-pub const MAX_TOTAL_BYTES: u64 = 128 * 1024 * 1024;
-/// Checkpoints kept per loaded session, the newest turns'.
+/// Checkpoints kept per session, the newest turns'.
 pub const KEPT: usize = 20;
 /// Most bytes of `turn/diff`'s `diff`; the file list is always whole.
 pub const MAX_DIFF_BYTES: usize = 256 * 1024;
 
+/// What one checkpoint copies at most (`[checkpoints]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most files.
+    pub max_files: usize,
+    /// The largest file.
+    pub max_file_bytes: u64,
+    /// Most bytes in all.
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_files: 20_000,
+            max_file_bytes: 1024 * 1024,
+            max_total_bytes: 128 * 1024 * 1024,
+        }
+    }
+}
+
+/// A file's content hash (SHA-256).
+type Hash = [u8; 32];
+
 /// The workspace's files at one moment.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Contents by path relative to the workspace root.
-    files: BTreeMap<PathBuf, Arc<[u8]>>,
+    /// Each copied file by path relative to the workspace root.
+    files: BTreeMap<String, Entry>,
     /// Files past a limit, not copied: never reported as changed nor reverted.
-    skipped: std::collections::BTreeSet<PathBuf>,
-    /// What each copied file's metadata said when it was read.
-    stamps: BTreeMap<PathBuf, Stamp>,
+    skipped: BTreeSet<String>,
+}
+
+/// One copied file: its content's hash and what its metadata said when it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    hash: Hash,
+    stamp: Stamp,
 }
 
 /// A file's size, inode and modification and change times: while all four stay the same the
 /// file was not written (the change time moves on every write and cannot be set back), so the
-/// previous checkpoint's copy is shared without reading the file again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// previous checkpoint's hash is taken without reading the file again.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     size: u64,
     inode: u64,
-    modified_ns: i128,
-    changed_ns: i128,
+    modified_ns: i64,
+    changed_ns: i64,
 }
 
 impl Stamp {
@@ -56,10 +83,14 @@ impl Stamp {
         Self {
             size: metadata.len(),
             inode: metadata.ino(),
-            modified_ns: i128::from(metadata.mtime()) * 1_000_000_000
-                + i128::from(metadata.mtime_nsec()),
-            changed_ns: i128::from(metadata.ctime()) * 1_000_000_000
-                + i128::from(metadata.ctime_nsec()),
+            modified_ns: metadata
+                .mtime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(metadata.mtime_nsec()),
+            changed_ns: metadata
+                .ctime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(metadata.ctime_nsec()),
         }
     }
 }
@@ -74,10 +105,15 @@ pub struct FileChange {
 }
 
 impl Snapshot {
-    /// The files of `workspace` now. A file whose metadata or bytes are those it had in
-    /// `previous` shares that copy (unread, when the metadata says it was not written), so the
-    /// checkpoints of a session hold each version of a file once.
-    pub fn take(workspace: &Workspace, previous: Option<&Snapshot>) -> Self {
+    /// The files of `workspace` now, their contents put in `store`. A file whose metadata is
+    /// what it was in `previous` keeps that hash unread, so a checkpoint reads only what
+    /// changed, and the store holds each version of a file once.
+    pub fn take(
+        workspace: &Workspace,
+        previous: Option<&Snapshot>,
+        store: &CheckpointStore,
+    ) -> Self {
+        let limits = store.limits();
         let root = workspace.root().to_path_buf();
         let mut snapshot = Self::default();
         let mut total = 0u64;
@@ -91,44 +127,45 @@ impl Snapshot {
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 continue;
             }
-            let Ok(rel) = entry.path().strip_prefix(&root) else {
+            let Some(rel) = entry
+                .path()
+                .strip_prefix(&root)
+                .ok()
+                .and_then(Path::to_str)
+                .map(str::to_string)
+            else {
                 continue;
             };
-            let rel = rel.to_path_buf();
             let metadata = entry.metadata().ok();
             let size = metadata.as_ref().map_or(u64::MAX, |m| m.len());
-            if snapshot.files.len() >= MAX_FILES
-                || size > MAX_FILE_BYTES
-                || total + size > MAX_TOTAL_BYTES
+            if snapshot.files.len() >= limits.max_files
+                || size > limits.max_file_bytes
+                || total + size > limits.max_total_bytes
             {
                 snapshot.skipped.insert(rel);
                 continue;
             }
             let stamp = metadata.as_ref().map(Stamp::of);
-            let unchanged = previous.and_then(|previous| {
-                let known = previous.stamps.get(&rel)?;
-                (Some(*known) == stamp).then(|| previous.files.get(&rel))?
-            });
-            if let (Some(copy), Some(stamp)) = (unchanged, stamp) {
-                total += copy.len() as u64;
-                snapshot.files.insert(rel.clone(), Arc::clone(copy));
-                snapshot.stamps.insert(rel, stamp);
+            let known = previous
+                .and_then(|previous| previous.files.get(&rel))
+                .filter(|known| Some(known.stamp) == stamp);
+            if let Some(known) = known {
+                total += known.stamp.size;
+                snapshot.files.insert(rel, *known);
                 continue;
             }
             // Read through the workspace: a file swapped for a link meanwhile is refused.
-            match workspace.read(&rel, MAX_FILE_BYTES) {
-                Ok(bytes) => {
-                    total += bytes.len() as u64;
-                    let shared = previous
-                        .and_then(|previous| previous.files.get(&rel))
-                        .filter(|known| ***known == *bytes)
-                        .map_or_else(|| Arc::from(bytes), Arc::clone);
-                    if let Some(stamp) = stamp {
-                        snapshot.stamps.insert(rel.clone(), stamp);
-                    }
-                    snapshot.files.insert(rel, shared);
+            let stored = workspace
+                .read(Path::new(&rel), limits.max_file_bytes)
+                .ok()
+                .and_then(|bytes| Some((bytes.len() as u64, store.put(&bytes).ok()?)));
+            match (stored, stamp) {
+                (Some((size, hash)), Some(stamp)) => {
+                    total += size;
+                    let stamp = Stamp { size, ..stamp };
+                    snapshot.files.insert(rel, Entry { hash, stamp });
                 }
-                Err(_) => {
+                _ => {
                     snapshot.skipped.insert(rel);
                 }
             }
@@ -141,7 +178,7 @@ impl Snapshot {
         let mut changes = Vec::new();
         for (path, before) in &self.files {
             match later.files.get(path) {
-                Some(after) if after == before => {}
+                Some(after) if after.hash == before.hash => {}
                 Some(_) => changes.push(change(path, "modified")),
                 None if later.skipped.contains(path) => {}
                 None => changes.push(change(path, "deleted")),
@@ -156,16 +193,27 @@ impl Snapshot {
         changes
     }
 
+    /// The stored contents of `path` here; empty when it is not here (or its blob is gone).
+    fn contents(&self, path: &str, store: &CheckpointStore) -> Vec<u8> {
+        self.files
+            .get(path)
+            .and_then(|entry| store.get(&entry.hash).ok())
+            .unwrap_or_default()
+    }
+
     /// A unified diff from `self` to `later` of the `changes` (text files; a binary one is
     /// named), at most [`MAX_DIFF_BYTES`].
-    pub fn diff(&self, later: &Snapshot, changes: &[FileChange]) -> String {
-        let empty: Arc<[u8]> = Arc::from(Vec::new());
+    pub fn diff(
+        &self,
+        later: &Snapshot,
+        changes: &[FileChange],
+        store: &CheckpointStore,
+    ) -> String {
         let mut out = String::new();
         for change in changes {
-            let path = Path::new(&change.path);
-            let before = self.files.get(path).unwrap_or(&empty);
-            let after = later.files.get(path).unwrap_or(&empty);
-            let (Ok(old), Ok(new)) = (std::str::from_utf8(before), std::str::from_utf8(after))
+            let before = self.contents(&change.path, store);
+            let after = later.contents(&change.path, store);
+            let (Ok(old), Ok(new)) = (std::str::from_utf8(&before), std::str::from_utf8(&after))
             else {
                 out.push_str(&format!("Binary file {} {}\n", change.path, change.change));
                 continue;
@@ -197,10 +245,15 @@ impl Snapshot {
     }
 
     /// Puts `workspace` back as it was at `self`: files made since are removed, changed or
-    /// removed ones written back. With `dry_run` nothing is touched; either way the answer
-    /// is what differs (as the change that reverting undoes).
-    pub fn restore(&self, workspace: &Workspace, dry_run: bool) -> Result<Vec<FileChange>, String> {
-        let now = Snapshot::take(workspace, Some(self));
+    /// removed ones written back from `store`. With `dry_run` nothing is touched; either way
+    /// the answer is what differs (as the change that reverting undoes).
+    pub fn restore(
+        &self,
+        workspace: &Workspace,
+        store: &CheckpointStore,
+        dry_run: bool,
+    ) -> Result<Vec<FileChange>, String> {
+        let now = Snapshot::take(workspace, Some(self), store);
         let changes = self.changes(&now);
         if dry_run {
             return Ok(changes);
@@ -208,10 +261,21 @@ impl Snapshot {
         for change in &changes {
             let rel = Path::new(&change.path);
             let outcome = match change.change {
-                "added" => workspace.remove("session/revert", rel),
-                _ => workspace
-                    .write("session/revert", rel, &self.files[rel])
-                    .map(drop),
+                "added" => workspace
+                    .remove("session/revert", rel)
+                    .map_err(|err| err.to_string()),
+                _ => {
+                    let hash = self.files[&change.path].hash;
+                    store
+                        .get(&hash)
+                        .map_err(|err| format!("its checkpoint copy is gone ({err})"))
+                        .and_then(|bytes| {
+                            workspace
+                                .write("session/revert", rel, &bytes)
+                                .map(drop)
+                                .map_err(|err| err.to_string())
+                        })
+                }
             };
             outcome.map_err(|err| format!("{}: {err}", change.path))?;
         }
@@ -219,9 +283,9 @@ impl Snapshot {
     }
 }
 
-fn change(path: &Path, change: &'static str) -> FileChange {
+fn change(path: &str, change: &'static str) -> FileChange {
     FileChange {
-        path: path.to_string_lossy().into_owned(),
+        path: path.to_string(),
         change,
     }
 }
@@ -242,20 +306,19 @@ mod tests {
         std::fs::write(root.join(".gitignore"), "build/\n").unwrap();
         std::fs::create_dir(root.join("build")).unwrap();
         let workspace = Workspace::new(root);
-        let before = Snapshot::take(&workspace, None);
-        assert!(!before.files.contains_key(Path::new(".git/HEAD")));
+        let kept = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(kept.path(), Limits::default()).unwrap();
+        let before = Snapshot::take(&workspace, None, &store);
+        assert!(!before.files.contains_key(".git/HEAD"));
 
         // As a shell command would: behind the tools' back.
         std::fs::write(root.join("edit.txt"), "one\nTWO\n").unwrap();
         std::fs::remove_file(root.join("gone.txt")).unwrap();
         std::fs::write(root.join("new.txt"), "hello\n").unwrap();
         std::fs::write(root.join("build/out.o"), "ignored\n").unwrap();
-        let after = Snapshot::take(&workspace, Some(&before));
-        // An unchanged file is the same copy in both.
-        assert!(Arc::ptr_eq(
-            &before.files[Path::new("keep.txt")],
-            &after.files[Path::new("keep.txt")]
-        ));
+        let after = Snapshot::take(&workspace, Some(&before), &store);
+        // An unchanged file is the same entry in both.
+        assert_eq!(before.files["keep.txt"], after.files["keep.txt"]);
         let changes = before.changes(&after);
         let listed: Vec<(&str, &str)> = changes
             .iter()
@@ -269,14 +332,14 @@ mod tests {
                 ("new.txt", "added")
             ]
         );
-        let diff = before.diff(&after, &changes);
+        let diff = before.diff(&after, &changes, &store);
         assert!(diff.contains("-two\n+TWO\n"), "{diff}");
         assert!(diff.contains("+++ b/new.txt"), "{diff}");
 
-        let planned = before.restore(&workspace, true).unwrap();
+        let planned = before.restore(&workspace, &store, true).unwrap();
         assert_eq!(planned.len(), 3);
         assert!(root.join("new.txt").exists(), "a dry run touched the files");
-        before.restore(&workspace, false).unwrap();
+        before.restore(&workspace, &store, false).unwrap();
         assert_eq!(
             std::fs::read_to_string(root.join("edit.txt")).unwrap(),
             "one\ntwo\n"
@@ -290,6 +353,10 @@ mod tests {
             root.join("build/out.o").exists(),
             "an ignored file was touched"
         );
-        assert!(before.changes(&Snapshot::take(&workspace, None)).is_empty());
+        assert!(
+            before
+                .changes(&Snapshot::take(&workspace, None, &store))
+                .is_empty()
+        );
     }
 }
