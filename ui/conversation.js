@@ -578,6 +578,13 @@ export class Conversation {
     }
   }
 
+  /** An entry of its own at the end of the conversation, between turns (a revert's line). */
+  appendEntry(node) {
+    this.list.querySelector('.placeholder')?.remove();
+    this.list.append(h('li', { class: 'entry' }, node));
+    this.scrollSoon();
+  }
+
   /**
    * A note in the conversation from the page itself (a refused send, a lost connection);
    * `code` is the error's kind, kept as `data-code`.

@@ -5,7 +5,8 @@
 // with its text only); the next turn may use another model or reasoning effort than the
 // session's. Compact
 // asks the server to summarise the older conversation between turns. "+ New session" may open
-// the session as one of the server's agent profiles (`agent/list`).
+// the session as one of the server's agent profiles (`agent/list`). A turn that changed files
+// shows them, and can be reverted (revert.js).
 
 import { Approvals } from './approvals.js';
 import { storeToken, takeToken, token } from './auth.js';
@@ -17,6 +18,7 @@ import { h, byTestId, bytes } from './dom.js';
 import { Plan } from './plan.js';
 import { Questions } from './questions.js';
 import { getJson } from './rest.js';
+import { Reverts } from './revert.js';
 import { Sessions, effortOptions, modelOptions } from './sessions.js';
 import { SessionState } from './state.js';
 import { Tasks } from './tasks.js';
@@ -282,6 +284,11 @@ async function boot() {
     (toolCallId, node) => conversation.placeForCall(toolCallId, node),
     () => input.focus(),
   );
+  const reverts = new Reverts(state, connection, {
+    inTurn: (turnId, node) => conversation.place(turnId, node),
+    entry: (node) => conversation.appendEntry(node),
+    notice: (text, kind, code) => conversation.notice(text, kind, code),
+  });
   const cost = new Cost(byTestId('cost-panel'), state);
   const plan = new Plan(byTestId('plan-panel'), state);
   const questions = new Questions(byTestId('questions-dialog'), state, connection);
@@ -704,6 +711,7 @@ async function boot() {
     state,
     conversation,
     approvals,
+    reverts,
     tasks,
     cost,
     plan,

@@ -109,6 +109,16 @@ const ASSETS: &[Asset] = &[
         content_type: JS,
         body: include_str!("../../ui/sessions.js"),
     },
+    Asset {
+        name: "diff.js",
+        content_type: JS,
+        body: include_str!("../../ui/diff.js"),
+    },
+    Asset {
+        name: "revert.js",
+        content_type: JS,
+        body: include_str!("../../ui/revert.js"),
+    },
 ];
 
 /// The page may load only its own files and talk only to its own server; no inline script,

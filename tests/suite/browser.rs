@@ -2565,3 +2565,150 @@ async fn images_pasted_or_dropped_show_as_thumbnails_and_go_with_the_message() {
     )
     .await;
 }
+
+/// A script function: the files listed by the rows `selector` finds, as "path:change".
+const ROWS: &str =
+    "(selector) => $$(selector).map((row) => `${row.dataset.path}:${row.dataset.change}`)";
+
+#[tokio::test]
+async fn a_turn_diff_shows_per_file_and_reverts_after_a_preview() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "shell",
+            &json!({"command": "echo made > made.txt && sed -i 's/one/ONE/' edit.txt"}),
+        )]),
+        Reply::text(&["changed"]),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    let root = app.workspace();
+    std::fs::write(root.join("edit.txt"), "one\ntwo\n").unwrap();
+    let url = app.url("/");
+    in_browser("a_turn_diff_shows_per_file_and_reverts_after_a_preview", async |b| {
+        b.goto(&url).await;
+        let session = b.live_session().await;
+        b.fill("[data-testid=composer-input]", "Change the files").await;
+        b.click("[data-testid=send]").await;
+
+        // The turn lists what it changed, each file with its change.
+        let files = b
+            .wait(
+                "the changed files",
+                &format!(
+                    "$$(tid('turn-diff-file')).length === 2 && ({ROWS})('[data-testid=turn] [data-testid=turn-diff] [data-testid=turn-diff-file]')"
+                ),
+            )
+            .await;
+        assert_eq!(files, json!(["edit.txt:modified", "made.txt:added"]));
+        let badges = b.js("return texts('[data-testid=turn-diff-file] [data-testid=change-badge]')").await;
+        assert_eq!(badges, json!(["modified", "added"]));
+
+        // A click shows that file's part of the diff, added and removed lines marked.
+        b.click("[data-testid=turn-diff-file][data-path='edit.txt'] button").await;
+        let shown = b
+            .wait(
+                "edit.txt's diff",
+                "document.querySelector('[data-testid=turn-diff-view][data-path=\"edit.txt\"]')?.textContent",
+            )
+            .await;
+        let shown = shown.as_str().unwrap();
+        assert!(shown.contains("\n-one\n+ONE\n") && !shown.contains("made"), "{shown}");
+        assert_eq!(
+            b.js("return [texts('.diff-view .diff-del'), texts('.diff-view .diff-add')]").await,
+            json!([["-one\n"], ["+ONE\n"]])
+        );
+
+        // Revert previews what it would do first: nothing changed since the turn ended.
+        b.click("[data-testid=turn-revert]").await;
+        let planned = b
+            .wait(
+                "the preview",
+                &format!(
+                    "document.querySelector(tid('revert-preview')) && [({ROWS})('[data-testid=revert-preview] [data-testid=revert-file]'), $$(tid('revert-conflicts')).length]"
+                ),
+            )
+            .await;
+        assert_eq!(planned, json!([["edit.txt:modified", "made.txt:deleted"], 0]));
+        assert!(root.join("made.txt").exists(), "a preview touches nothing");
+        b.click("[data-testid=revert-confirm]").await;
+        let line = b
+            .wait(
+                "the reverted line",
+                "!document.querySelector(tid('revert-preview')) && $$(tid('session-reverted')).length === 1 && document.querySelector(tid('session-reverted-text')).textContent",
+            )
+            .await;
+        assert_eq!(line, "Workspace reverted: 2 files put back as before the turn.");
+        assert!(!root.join("made.txt").exists());
+        assert_eq!(std::fs::read_to_string(root.join("edit.txt")).unwrap(), "one\ntwo\n");
+
+        // A file written by hand since: undoing the revert warns that it would be overwritten.
+        std::fs::write(root.join("hand.txt"), "by hand\n").unwrap();
+        b.click("[data-testid=revert-undo]").await;
+        let planned = b
+            .wait(
+                "the undo's preview",
+                &format!(
+                    "document.querySelector('[data-testid=session-reverted] [data-testid=revert-preview]') && [({ROWS})(tid('revert-file')), ({ROWS})(tid('revert-conflict')), document.querySelector(tid('revert-conflicts')).textContent]"
+                ),
+            )
+            .await;
+        assert_eq!(planned[1], json!(["hand.txt:added"]), "{planned}");
+        assert!(
+            planned[0].as_array().unwrap().contains(&json!("made.txt:added")),
+            "{planned}"
+        );
+        let warning = planned[2].as_str().unwrap();
+        assert!(
+            warning.contains("changed since the last turn ended") && warning.contains("would be overwritten"),
+            "{warning}"
+        );
+        // Confirming goes ahead over them (the page sends force: the server refuses otherwise).
+        b.click("[data-testid=session-reverted] [data-testid=revert-confirm]").await;
+        let lines = b
+            .wait(
+                "the undo's line",
+                "$$(tid('session-reverted')).length === 2 && texts(tid('session-reverted-text'))",
+            )
+            .await;
+        assert_eq!(
+            lines,
+            json!([
+                "Workspace reverted: 2 files put back as before the turn.",
+                "Revert undone: 3 files put back as the turn left them."
+            ])
+        );
+        assert_eq!(std::fs::read_to_string(root.join("edit.txt")).unwrap(), "ONE\ntwo\n");
+        assert!(root.join("made.txt").exists() && !root.join("hand.txt").exists());
+
+        // A reconnect replays nothing twice; a reload shows the block and each line once.
+        b.js("window.agentd.connection.dropForTest()").await;
+        b.wait(
+            "the reconnect",
+            "window.agentd.connection.statusLog.filter((s) => s === 'live').length === 2 && window.agentd.connection.status === 'live'",
+        )
+        .await;
+        assert_eq!(
+            b.js("return [$$(tid('turn-diff')).length, $$(tid('session-reverted')).length, window.agentd.state.repeated]").await,
+            json!([1, 2, 0])
+        );
+        b.client.refresh().await.unwrap();
+        assert_eq!(b.live_session().await, session);
+        let history = b
+            .wait(
+                "the history",
+                "$$('[data-testid=turn][data-state=completed]').length === 1 && $$(tid('session-reverted')).length >= 2 && [$$(tid('turn-diff')).length, ($$('[data-testid=turn] [data-testid=turn-diff-file]').length), $$(tid('session-reverted')).map((line) => line.dataset.revertId)]",
+            )
+            .await;
+        assert_eq!(history[0], 1, "{history}");
+        assert_eq!(history[1], 2, "{history}");
+        let ids = history[2].as_array().unwrap();
+        assert_eq!(ids.len(), 2, "{history}");
+        assert_ne!(ids[0], ids[1], "{history}");
+        assert_eq!(
+            b.js("return texts(tid('session-reverted-text'))").await,
+            lines
+        );
+    })
+    .await;
+}
