@@ -43,6 +43,10 @@ pub enum SessionEvent {
         diff: String,
         /// Every changed file.
         files: Vec<crate::tools::checkpoint::FileChange>,
+        /// Files past `[checkpoints]` limits before or after the turn, whose changes are
+        /// neither seen nor reverted (at most 100).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skipped: Vec<String>,
     },
     /// The workspace was put back as it was before a turn; reverting `revert_id` undoes it.
     #[serde(rename = "session/reverted")]

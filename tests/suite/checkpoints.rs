@@ -291,6 +291,7 @@ async fn checkpoints_outlive_a_restart_within_their_limits() {
     };
     // The 2 MiB file is past the 1 MiB limit: not part of the diff.
     assert_eq!(files(&diff), pairs(&[("notes.txt", "modified")]));
+    assert_eq!(diff["skipped"], json!(["big.bin"]), "{diff}");
     drop(ws);
     let dir = app.stop().await;
     let stored = dir.path().join("data/checkpoints/sessions").join(&session);

@@ -149,8 +149,9 @@ impl SessionActor {
                 let after = Snapshot::take(&workspace, Some(&before), &store);
                 let files = before.changes(&after);
                 let diff = before.diff(&after, &files, &store);
+                let skipped = before.skipped_with(&after, 100);
                 let _ = store.save(&session_id, SETTLED, now_ns(), &after);
-                (files, diff, Arc::new(after))
+                (files, (diff, skipped), Arc::new(after))
             })
             .await;
             // Diffs may finish out of order: only a later one replaces what is settled.
@@ -163,15 +164,14 @@ impl SessionActor {
                 *snapshot = after;
                 true
             });
-            let event =
-                found
-                    .ok()
-                    .filter(|(files, _, _)| !files.is_empty())
-                    .map(|(files, diff, _)| SessionEvent::TurnDiff {
-                        turn_id,
-                        diff,
-                        files,
-                    });
+            let event = found.ok().filter(|(files, _, _)| !files.is_empty()).map(
+                |(files, (diff, skipped), _)| SessionEvent::TurnDiff {
+                    turn_id,
+                    diff,
+                    files,
+                    skipped,
+                },
+            );
             let _ = reply.send(event);
         });
     }

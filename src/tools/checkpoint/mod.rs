@@ -173,6 +173,16 @@ impl Snapshot {
         snapshot
     }
 
+    /// Up to `most` files past a limit in `self` or `later`, in order: what a diff between
+    /// them cannot see.
+    pub fn skipped_with(&self, later: &Snapshot, most: usize) -> Vec<String> {
+        self.skipped
+            .union(&later.skipped)
+            .take(most)
+            .cloned()
+            .collect()
+    }
+
     /// What changed from `self` to `later`, by path.
     pub fn changes(&self, later: &Snapshot) -> Vec<FileChange> {
         let mut changes = Vec::new();
