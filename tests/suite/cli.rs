@@ -431,7 +431,7 @@ fn gc_applies_the_retention_policy_now_and_says_what_it_deleted() {
     assert!(output.status.success(), "{said}");
     assert_eq!(
         said.trim(),
-        "deleted 0 idle sessions, 0 events and 0 tasks' output"
+        "deleted 0 idle sessions, 0 events, 0 tasks' output and 0 bytes of checkpoints"
     );
     // A bad key is one clear line and exit code 2, as for serve.
     std::fs::write(dir.path().join("bad.toml"), "[retention]\nevent_days = 7\n").unwrap();
