@@ -43,8 +43,16 @@ pub(super) fn request_body(request: &ChatRequest, default_model: Option<&str>) -
     let mut body = Map::new();
     body.insert("model".into(), Value::from(model));
     body.insert("stream".into(), Value::Bool(true));
-    // `none` asks for no thinking at all, as it does of OpenAI's models.
-    if let Some(effort) = request.reasoning_effort.as_ref().filter(|e| *e != "none") {
+    // `none` asks for no thinking at all, as it does of OpenAI's models. Thinking also waits
+    // while a tool loop that began without it is open: Anthropic refuses thinking when the
+    // assistant message whose results are being sent back does not start with a thinking
+    // block, which is what a loop begun by another provider kind, or with thinking off, holds.
+    if let Some(effort) = request
+        .reasoning_effort
+        .as_ref()
+        .filter(|e| *e != "none")
+        .filter(|_| !open_tool_loop_without_thinking(&request.messages))
+    {
         let budget = thinking_budget(effort);
         // Anthropic refuses a budget that is not below the cap.
         if max_tokens <= budget {
@@ -73,6 +81,28 @@ pub(super) fn request_body(request: &ChatRequest, default_model: Option<&str>) -
         .collect();
     body.insert("messages".into(), Value::Array(messages));
     Value::Object(body)
+}
+
+/// Whether the conversation ends in tool results for an assistant message that carries no
+/// Anthropic thinking block.
+fn open_tool_loop_without_thinking(messages: &[ChatMessage]) -> bool {
+    if !matches!(messages.last(), Some(ChatMessage::Tool { .. })) {
+        return false;
+    }
+    let caller = messages
+        .iter()
+        .rev()
+        .find(|message| !matches!(message, ChatMessage::Tool { .. }));
+    match caller {
+        Some(ChatMessage::Assistant { reasoning, .. }) => !reasoning.as_ref().is_some_and(|r| {
+            r.kind == ProviderKind::Anthropic
+                && r.items
+                    .first()
+                    .and_then(block_type)
+                    .is_some_and(|kind| matches!(kind, "thinking" | "redacted_thinking"))
+        }),
+        _ => false,
+    }
 }
 
 /// One message of the wire conversation, still open to merging and marking.
@@ -547,6 +577,59 @@ mod tests {
             );
             assert_eq!(body["max_tokens"], cap, "{effort} {asked_cap}");
         }
+    }
+
+    #[test]
+    fn thinking_waits_while_a_tool_loop_begun_without_it_is_open() {
+        let signed = Reasoning {
+            kind: ProviderKind::Anthropic,
+            text: String::new(),
+            items: vec![thinking("sig-1")],
+        };
+        let effort = |messages| {
+            let mut asked = request(messages);
+            asked.reasoning_effort = Some("low".into());
+            request_body(&asked, None)["thinking"].clone()
+        };
+        let on = json!({"type": "enabled", "budget_tokens": 1024});
+        // A loop another provider kind began (its reasoning is never sent here): no thinking
+        // until the user speaks again.
+        let chat = Some(Reasoning::chat("chat reasoning"));
+        assert_eq!(
+            effort(vec![
+                user("go"),
+                assistant(None, &[("c1", "{}")], chat.clone()),
+                tool("c1", "ok")
+            ]),
+            Value::Null
+        );
+        assert_eq!(
+            effort(vec![
+                user("go"),
+                assistant(None, &[("c1", "{}")], None),
+                tool("c1", "ok")
+            ]),
+            Value::Null
+        );
+        assert_eq!(
+            effort(vec![
+                user("go"),
+                assistant(None, &[("c1", "{}")], chat),
+                tool("c1", "ok"),
+                assistant(Some("Done."), &[], None),
+                user("next"),
+            ]),
+            on
+        );
+        // A loop that thought as it began thinks on.
+        assert_eq!(
+            effort(vec![
+                user("go"),
+                assistant(None, &[("c1", "{}")], Some(signed)),
+                tool("c1", "ok")
+            ]),
+            on
+        );
     }
 
     #[test]
