@@ -76,9 +76,8 @@ impl ApiError {
                 "unknown_session" | "unknown_task" | "unknown_approval" | "unknown_request" => {
                     (StatusCode::NOT_FOUND, "not_found")
                 }
-                "turn_in_progress" | "no_active_turn" | "revert_conflict" => {
-                    (StatusCode::CONFLICT, "conflict")
-                }
+                "turn_in_progress" | "no_active_turn" | "revert_conflict" | "merge_conflict"
+                | "no_worktree" => (StatusCode::CONFLICT, "conflict"),
                 "overloaded" => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
                 "quota_exceeded" => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
                 "storage_unavailable" | "session_unavailable" => {

@@ -54,6 +54,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/api/sessions/{id}"),
     ("POST", "/api/sessions/import"),
     ("POST", "/api/sessions/{id}/turns"),
+    ("POST", "/api/sessions/{id}/merge"),
+    ("POST", "/api/sessions/{id}/discard"),
     ("GET", "/api/sessions/{id}/export"),
     ("GET", "/api/sessions/{id}/events"),
     ("GET", "/api/sessions/{id}/messages"),
@@ -196,6 +198,8 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.yaml", get(health::openapi))
         .route("/api/ws", get(ws::upgrade))
         .route("/api/sessions/{id}/turns", post(turns::start_turn))
+        .route("/api/sessions/{id}/merge", post(rest::merge_worktree))
+        .route("/api/sessions/{id}/discard", post(rest::discard_worktree))
         .merge(layers::with_timeout(rest, layers::REST_TIMEOUT))
         .route(crate::cluster::forward::CALL_PATH, post(cluster::call))
         .route_service(

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::error::{ApiError, ApiQuery};
 use crate::fs_safe;
-use crate::session::Caller;
+use crate::session::{Caller, SessionError};
 use crate::store::{SessionPage, TaskRow, TaskState};
 use crate::tasks::output::OutputParams;
 use crate::tasks::read::{TaskReadError, read_task_output, with_live_size};
@@ -103,6 +103,10 @@ pub struct NewSessionBody {
     cwd: Option<String>,
     /// The agent profile (`[[agents]]`) it is opened as.
     agent: Option<String>,
+    /// `worktree`: a git worktree of its own (see `session/open`).
+    isolation: Option<crate::session::worktree::Isolation>,
+    /// The commit the worktree's branch starts from.
+    base: Option<String>,
 }
 
 /// `POST /api/sessions`: creates a session of the caller's, as `session/open` without an id
@@ -121,16 +125,79 @@ pub async fn create_session(
     } else {
         super::error::object_body(&body)?
     };
-    let (_, row) = app
-        .sessions()
-        .create_as(
-            &caller,
-            body.cwd.as_deref(),
-            body.agent.as_deref(),
-            Vec::new(),
-        )
-        .await?;
+    let sessions = app.sessions();
+    let (_, row) = match body.isolation {
+        Some(crate::session::worktree::Isolation::Worktree) => {
+            sessions
+                .create_in_worktree(
+                    &caller,
+                    body.cwd.as_deref(),
+                    body.agent.as_deref(),
+                    body.base.as_deref(),
+                )
+                .await?
+        }
+        _ if body.base.is_some() => {
+            return Err(SessionError::InvalidParams(
+                "base is for isolation \"worktree\" only".into(),
+            )
+            .into());
+        }
+        _ => {
+            sessions
+                .create_as(
+                    &caller,
+                    body.cwd.as_deref(),
+                    body.agent.as_deref(),
+                    Vec::new(),
+                )
+                .await?
+        }
+    };
     Ok((StatusCode::CREATED, Json(json!(row))))
+}
+
+/// The body of `POST /api/sessions/{id}/merge` (optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeBody {
+    /// The commit message for what the session left uncommitted.
+    message: Option<String>,
+}
+
+/// `POST /api/sessions/{id}/merge`: as `session/merge`.
+pub async fn merge_worktree(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: axum::http::HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
+    let body: MergeBody = if body.iter().all(u8::is_ascii_whitespace) {
+        MergeBody::default()
+    } else {
+        super::error::object_body(&body)?
+    };
+    let message = body
+        .message
+        .unwrap_or_else(|| format!("Work of session {id}"));
+    let merged = app
+        .sessions()
+        .end_worktree(&caller, &id, Some(&message))
+        .await?;
+    Ok(Json(merged))
+}
+
+/// `POST /api/sessions/{id}/discard`: as `session/discard`.
+pub async fn discard_worktree(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: axum::http::HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
+    Ok(Json(app.sessions().end_worktree(&caller, &id, None).await?))
 }
 
 /// `GET /api/sessions/{id}/export`: the session as JSON Lines (see `session::transfer`).

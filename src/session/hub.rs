@@ -328,6 +328,148 @@ impl Sessions {
         Ok((handle, row))
     }
 
+    /// [`Self::create_as`] in a git worktree of the session's own (`isolation: "worktree"`):
+    /// `cwd` must be inside a git repository; the worktree gets a new branch from `base`
+    /// (`HEAD` when `None`) and the session works there until it is merged or discarded.
+    pub async fn create_in_worktree(
+        &self,
+        caller: &Caller,
+        cwd: Option<&str>,
+        agent: Option<&str>,
+        base: Option<&str>,
+    ) -> Result<(SessionHandle, SessionRow), SessionError> {
+        if self.inner.config.cluster.is_some() {
+            return Err(SessionError::NotYetAvailable(
+                "isolation \"worktree\" is not available in cluster mode",
+            ));
+        }
+        if self.sandbox_report().mode == crate::sandbox::SandboxMode::ReadOnly.as_str() {
+            return Err(SessionError::InvalidParams(
+                "isolation \"worktree\" needs a writable workspace; [sandbox] mode is \"read-only\""
+                    .into(),
+            ));
+        }
+        if let Some(agent) = agent {
+            self.inner
+                .config
+                .profiles
+                .get(agent)
+                .map_err(SessionError::InvalidParams)?;
+        }
+        let rel = self.admit_new(caller, cwd.unwrap_or_default()).await?;
+        let mut row = self
+            .inner
+            .store
+            .create_session(&NewSession {
+                session_id: uuid::Uuid::new_v4().to_string(),
+                user_name: caller.user.clone(),
+                cwd: rel.to_string_lossy().into_owned(),
+                title: None,
+                parent_session_id: None,
+                agent: agent.map(str::to_string),
+            })
+            .await?;
+        let made = self
+            .git(caller, &row.session_id)
+            .create(&row.session_id, &rel, base)
+            .await;
+        let stored = match made {
+            Ok((worktree, cwd)) => {
+                let cwd = cwd.to_string_lossy().into_owned();
+                let stored = self
+                    .inner
+                    .store
+                    .set_session_worktree(&row.session_id, &cwd, Some(&worktree))
+                    .await;
+                match stored {
+                    Ok(()) => Ok((worktree, cwd)),
+                    Err(err) => {
+                        self.git(caller, &row.session_id).discard(&worktree).await;
+                        Err(err.into())
+                    }
+                }
+            }
+            Err(err) => Err(err),
+        };
+        match stored {
+            Ok((worktree, cwd)) => {
+                row.cwd = cwd;
+                row.worktree = Some(worktree);
+            }
+            Err(err) => {
+                // Nothing of a session that never got its worktree is kept.
+                if let Err(gone) = self.inner.store.delete_session(&row.session_id).await {
+                    tracing::warn!(session_id = %row.session_id, %gone, "cannot delete a session whose worktree failed");
+                }
+                if let Some(sandbox) = &self.inner.config.sandbox {
+                    sandbox.remove_session(&row.session_id);
+                }
+                return Err(err);
+            }
+        }
+        self.inner.metrics.sessions_created.inc();
+        let handle = self.load(&row, None).await?;
+        Ok((handle, row))
+    }
+
+    /// Ends the worktree of the caller's session: merges its branch (with what the session
+    /// left uncommitted committed as `message`) into the repository's checkout, or discards
+    /// it; either way the session goes back to the cwd it asked for. Refused while a turn
+    /// runs; the session's running commands and checkpoints end with the worktree.
+    pub async fn end_worktree(
+        &self,
+        caller: &Caller,
+        session_id: &str,
+        merge: Option<&str>,
+    ) -> Result<Value, SessionError> {
+        let row = self.row(caller, session_id).await?;
+        let Some(worktree) = row.worktree.clone() else {
+            return Err(SessionError::NoWorktree(session_id.to_string()));
+        };
+        let live = (self.inner.live.lock().await)
+            .get(session_id)
+            .map(|live| live.handle.clone());
+        if let Some(handle) = &live
+            && !handle.is_closed()
+            && handle.describe().await?.running_turn.is_some()
+        {
+            return Err(SessionError::TurnInProgress);
+        }
+        let git = self.git(caller, session_id);
+        let answer = match merge {
+            Some(message) => git.merge(&worktree, message).await?,
+            None => git.discard(&worktree).await,
+        };
+        // The actor's tools are bound to the worktree: it stops here and loads again, at the
+        // session's own cwd, on its next use.
+        let live = self.inner.live.lock().await.remove(session_id);
+        if let Some(live) = live {
+            live.handle.close().await;
+        }
+        self.inner
+            .store
+            .set_session_worktree(session_id, &worktree.origin_cwd, None)
+            .await?;
+        if let Some(checkpoints) = &self.inner.config.checkpoints {
+            checkpoints.forget_session(session_id);
+        }
+        Ok(answer)
+    }
+
+    /// Git in the caller's root, confined in session `session_id`'s sandbox.
+    fn git(&self, caller: &Caller, session_id: &str) -> super::worktree::Git {
+        let user_root = self.user_root(caller);
+        let workspace = &self.inner.config.workspace;
+        let below = user_root.strip_prefix(workspace).unwrap_or(Path::new(""));
+        let sandbox = self
+            .inner
+            .config
+            .sandbox
+            .as_ref()
+            .map(|sandbox| sandbox.for_session(session_id, &user_root));
+        super::worktree::Git::new(Workspace::anchored(workspace, below, sandbox))
+    }
+
     /// The caller's session `id` as one JSON Lines export (see [`super::transfer`]).
     pub async fn export(&self, caller: &Caller, id: &str) -> Result<String, SessionError> {
         let row = self.row(caller, id).await?;
@@ -552,7 +694,7 @@ impl Sessions {
 
     /// Stops the session's actor, if loaded, and deletes the session with all its data.
     pub async fn delete(&self, caller: &Caller, session_id: &str) -> Result<(), SessionError> {
-        self.row(caller, session_id).await?;
+        let row = self.row(caller, session_id).await?;
         let live = self.inner.live.lock().await.remove(session_id);
         if let Some(live) = live {
             live.handle.close().await;
@@ -560,6 +702,9 @@ impl Sessions {
         let follower = self.inner.followers.lock().await.remove(session_id);
         if let Some(follower) = follower {
             follower.handle.close().await;
+        }
+        if let Some(worktree) = &row.worktree {
+            self.git(caller, session_id).discard(worktree).await;
         }
         self.inner.store.delete_session(session_id).await?;
         if let Some(sandbox) = &self.inner.config.sandbox {

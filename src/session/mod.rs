@@ -11,6 +11,7 @@ pub mod profiles;
 mod quota;
 pub mod retention;
 pub mod transfer;
+pub mod worktree;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -84,6 +85,13 @@ pub enum SessionError {
     /// names them.
     #[error("{0}")]
     RevertConflict(String),
+    /// `session/merge` could not merge the session's branch (conflicts, or changes in the
+    /// checkout in the way); nothing was changed, and the message says why.
+    #[error("{0}")]
+    MergeConflict(String),
+    /// `session/merge` or `session/discard` for a session that works in no worktree.
+    #[error("session {0} has no worktree (it was not opened with isolation \"worktree\")")]
+    NoWorktree(String),
     /// The store cannot write (a full disk, a lost database): nothing that would need a
     /// write is acknowledged.
     #[error("the store cannot write ({0}); retry once it can")]
@@ -127,6 +135,8 @@ const ERROR_KINDS: &[&str] = &[
     "storage_unavailable",
     "session_unavailable",
     "revert_conflict",
+    "merge_conflict",
+    "no_worktree",
     "internal",
     "unknown_tool",
     "policy_denied",
@@ -157,6 +167,8 @@ impl SessionError {
             Self::QuotaExceeded(_) => "quota_exceeded",
             Self::StorageUnavailable(_) => "storage_unavailable",
             Self::RevertConflict(_) => "revert_conflict",
+            Self::MergeConflict(_) => "merge_conflict",
+            Self::NoWorktree(_) => "no_worktree",
             Self::ActorGone => "session_unavailable",
             Self::Store(_) => "internal",
             Self::Compaction(err) => err.kind(),

@@ -66,7 +66,7 @@ fn days_before(now: OffsetDateTime, days: u32) -> OffsetDateTime {
 }
 
 /// Applies `policy` as of `now`: sessions idle past `idle_session_days` go (except those in
-/// `loaded`, whose actors run here), then events past `events_days`, then the records and
+/// `loaded`, whose actors run here, and those holding a git worktree), then events past `events_days`, then the records and
 /// output files of tasks that ended before `task_output_days`. `remove_session_files` clears
 /// what a deleted session kept outside the store (its sandbox `/tmp`).
 pub async fn sweep(
@@ -81,6 +81,14 @@ pub async fn sweep(
         let before = days_before(now, policy.idle_session_days);
         for session_id in store.idle_sessions(before).await? {
             if loaded.contains(&session_id) {
+                continue;
+            }
+            // A worktree may hold work nobody merged: it waits for a merge or a discard.
+            let holds_worktree = store
+                .get_session(&session_id)
+                .await?
+                .is_some_and(|row| row.worktree.is_some());
+            if holds_worktree {
                 continue;
             }
             if store.delete_session(&session_id).await? {

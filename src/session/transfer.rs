@@ -35,7 +35,8 @@ pub fn export(
         "version": FORMAT_VERSION,
         "session_id": row.session_id,
         "title": row.title,
-        "cwd": row.cwd,
+        // A worktree stays on this server: the import works where the session came from.
+        "cwd": row.worktree.as_ref().map_or(&row.cwd, |worktree| &worktree.origin_cwd),
         "model": row.model,
         "reasoning_effort": row.reasoning_effort,
         "created_at": rfc3339(row.created_at),
@@ -201,6 +202,7 @@ mod tests {
             agent: None,
             model: Some("p/m".into()),
             reasoning_effort: None,
+            worktree: None,
         };
         let events = [5, 9].map(|seq| EventRow {
             session_id: "old".into(),

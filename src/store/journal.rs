@@ -254,6 +254,17 @@ impl Store for GroupCommit {
             .await
     }
 
+    async fn set_session_worktree(
+        &self,
+        session_id: &str,
+        cwd: &str,
+        worktree: Option<&crate::store::SessionWorktree>,
+    ) -> StoreResult<()> {
+        self.inner
+            .set_session_worktree(session_id, cwd, worktree)
+            .await
+    }
+
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
         self.inner.idle_sessions(before).await
     }

@@ -149,6 +149,24 @@ pub struct SessionRow {
     /// The reasoning effort it asked for, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// The git worktree it works in, when it was opened with `isolation: "worktree"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<SessionWorktree>,
+}
+
+/// A session's own git worktree: where it is, its branch, and where the session came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionWorktree {
+    /// The repository's top directory, relative to the (user's) workspace root.
+    pub repo: String,
+    /// The worktree's directory, relative to the (user's) workspace root.
+    pub path: String,
+    /// The branch made for the session.
+    pub branch: String,
+    /// The commit the branch started from, as asked (`HEAD` when none was named).
+    pub base: String,
+    /// The cwd the session asked for, where it works once the worktree is merged or discarded.
+    pub origin_cwd: String,
 }
 
 /// Which part of a session listing to read: at most `limit` rows, after the row a cursor named.
@@ -500,6 +518,14 @@ pub trait Store: Send + Sync + 'static {
         session_id: &str,
         model: Option<&str>,
         reasoning_effort: Option<&str>,
+    ) -> StoreResult<()>;
+
+    /// Sets where a session works: its cwd and the worktree it holds (`None`: none any more).
+    async fn set_session_worktree(
+        &self,
+        session_id: &str,
+        cwd: &str,
+        worktree: Option<&SessionWorktree>,
     ) -> StoreResult<()>;
 
     /// Sessions whose last event is older than `before`, with no open work and no running

@@ -19,9 +19,9 @@ use super::rows::{
     lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EVENTS_CHANNEL, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store,
-    StoreError, StoreResult, TaskRow, Write, db_error, decode_error, json_without_nul,
-    timestamp_now, without_nul,
+    CostRow, EVENTS_CHANNEL, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow,
+    SessionWorktree, Store, StoreError, StoreResult, TaskRow, Write, db_error, decode_error,
+    json_without_nul, timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -185,6 +185,7 @@ impl Store for PostgresStore {
             agent: new.agent.clone(),
             model: None,
             reasoning_effort: None,
+            worktree: None,
         })
     }
 
@@ -320,6 +321,26 @@ impl Store for PostgresStore {
         sqlx::query("UPDATE sessions SET model = $1, reasoning_effort = $2 WHERE session_id = $3")
             .bind(model.map(without_nul))
             .bind(reasoning_effort.map(without_nul))
+            .bind(without_nul(session_id))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn set_session_worktree(
+        &self,
+        session_id: &str,
+        cwd: &str,
+        worktree: Option<&SessionWorktree>,
+    ) -> StoreResult<()> {
+        let worktree = worktree
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(decode_error)?;
+        sqlx::query("UPDATE sessions SET cwd = $1, worktree = $2 WHERE session_id = $3")
+            .bind(without_nul(cwd))
+            .bind(worktree.as_deref().map(without_nul))
             .bind(without_nul(session_id))
             .execute(&self.pool)
             .await

@@ -9,7 +9,7 @@ use super::{CostRow, EventRow, Lease, SessionRow, StoreResult, TaskRow, TaskStat
 
 /// The columns `session_row` reads, in every backend's `SELECT`.
 pub(crate) const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq, parent_session_id, \
-     model, reasoning_effort, agent";
+     model, reasoning_effort, agent, worktree";
 /// The columns `task_row` reads.
 pub(crate) const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, \
      exit_code, reason, total_bytes, output_path, created_at, finished_at";
@@ -76,6 +76,11 @@ pub(crate) fn session_row(row: &impl StoredRow) -> StoreResult<SessionRow> {
         agent: row.opt_text("agent")?,
         model: row.opt_text("model")?,
         reasoning_effort: row.opt_text("reasoning_effort")?,
+        worktree: row
+            .opt_text("worktree")?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(super::decode_error)?,
     })
 }
 

@@ -22,8 +22,8 @@ use super::rows::{
     lease_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError,
-    StoreResult, TaskRow, Write, db_error, decode_error, timestamp_now,
+    CostRow, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, SessionWorktree,
+    Store, StoreError, StoreResult, TaskRow, Write, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -506,6 +506,7 @@ impl Store for SqliteStore {
             agent: new.agent.clone(),
             model: None,
             reasoning_effort: None,
+            worktree: None,
         })
     }
 
@@ -634,6 +635,26 @@ impl Store for SqliteStore {
         sqlx::query("UPDATE sessions SET model = ?, reasoning_effort = ? WHERE session_id = ?")
             .bind(model)
             .bind(reasoning_effort)
+            .bind(session_id)
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn set_session_worktree(
+        &self,
+        session_id: &str,
+        cwd: &str,
+        worktree: Option<&SessionWorktree>,
+    ) -> StoreResult<()> {
+        let worktree = worktree
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(decode_error)?;
+        sqlx::query("UPDATE sessions SET cwd = ?, worktree = ? WHERE session_id = ?")
+            .bind(cwd)
+            .bind(worktree)
             .bind(session_id)
             .execute(&self.writer)
             .await

@@ -446,6 +446,28 @@ async fn set_session_title_changes_only_the_title(store: Arc<dyn Store>, _: Reop
         .expect("back to the default");
     let row = store.get_session("s1").await.expect("get").expect("row");
     assert_eq!((row.model, row.reasoning_effort), (None, None));
+    let worktree = crate::store::SessionWorktree {
+        repo: "proj".into(),
+        path: ".agentd-worktrees/s1".into(),
+        branch: "agentd/s1".into(),
+        base: "HEAD".into(),
+        origin_cwd: "proj/src".into(),
+    };
+    store
+        .set_session_worktree("s1", ".agentd-worktrees/s1/src", Some(&worktree))
+        .await
+        .expect("worktree");
+    let row = store.get_session("s1").await.expect("get").expect("row");
+    assert_eq!(
+        (row.cwd.as_str(), row.worktree.as_ref()),
+        (".agentd-worktrees/s1/src", Some(&worktree))
+    );
+    store
+        .set_session_worktree("s1", "proj/src", None)
+        .await
+        .expect("worktree ended");
+    let row = store.get_session("s1").await.expect("get").expect("row");
+    assert_eq!((row.cwd.as_str(), row.worktree), ("proj/src", None));
     let err = store
         .set_session_title("missing", "x")
         .await
@@ -1271,6 +1293,7 @@ fn rows_serialise_as_the_contract_shapes() {
         agent: None,
         model: None,
         reasoning_effort: None,
+        worktree: None,
     };
     assert_eq!(
         serde_json::to_value(&session).expect("session json"),

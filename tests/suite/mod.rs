@@ -30,3 +30,4 @@ mod tasks;
 mod telemetry;
 mod tool_core;
 mod transfer;
+mod worktrees;

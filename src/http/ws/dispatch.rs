@@ -64,6 +64,13 @@ impl Connection {
                 })
                 .await
             }
+            Request::SessionMerge(params) => {
+                let message = params
+                    .message
+                    .unwrap_or_else(|| format!("Work of session {}", params.session_id));
+                self.end_worktree(&params.session_id, Some(&message)).await
+            }
+            Request::SessionDiscard(params) => self.end_worktree(&params.session_id, None).await,
             Request::SessionCompact(params) => self.compact(params, id).await,
             Request::ToolList(params) => {
                 self.with_session(&params.session_id, |handle| async move {
@@ -221,6 +228,23 @@ impl Connection {
             }
         });
         Dispatched::Answered
+    }
+
+    /// `session/merge` (with the commit message for what is uncommitted) or `session/discard`:
+    /// the session's actor restarts at its own cwd, and this connection watches the new one.
+    async fn end_worktree(&mut self, session_id: &str, merge: Option<&str>) -> Dispatched {
+        let ended = self
+            .app
+            .sessions()
+            .end_worktree(&self.caller, session_id, merge)
+            .await;
+        match ended {
+            Ok(answer) => match self.attachment(session_id).await {
+                Ok((_, live)) => Dispatched::Now(Ok(answer), Some(live)),
+                Err(_) => Dispatched::Now(Ok(answer), None),
+            },
+            Err(err) => Dispatched::Now(Err(err.into()), None),
+        }
     }
 
     /// Runs `action` on the session, answering through its live queue.

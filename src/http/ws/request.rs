@@ -32,6 +32,12 @@ pub(super) enum Request {
     /// `session/revert`.
     #[serde(rename = "session/revert")]
     SessionRevert(RevertParams),
+    /// `session/merge`: the session's worktree merged back.
+    #[serde(rename = "session/merge")]
+    SessionMerge(MergeParams),
+    /// `session/discard`: the session's worktree thrown away.
+    #[serde(rename = "session/discard")]
+    SessionDiscard(SessionParams),
     /// `tool/invoke`.
     #[serde(rename = "tool/invoke")]
     ToolInvoke(InvokeParams),
@@ -91,6 +97,8 @@ impl Request {
             Self::SessionCompact(_) => "session/compact",
             Self::SessionUpdate(_) => "session/update",
             Self::SessionRevert(_) => "session/revert",
+            Self::SessionMerge(_) => "session/merge",
+            Self::SessionDiscard(_) => "session/discard",
             Self::ToolInvoke(_) => "tool/invoke",
             Self::ToolList(_) => "tool/list",
             Self::TurnStart(_) => "turn/start",
@@ -124,6 +132,10 @@ pub(super) struct OpenParams {
     pub reasoning_effort: Option<String>,
     /// The agent profile (`[[agents]]`) a new session is opened as.
     pub agent: Option<String>,
+    /// Where a new session works: `worktree` for a git worktree of its own.
+    pub isolation: Option<crate::session::worktree::Isolation>,
+    /// The commit the worktree's branch starts from (with `isolation: "worktree"`).
+    pub base: Option<String>,
 }
 
 impl OpenParams {
@@ -166,6 +178,15 @@ pub(super) struct RevertParams {
     pub dry_run: bool,
     #[serde(default)]
     pub force: bool,
+}
+
+/// `session/merge`: the session whose worktree is merged, and the message for what it left
+/// uncommitted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MergeParams {
+    pub session_id: String,
+    pub message: Option<String>,
 }
 
 /// Methods that name only a session.

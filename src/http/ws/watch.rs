@@ -79,7 +79,19 @@ impl Connection {
         if let Err(err) = choice.check(self.app.agent()) {
             return Dispatched::Now(Err(err.into()), None);
         }
-        let (session_id, resumed) = match &params.session_id {
+        let worktree = params.isolation == Some(crate::session::worktree::Isolation::Worktree);
+        if params.base.is_some() && !worktree {
+            let refused =
+                SessionError::InvalidParams("base is for isolation \"worktree\" only".into());
+            return Dispatched::Now(Err(refused.into()), None);
+        }
+        if params.isolation.is_some() && params.session_id.is_some() {
+            let refused = SessionError::InvalidParams(
+                "isolation is chosen when a session is created, not when it is opened again".into(),
+            );
+            return Dispatched::Now(Err(refused.into()), None);
+        }
+        let (session_id, resumed, worktree) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {
                 Ok(row) if params.agent.is_some() && params.agent != row.agent => {
                     let refused = SessionError::InvalidParams(format!(
@@ -89,19 +101,29 @@ impl Connection {
                     ));
                     return Dispatched::Now(Err(refused.into()), None);
                 }
-                Ok(row) => (row.session_id, true),
+                Ok(row) => (row.session_id, true, row.worktree),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
-            None => match sessions
-                .create_as(
-                    &self.caller,
-                    params.cwd.as_deref(),
-                    params.agent.as_deref(),
-                    Vec::new(),
-                )
-                .await
-            {
-                Ok((_handle, row)) => (row.session_id, false),
+            None => match if worktree {
+                sessions
+                    .create_in_worktree(
+                        &self.caller,
+                        params.cwd.as_deref(),
+                        params.agent.as_deref(),
+                        params.base.as_deref(),
+                    )
+                    .await
+            } else {
+                sessions
+                    .create_as(
+                        &self.caller,
+                        params.cwd.as_deref(),
+                        params.agent.as_deref(),
+                        Vec::new(),
+                    )
+                    .await
+            } {
+                Ok((_handle, row)) => (row.session_id, false, row.worktree),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
         };
@@ -143,6 +165,9 @@ impl Connection {
         // Extension: a client can offer the tool console before a turn/start is refused.
         result["llm_configured"] = json!(self.app.config().llm.is_configured());
         result["sandbox"] = json!(sessions.sandbox_report());
+        if let Some(worktree) = worktree {
+            result["worktree"] = json!(worktree);
+        }
         if let Some(agent) = self.app.agent()
             && let Ok(row) = sessions.row(&self.caller, &session_id).await
         {

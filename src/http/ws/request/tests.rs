@@ -44,6 +44,8 @@ fn method_of(request: &Request) -> &'static str {
         Request::SessionCompact(_) => "session/compact",
         Request::SessionUpdate(_) => "session/update",
         Request::SessionRevert(_) => "session/revert",
+        Request::SessionMerge(_) => "session/merge",
+        Request::SessionDiscard(_) => "session/discard",
         Request::ToolInvoke(_) => "tool/invoke",
         Request::ToolList(_) => "tool/list",
         Request::TurnStart(_) => "turn/start",
@@ -79,6 +81,11 @@ fn every_method_reads_as_its_variant() {
         ),
         ("turn/interrupt", session.clone()),
         (
+            "session/merge",
+            json!({"session_id": "s1", "message": "Fix it"}),
+        ),
+        ("session/discard", session.clone()),
+        (
             "turn/steer",
             json!({"session_id": "s1", "turn_id": "t1", "input": [{"kind": "text", "text": "more"}]}),
         ),
@@ -110,6 +117,9 @@ fn every_method_reads_as_its_variant() {
             }
             Request::SessionUpdate(p) => p.session_id == "s1" && p.title == "T",
             Request::SessionRevert(p) => p.session_id == "s1" && p.turn_id == "t1" && p.dry_run,
+            Request::SessionMerge(p) => {
+                p.session_id == "s1" && p.message.as_deref() == Some("Fix it")
+            }
             Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null() && !p.skip_approval,
             Request::TurnStart(p) => p.input().unwrap().0 == "hi" && p.turn_id.is_none(),
             Request::TurnSteer(p) => p.text().unwrap() == "more" && p.turn_id == "t1",
@@ -122,6 +132,7 @@ fn every_method_reads_as_its_variant() {
             Request::ToolList(p)
             | Request::TurnInterrupt(p)
             | Request::TaskList(p)
+            | Request::SessionDiscard(p)
             | Request::SessionCompact(p) => p.session_id == "s1",
             Request::TaskOutputRead(p) | Request::TaskCancel(p) => {
                 p.task_id == "t1" && p.output.mode.as_deref() == Some("tail")
