@@ -440,16 +440,17 @@ impl Sessions {
             Some(message) => git.merge(&worktree, message).await?,
             None => git.discard(&worktree).await,
         };
-        // The actor's tools are bound to the worktree: it stops here and loads again, at the
-        // session's own cwd, on its next use.
-        let live = self.inner.live.lock().await.remove(session_id);
-        if let Some(live) = live {
-            live.handle.close().await;
-        }
         self.inner
             .store
             .set_session_worktree(session_id, &worktree.origin_cwd, None)
             .await?;
+        // The actor's tools are bound to the worktree: it stops here and loads again, at the
+        // session's own cwd (stored first, so no load in between finds the worktree's), on
+        // its next use.
+        let live = self.inner.live.lock().await.remove(session_id);
+        if let Some(live) = live {
+            live.handle.close().await;
+        }
         if let Some(checkpoints) = &self.inner.config.checkpoints {
             checkpoints.forget_session(session_id);
         }
@@ -485,7 +486,10 @@ impl Sessions {
             events.extend(page);
         }
         let costs = store.cost_rows(id).await?;
-        Ok(super::transfer::export(&row, &messages, &events, &costs))
+        let tasks = store.list_tasks(id).await?;
+        Ok(super::transfer::export(
+            &row, &messages, &events, &costs, &tasks,
+        ))
     }
 
     /// Makes a new session of the caller's from an export: its history, events, cost rows,
@@ -521,6 +525,20 @@ impl Sessions {
                 let mut cost = cost.clone();
                 cost.session_id = id.clone();
                 store.insert_cost_row(&cost).await?;
+            }
+            let tasks_dir = &self.inner.config.tasks_dir;
+            let tasks = imported.new_tasks(&id, |task_id| {
+                crate::tasks::spool::log_path(tasks_dir, task_id)
+                    .map(|path| path.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+            for task in &tasks {
+                // An empty log, so reading the record's output answers nothing rather than
+                // an error; the output itself stayed where the session was exported.
+                crate::tasks::spool::OutputSpool::create(tasks_dir, &task.task_id)
+                    .await
+                    .map_err(|err| crate::store::StoreError::Database(sqlx::Error::Io(err)))?;
+                store.upsert_task(task).await?;
             }
             if imported.model.is_some() || imported.reasoning_effort.is_some() {
                 store

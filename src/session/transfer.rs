@@ -5,25 +5,31 @@
 //! title, cwd, model, reasoning effort and times), then `{"type": "message", "message"}` for
 //! each message of the model-facing history as stored (compaction markers included), then
 //! `{"type": "event", "seq", "method", "params", "created_at"}` for each stored event, then
-//! `{"type": "cost", …}` for each cost row. An import renumbers the events from 1 (a pruned
-//! log has gaps) and gives their params the new session's id and seq.
+//! `{"type": "cost", …}` for each cost row, then `{"type": "task", …}` for each task record
+//! (its state, exit code, reason, size and times; the output itself stays on the server). An
+//! import renumbers the events from 1 (a pruned log has gaps) and gives their params the new
+//! session's id and seq, and gives each task a new id, named so in the events' `task_id` and
+//! `task_handle`.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use crate::store::{CostRow, EventRow, NewEvent, SessionRow};
+use std::collections::HashMap;
+
+use crate::store::{CostRow, EventRow, NewEvent, SessionRow, TaskRow, TaskState};
 
 /// The version of the format this server writes and reads.
 pub const FORMAT_VERSION: u64 = 1;
 
-/// The export of `row` with its history, events and cost rows.
+/// The export of `row` with its history, events, cost rows and task records.
 pub fn export(
     row: &SessionRow,
     messages: &[Value],
     events: &[EventRow],
     costs: &[CostRow],
+    tasks: &[TaskRow],
 ) -> String {
     let mut out = String::new();
     let mut push = |value: Value| {
@@ -60,6 +66,11 @@ pub fn export(
         line["type"] = json!("cost");
         push(line);
     }
+    for task in tasks {
+        let mut line = json!(task);
+        line["type"] = json!("task");
+        push(line);
+    }
     out
 }
 
@@ -87,6 +98,10 @@ pub struct Imported {
     pub events: Vec<(String, Value, OffsetDateTime)>,
     /// The cost rows.
     pub costs: Vec<CostRow>,
+    /// The task records, with the ids they had.
+    pub tasks: Vec<TaskRow>,
+    /// Each exported task id with the id its record gets here.
+    pub task_ids: HashMap<String, String>,
 }
 
 impl Imported {
@@ -103,6 +118,15 @@ impl Imported {
                 if let Value::Object(fields) = &mut params {
                     fields.insert("session_id".into(), json!(session_id));
                     fields.insert("seq".into(), json!(seq));
+                    for key in ["task_id", "task_handle"] {
+                        if let Some(new) = fields
+                            .get(key)
+                            .and_then(Value::as_str)
+                            .and_then(|old| self.task_ids.get(old))
+                        {
+                            fields.insert(key.into(), json!(new));
+                        }
+                    }
                 }
                 NewEvent {
                     session_id: Arc::clone(&id),
@@ -111,6 +135,35 @@ impl Imported {
                     params_json: params.to_string().into(),
                     created_at: *created_at,
                 }
+            })
+            .collect()
+    }
+
+    /// The task records as the new session `session_id` stores them: new ids, output at
+    /// `output_path(new id)` and none of it carried (`total_bytes` 0), and a task that was
+    /// running when exported failed, since nothing runs it here.
+    pub fn new_tasks(
+        &self,
+        session_id: &str,
+        output_path: impl Fn(&str) -> String,
+    ) -> Vec<TaskRow> {
+        self.tasks
+            .iter()
+            .map(|task| {
+                let task_id = self.task_ids[&task.task_id].clone();
+                let mut row = TaskRow {
+                    output_path: output_path(&task_id),
+                    task_id,
+                    session_id: session_id.to_string(),
+                    total_bytes: 0,
+                    ..task.clone()
+                };
+                if row.state == TaskState::Running {
+                    row.state = TaskState::Failed;
+                    row.reason = Some("it was running when the session was exported".into());
+                    row.finished_at = Some(crate::store::timestamp_now());
+                }
+                row
             })
             .collect()
     }
@@ -173,9 +226,25 @@ pub fn parse(body: &str) -> Result<Imported, String> {
                     .map_err(|err| format!("line {number}: not a cost row: {err}"))?;
                 imported.costs.push(row);
             }
+            Some("task") => {
+                let row: TaskRow = serde_json::from_value(value)
+                    .map_err(|err| format!("line {number}: not a task record: {err}"))?;
+                let fresh = uuid::Uuid::new_v4().simple().to_string();
+                if imported
+                    .task_ids
+                    .insert(row.task_id.clone(), fresh)
+                    .is_some()
+                {
+                    return Err(format!(
+                        "line {number}: task {} is in the export twice",
+                        row.task_id
+                    ));
+                }
+                imported.tasks.push(row);
+            }
             other => {
                 return Err(format!(
-                    "line {number}: unknown type {other:?} (session, message, event or cost)"
+                    "line {number}: unknown type {other:?} (session, message, event, cost or task)"
                 ));
             }
         }
@@ -186,6 +255,7 @@ pub fn parse(body: &str) -> Result<Imported, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn an_export_reads_back_and_its_events_are_renumbered_for_the_new_session() {
@@ -211,11 +281,28 @@ mod tests {
             params: json!({"session_id": "old", "seq": seq, "turn_id": "t"}),
             created_at: at,
         });
+        let mut events = events.to_vec();
+        events.push(EventRow {
+            session_id: "old".into(),
+            seq: 10,
+            method: "task/updated".into(),
+            params: json!({"session_id": "old", "seq": 10, "task_id": "task-1", "state": "running"}),
+            created_at: at,
+        });
+        let task = TaskRow {
+            exit_code: Some(0),
+            ..TaskRow::running("task-1", "old", "call-1", "shell", Path::new("/tmp/x.log"))
+        };
         let body = export(
             &row,
             &[json!({"role": "user", "content": "hi"})],
             &events,
             &[],
+            &[task.clone()],
+        );
+        assert!(
+            !body.contains("/tmp/x.log"),
+            "the server's paths stay: {body}"
         );
         let imported = parse(&body).unwrap();
         assert_eq!(imported.title.as_deref(), Some("Fix it"));
@@ -225,12 +312,28 @@ mod tests {
             [json!({"role": "user", "content": "hi"})]
         );
         let new = imported.new_events("new");
-        assert_eq!(new.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(new.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
         let params: Value = serde_json::from_str(&new[1].params_json).unwrap();
         assert_eq!(
             params,
             json!({"session_id": "new", "seq": 2, "turn_id": "t"})
         );
+        // The task gets a new id, and the events name it by that one.
+        let tasks = imported.new_tasks("new", |id| format!("/data/tasks/{id}.log"));
+        let new_id = tasks[0].task_id.clone();
+        assert_ne!(new_id, "task-1");
+        let params: Value = serde_json::from_str(&new[2].params_json).unwrap();
+        assert_eq!(params["task_id"], new_id.as_str());
+        assert_eq!(
+            (tasks[0].session_id.as_str(), tasks[0].tool_call_id.as_str()),
+            ("new", "call-1")
+        );
+        assert_eq!(tasks[0].output_path, format!("/data/tasks/{new_id}.log"));
+        // It was running when exported: nothing runs it here.
+        assert_eq!(tasks[0].state, TaskState::Failed);
+        assert!(tasks[0].finished_at.is_some());
+        let twice = format!("{body}{}\n", body.lines().last().unwrap());
+        assert!(parse(&twice).unwrap_err().contains("twice"));
         assert!(parse("").is_err());
         assert!(
             parse("{\"type\":\"event\"}")

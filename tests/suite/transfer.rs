@@ -21,6 +21,16 @@ async fn an_exported_session_imports_as_a_new_one_that_carries_on() {
     let source = opened["session_id"].as_str().unwrap().to_string();
     let (_, end) = run_turn(&mut ws, &source, "remember the number 42").await;
     assert_eq!(end["reason"], "completed", "{end}");
+    let started = ws
+        .invoke(
+            &source,
+            "shell",
+            json!({"command": "echo from the background", "run_in_background": true}),
+        )
+        .await;
+    let envelope: Value = serde_json::from_str(started["output"].as_str().unwrap()).unwrap();
+    let task = envelope["task_handle"].as_str().unwrap().to_string();
+    while ws.notification("turn/spawn_complete").await["task_id"] != task.as_str() {}
 
     let response = reqwest::get(app.url(&format!("/api/sessions/{source}/export")))
         .await
@@ -37,6 +47,16 @@ async fn an_exported_session_imports_as_a_new_one_that_carries_on() {
     assert_eq!(lines[0]["cwd"], "proj");
     let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert!(kinds.contains(&"message") && kinds.contains(&"event") && kinds.contains(&"cost"));
+    let tasks: Vec<&Value> = lines.iter().filter(|l| l["type"] == "task").collect();
+    assert_eq!(tasks.len(), 1, "{body}");
+    assert_eq!(
+        (
+            &tasks[0]["task_id"],
+            &tasks[0]["state"],
+            &tasks[0]["tool_name"]
+        ),
+        (&json!(task), &json!("completed"), &json!("shell"))
+    );
 
     let imported = reqwest::Client::new()
         .post(app.url("/api/sessions/import"))
@@ -72,6 +92,31 @@ async fn an_exported_session_imports_as_a_new_one_that_carries_on() {
         assert_eq!(event["params"]["session_id"], copy.as_str());
         assert_eq!(event["params"]["seq"], at as i64 + 1);
     }
+    // The task's record comes along under a new id, which the events use; its output does not.
+    let copied = get(format!("/api/sessions/{copy}/tasks")).await;
+    let copied = &copied["tasks"][0];
+    let new_task = copied["task_id"].as_str().unwrap().to_string();
+    assert_ne!(new_task, task);
+    assert_eq!(
+        (&copied["state"], &copied["tool_name"]),
+        (&json!("completed"), &json!("shell"))
+    );
+    let named: Vec<&&Value> = replayed
+        .iter()
+        .filter(|e| e["method"] == "task/updated")
+        .collect();
+    assert!(!named.is_empty());
+    assert!(
+        named
+            .iter()
+            .all(|e| e["params"]["task_id"] == new_task.as_str()),
+        "{named:?}"
+    );
+    let (status, output) = app
+        .get(&format!("/api/tasks/{new_task}/output"), None)
+        .await;
+    assert_eq!(status, 200, "{output}");
+    assert!(!output.contains("from the background"), "{output}");
 
     // It carries on: the next turn's request holds the imported conversation.
     let (_, end) = run_turn(&mut other, &copy, "what was the number?").await;
