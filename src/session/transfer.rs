@@ -298,7 +298,7 @@ mod tests {
             &[json!({"role": "user", "content": "hi"})],
             &events,
             &[],
-            &[task.clone()],
+            std::slice::from_ref(&task),
         );
         assert!(
             !body.contains("/tmp/x.log"),
