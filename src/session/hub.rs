@@ -724,6 +724,22 @@ impl Sessions {
         if let Some(worktree) = &row.worktree {
             self.git(caller, session_id).discard(worktree).await;
         }
+        // Sub-agents' worktrees that no close_agent ended.
+        for task in self.inner.store.list_tasks(session_id).await? {
+            let marker = super::actor::children::worktree_marker(
+                &self.inner.config.tasks_dir,
+                &task.task_id,
+            );
+            let Ok(bytes) = std::fs::read(&marker) else {
+                continue;
+            };
+            if let Ok(tree) =
+                serde_json::from_slice::<super::actor::children::ChildWorktree>(&bytes)
+            {
+                self.git(caller, session_id).discard(&tree.worktree).await;
+            }
+            let _ = std::fs::remove_file(marker);
+        }
         self.inner.store.delete_session(session_id).await?;
         if let Some(sandbox) = &self.inner.config.sandbox {
             sandbox.remove_session(session_id);

@@ -273,6 +273,67 @@ impl Git {
         }))
     }
 
+    /// The commit the worktree's branch is at now.
+    pub(crate) async fn head(&self, worktree: &SessionWorktree) -> Result<String, SessionError> {
+        let head = self
+            .must(
+                Path::new(&worktree.path),
+                &["rev-parse", "HEAD"],
+                "cannot read the worktree's branch",
+            )
+            .await?;
+        Ok(head.trim().to_string())
+    }
+
+    /// Ends a sub-agent's worktree: commits what it left (as `message`) to its branch and
+    /// removes the worktree. The branch is kept, with its commit answered, when it moved past
+    /// `start`; otherwise it goes too and the answer is `None`.
+    pub(crate) async fn settle(
+        &self,
+        worktree: &SessionWorktree,
+        start: &str,
+        message: &str,
+    ) -> Result<Option<String>, SessionError> {
+        let tree = Path::new(&worktree.path);
+        if self.root().join(tree).is_dir() {
+            self.must(tree, &["add", "-A"], "cannot stage the agent's changes")
+                .await?;
+            if !self.run(tree, &["diff", "--cached", "--quiet"]).await?.ok {
+                let named = self.run(tree, &["config", "user.email"]).await?.ok;
+                let mut args: Vec<&str> = if named {
+                    Vec::new()
+                } else {
+                    FALLBACK_IDENTITY.to_vec()
+                };
+                args.extend(["commit", "-q", "--no-verify", "-m", message]);
+                self.must(tree, &args, "cannot commit the agent's changes")
+                    .await?;
+            }
+        }
+        let repo = Path::new(&worktree.repo);
+        let head = self
+            .run(
+                repo,
+                &["rev-parse", "--verify", "-q", worktree.branch.as_str()],
+            )
+            .await?;
+        let head = head.stdout.trim().to_string();
+        if head.is_empty() || head == start {
+            self.remove(worktree).await;
+            return Ok(None);
+        }
+        let target = self.root().join(&worktree.path);
+        let target = target.to_string_lossy();
+        let removed = self
+            .run(repo, &["worktree", "remove", "--force", "--force", &target])
+            .await?;
+        if !removed.ok {
+            let _ = std::fs::remove_dir_all(self.root().join(&worktree.path));
+            let _ = self.run(repo, &["worktree", "prune"]).await;
+        }
+        Ok(Some(head))
+    }
+
     /// Removes the worktree and its branch, whatever they hold.
     pub(crate) async fn discard(&self, worktree: &SessionWorktree) -> Value {
         self.remove(worktree).await;

@@ -288,3 +288,128 @@ async fn a_conflict_keeps_the_worktree_and_discard_or_delete_throw_it_away() {
     assert_eq!(git(&root, &["branch", "--list", "agentd/*"]), "");
     assert!(!marker.exists(), "a repository hook or fsmonitor ran");
 }
+
+#[tokio::test]
+async fn a_sub_agent_in_its_own_worktree_leaves_its_work_on_a_branch() {
+    use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};
+    // The child writes one file, then answers; every request of it comes here.
+    let mock = MockLlm::start(Script::route(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let asked = messages.iter().find(|m| m["role"] == "user").unwrap();
+        if messages.last().unwrap()["role"] == "tool" || asked["content"] == "look only" {
+            return Reply::text(&["written"]);
+        }
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "write_file",
+            &json!({"path": "child.txt", "content": "from the child\n"}),
+        )])
+    }))
+    .await;
+    let app = TestApp::spawn_with(crate::suite::agent::with_model(&mock)).await;
+    let root = app.workspace();
+    let marker = app.workspace().join("hook-ran");
+    hostile_repository(&root, &marker);
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+
+    let spawned = ws
+        .invoke(
+            &session,
+            "spawn_agent",
+            json!({"message": "write the file", "isolation": "worktree"}),
+        )
+        .await;
+    assert_eq!(spawned["success"], true, "{spawned}");
+    let meta = &spawned["structured_metadata"];
+    let agent = meta["agent_id"].as_str().unwrap().to_string();
+    let branch = format!("agentd/{agent}");
+    assert_eq!(meta["worktree"]["branch"], branch.as_str(), "{meta}");
+    let tree = root.join(meta["worktree"]["path"].as_str().unwrap());
+    let waited = ws
+        .invoke(&session, "wait_agent", json!({"ids": [agent]}))
+        .await;
+    assert!(waited.to_string().contains("written"), "{waited}");
+    // The child's edit is in its worktree, not in the session's checkout.
+    assert_eq!(
+        std::fs::read_to_string(tree.join("child.txt")).unwrap(),
+        "from the child\n"
+    );
+    assert!(!root.join("child.txt").exists());
+
+    let closed = ws
+        .invoke(&session, "close_agent", json!({"target": agent}))
+        .await;
+    assert_eq!(closed["success"], true, "{closed}");
+    let settled = &closed["structured_metadata"]["worktree"];
+    assert_eq!(settled["kept"], true, "{closed}");
+    assert_eq!(
+        settled["commit"].as_str().unwrap(),
+        git(&root, &["rev-parse", &branch]).trim()
+    );
+    assert_eq!(
+        git(&root, &["show", &format!("{branch}:child.txt")]),
+        "from the child\n"
+    );
+    assert_eq!(
+        git(&root, &["log", "--format=%s", "-1", &branch]),
+        format!("Work of agent {agent}\n")
+    );
+    assert!(
+        !tree.exists(),
+        "the worktree goes at close; the branch stays"
+    );
+    assert_eq!(status(&root), "");
+
+    // A child that changes nothing leaves neither worktree nor branch.
+    let spawned = ws
+        .invoke(
+            &session,
+            "spawn_agent",
+            json!({"message": "look only", "isolation": "worktree"}),
+        )
+        .await;
+    let agent = spawned["structured_metadata"]["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tree = root.join(
+        spawned["structured_metadata"]["worktree"]["path"]
+            .as_str()
+            .unwrap(),
+    );
+    assert!(tree.join("a.txt").exists());
+    ws.invoke(&session, "wait_agent", json!({"ids": [agent]}))
+        .await;
+    let closed = ws
+        .invoke(&session, "close_agent", json!({"target": agent}))
+        .await;
+    assert_eq!(
+        closed["structured_metadata"]["worktree"]["kept"], false,
+        "{closed}"
+    );
+    assert!(!tree.exists());
+    assert_eq!(
+        git(&root, &["branch", "--list", &format!("agentd/{agent}")]),
+        ""
+    );
+
+    // A session outside any repository cannot give one a worktree.
+    std::fs::remove_dir_all(root.join(".git")).unwrap();
+    let refused = ws
+        .invoke(
+            &session,
+            "spawn_agent",
+            json!({"message": "again", "isolation": "worktree"}),
+        )
+        .await;
+    assert_eq!(refused["success"], false, "{refused}");
+    assert!(
+        refused["output"]
+            .as_str()
+            .unwrap()
+            .contains("not inside a git repository"),
+        "{refused}"
+    );
+    assert!(!marker.exists(), "a repository hook or fsmonitor ran");
+}

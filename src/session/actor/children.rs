@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -20,11 +21,14 @@ use crate::agent::event::TaskUpdate;
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
 use crate::agent::{ActorLink, AgentSettings};
+use crate::session::SessionError;
+use crate::session::worktree::Git;
 use crate::store::{TaskRow, TaskState};
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::{ChildRunEnd, TaskReport};
 use crate::tools::ToolError;
 use crate::tools::builtin::agents::{AgentState, AgentStatus, SubAgentRequest};
+use crate::tools::workspace::Workspace;
 
 /// The task reason of a child closed with `close_agent`; such a child never comes back.
 const CLOSED_REASON: &str = "closed by close_agent";
@@ -93,6 +97,7 @@ impl SessionActor {
                 message,
                 model,
                 agent_type,
+                worktree,
                 tool_call_id,
                 cancel,
                 reply,
@@ -101,7 +106,7 @@ impl SessionActor {
                 let outcome = if cancel.is_cancelled() {
                     Err(ToolError::model("cancelled", "the turn was interrupted"))
                 } else {
-                    self.spawn_child(message, model, agent_type, tool_call_id)
+                    self.spawn_child(message, model, agent_type, worktree, tool_call_id)
                         .await
                 };
                 let _ = reply.send(outcome);
@@ -132,14 +137,18 @@ impl SessionActor {
                     Some(child) => {
                         self.close_child(&target, child, CLOSED_REASON).await;
                         self.mark_closed(&target).await;
-                        Ok(closed_status(&target))
+                        let mut status = closed_status(&target);
+                        status.worktree = self.settle_child_worktree(&target).await;
+                        Ok(status)
                     }
                     None if self.closed_children.contains(&target) => Err(closed_agent(&target)),
                     // One of an earlier start, not brought back: closing it needs no revival.
                     None if self.stored_child(&target).await.is_some() => {
                         self.closed_children.insert(target.clone());
                         self.mark_closed(&target).await;
-                        Ok(closed_status(&target))
+                        let mut status = closed_status(&target);
+                        status.worktree = self.settle_child_worktree(&target).await;
+                        Ok(status)
                     }
                     None => Err(unknown_agent(&target)),
                 };
@@ -174,6 +183,7 @@ impl SessionActor {
         message: String,
         model: Option<String>,
         agent_type: Option<String>,
+        worktree: bool,
         tool_call_id: String,
     ) -> Result<AgentStatus, ToolError> {
         let Some(settings) = self.agent.clone() else {
@@ -224,6 +234,10 @@ impl SessionActor {
             _ => settings,
         };
         let agent_id = uuid::Uuid::new_v4().to_string();
+        let own_tree = match worktree {
+            true => Some(self.make_child_worktree(&agent_id).await?),
+            false => None,
+        };
         let spool = OutputSpool::create(self.tasks.dir(), &agent_id)
             .await
             .map_err(|err| {
@@ -261,9 +275,13 @@ impl SessionActor {
                 )));
             }
         }
+        let mut registry = self.profiled_registry(profile.as_ref());
+        if let Some(tree) = &own_tree {
+            self.bind_to_worktree(&mut registry, tree);
+        }
         let host = Arc::new(ChildHost::new(
             agent_id.clone(),
-            self.profiled_registry(profile.as_ref()),
+            registry,
             spool,
             journal,
             self.reports.sender(),
@@ -283,7 +301,107 @@ impl SessionActor {
                 spawned_at: std::time::Instant::now(),
             },
         );
-        Ok(self.start_child_run(&agent_id, Some(message)).await)
+        let mut status = self.start_child_run(&agent_id, Some(message)).await;
+        status.worktree = own_tree
+            .map(|tree| json!({"path": tree.worktree.path, "branch": tree.worktree.branch}));
+        Ok(status)
+    }
+
+    /// Git over the user's root, confined as this session's commands are, and the session's
+    /// cwd relative to that root.
+    fn user_git(&self) -> Option<(Git, std::path::PathBuf)> {
+        let workspace = self.registry.workspace()?;
+        let root = workspace.root_path();
+        let cwd = root
+            .below()
+            .strip_prefix(&self.user_root)
+            .ok()?
+            .to_path_buf();
+        let git = Git::new(Workspace::anchored(
+            root.anchor(),
+            &self.user_root,
+            workspace.sandbox().cloned(),
+        ));
+        Some((git, cwd))
+    }
+
+    /// Makes sub-agent `agent_id`'s worktree from the session's cwd and records it beside the
+    /// agent's task, so a revived agent works there again and a deleted session removes it.
+    async fn make_child_worktree(&self, agent_id: &str) -> Result<ChildWorktree, ToolError> {
+        let refused = |err: SessionError| ToolError::model("worktree_failed", err.to_string());
+        let (git, cwd) = self.user_git().ok_or_else(|| {
+            ToolError::model("worktree_failed", "this session has no workspace to branch")
+        })?;
+        let (worktree, cwd) = git.create(agent_id, &cwd, None).await.map_err(refused)?;
+        let start = match git.head(&worktree).await {
+            Ok(start) => start,
+            Err(err) => {
+                git.discard(&worktree).await;
+                return Err(refused(err));
+            }
+        };
+        let tree = ChildWorktree {
+            worktree,
+            cwd: cwd.to_string_lossy().into_owned(),
+            start,
+        };
+        let written = serde_json::to_vec(&tree)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(worktree_marker(self.tasks.dir(), agent_id), bytes));
+        if let Err(err) = written {
+            git.discard(&tree.worktree).await;
+            return Err(ToolError::Fatal(format!(
+                "the sub-agent's worktree could not be recorded: {err}"
+            )));
+        }
+        Ok(tree)
+    }
+
+    /// Points a child's tools at its worktree.
+    fn bind_to_worktree(&self, registry: &mut crate::tools::ToolRegistry, tree: &ChildWorktree) {
+        let Some(workspace) = self.registry.workspace() else {
+            return;
+        };
+        registry.rebind_workspace(Workspace::anchored(
+            workspace.root_path().anchor(),
+            self.user_root.join(&tree.cwd),
+            workspace.sandbox().cloned(),
+        ));
+    }
+
+    /// On `close_agent`: commits what the child left in its worktree to its branch and
+    /// removes the worktree; answers what became of them (`None` without a worktree).
+    async fn settle_child_worktree(&self, agent_id: &str) -> Option<Value> {
+        let marker = worktree_marker(self.tasks.dir(), agent_id);
+        let tree: ChildWorktree = serde_json::from_slice(&std::fs::read(&marker).ok()?).ok()?;
+        let (git, _) = self.user_git()?;
+        let message = format!("Work of agent {agent_id}");
+        let branch = &tree.worktree.branch;
+        Some(
+            match git.settle(&tree.worktree, &tree.start, &message).await {
+                Ok(kept) => {
+                    let _ = std::fs::remove_file(&marker);
+                    match kept {
+                        Some(commit) => json!({
+                            "branch": branch,
+                            "commit": commit,
+                            "kept": true,
+                            "note": format!("its changes are committed on {branch}; merge them with `git merge {branch}`"),
+                        }),
+                        None => json!({
+                            "branch": branch,
+                            "kept": false,
+                            "note": "it changed nothing; its worktree and branch are removed",
+                        }),
+                    }
+                }
+                Err(err) => json!({
+                    "path": tree.worktree.path,
+                    "branch": branch,
+                    "error": err.to_string(),
+                }),
+            },
+        )
     }
 
     /// The task row of a child of this session that is neither open nor closed for good.
@@ -345,6 +463,7 @@ impl SessionActor {
                 status: AgentState::Completed,
                 answer: journal.last_answer(),
                 error: None,
+                worktree: None,
             }
         } else {
             AgentStatus {
@@ -356,6 +475,7 @@ impl SessionActor {
                         .clone()
                         .unwrap_or_else(|| "it stopped when the session did".into()),
                 ),
+                worktree: None,
             }
         };
         let profile = std::fs::read_to_string(profile_marker(self.tasks.dir(), agent_id))
@@ -367,9 +487,16 @@ impl SessionActor {
                     None
                 }
             });
+        let mut registry = self.profiled_registry(profile.as_ref());
+        let recorded = std::fs::read(worktree_marker(self.tasks.dir(), agent_id))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<ChildWorktree>(&bytes).ok());
+        if let Some(tree) = &recorded {
+            self.bind_to_worktree(&mut registry, tree);
+        }
         let host = Arc::new(ChildHost::new(
             agent_id.to_string(),
-            self.profiled_registry(profile.as_ref()),
+            registry,
             spool,
             journal,
             self.reports.sender(),
@@ -543,6 +670,7 @@ impl SessionActor {
                     status: AgentState::Completed,
                     answer,
                     error: None,
+                    worktree: None,
                 },
                 TaskState::Completed,
                 None,
@@ -553,6 +681,7 @@ impl SessionActor {
                     status: AgentState::Errored,
                     answer: None,
                     error: Some(error.clone()),
+                    worktree: None,
                 },
                 if cancelled_on_request {
                     TaskState::Cancelled
@@ -660,7 +789,25 @@ fn closed_status(agent_id: &str) -> AgentStatus {
         status: AgentState::Closed,
         answer: None,
         error: None,
+        worktree: None,
     }
+}
+
+/// A sub-agent's own worktree (`spawn_agent {isolation: "worktree"}`), as recorded beside its
+/// task output.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ChildWorktree {
+    /// The worktree and its branch.
+    pub(crate) worktree: crate::store::SessionWorktree,
+    /// The agent's cwd, relative to the user's root.
+    cwd: String,
+    /// The commit its branch started at: a branch still there changed nothing.
+    start: String,
+}
+
+/// The file beside a sub-agent's task output recording its worktree.
+pub(crate) fn worktree_marker(tasks_dir: &std::path::Path, agent_id: &str) -> std::path::PathBuf {
+    tasks_dir.join(format!("{agent_id}.worktree"))
 }
 
 /// The file beside a sub-agent's task output naming the profile it works as.

@@ -9,7 +9,7 @@
 //! - [`mcp`](self::mcp): the session's own MCP servers.
 
 mod approvals;
-mod children;
+pub(crate) mod children;
 mod events;
 mod invoke;
 mod mcp;

@@ -50,6 +50,10 @@ pub struct AgentStatus {
     /// Why its last turn failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `isolation: "worktree"`: its worktree and branch while it is open, and on
+    /// `close_agent` what became of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<Value>,
 }
 
 impl AgentStatus {
@@ -60,6 +64,7 @@ impl AgentStatus {
             status: AgentState::Running,
             answer: None,
             error: None,
+            worktree: None,
         }
     }
 }
@@ -78,6 +83,8 @@ pub enum SubAgentRequest {
         model: Option<String>,
         /// The agent profile (`[[agents]]`) it works as.
         agent_type: Option<String>,
+        /// Whether it works in a git worktree of its own.
+        worktree: bool,
         /// The call that spawned it, recorded on its task.
         tool_call_id: String,
         /// The spawning call's cancellation: a call already stopped starts no child.
@@ -191,6 +198,8 @@ struct SpawnArgs {
     model: Option<String>,
     #[serde(default)]
     agent_type: Option<String>,
+    #[serde(default)]
+    isolation: Option<String>,
 }
 
 /// Starts a child agent on a task.
@@ -212,7 +221,8 @@ impl Tool for SpawnAgent {
                     "properties": {
                         "message": {"type": "string", "minLength": 1, "description": MESSAGE_SCHEMA},
                         "model": {"type": "string", "description": "Another model id for this agent; the session's model when omitted."},
-                        "agent_type": {"type": "string", "description": "An agent profile the server offers (its name), whose instructions, model and tool limits the agent gets; a plain sub-agent when omitted."}
+                        "agent_type": {"type": "string", "description": "An agent profile the server offers (its name), whose instructions, model and tool limits the agent gets; a plain sub-agent when omitted."},
+                        "isolation": {"type": "string", "enum": ["none", "worktree"], "description": "worktree: the agent works in a git worktree of its own (the workspace must be in a git repository), so its edits stay apart from yours; close_agent commits them to its branch and names it, for you to merge with git. none (the default): it works in your workspace."}
                     },
                     "required": ["message"],
                     "additionalProperties": false
@@ -231,6 +241,7 @@ impl Tool for SpawnAgent {
             message: args.message,
             model: args.model,
             agent_type: args.agent_type,
+            worktree: args.isolation.as_deref() == Some("worktree"),
             tool_call_id: ctx.tool_call_id.clone(),
             cancel: ctx.cancel.clone(),
             reply,
