@@ -522,6 +522,9 @@ impl CheckpointsConfig {
 pub struct ExportArgs {
     /// The session.
     pub session_id: String,
+    /// Carry the session's checkpoints too (the file contents its undo needs).
+    #[arg(long)]
+    pub checkpoints: bool,
     /// Whose session it is, on a server with `[[server.users]]`.
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         return transfer(
             &export.serve,
             export.user,
-            Transfer::Export(export.session_id),
+            Transfer::Export(export.session_id, export.checkpoints),
         );
     }
     if let Some(Command::Import(import)) = cli.command {
@@ -164,7 +164,7 @@ fn main() -> ExitCode {
 
 /// What `agentd export` or `agentd import` was asked.
 enum Transfer {
-    Export(String),
+    Export(String, bool),
     Import(std::path::PathBuf),
 }
 
@@ -188,11 +188,13 @@ fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Trans
             Ok(text) => Some(text),
             Err(err) => return fail(&format!("cannot read {}: {err}", path.display())),
         },
-        Transfer::Export(_) => None,
+        Transfer::Export(..) => None,
     };
     in_process(config, telemetry, false, |server| async move {
         let outcome = match (what, body) {
-            (Transfer::Export(id), _) => server.export_session(user, &id).await,
+            (Transfer::Export(id, checkpoints), _) => {
+                server.export_session(user, &id, checkpoints).await
+            }
             (Transfer::Import(_), Some(body)) => server.import_session(user, &body).await,
             (Transfer::Import(_), None) => unreachable!("read above"),
         };

@@ -200,14 +200,27 @@ pub async fn discard_worktree(
     Ok(Json(app.sessions().end_worktree(&caller, &id, None).await?))
 }
 
-/// `GET /api/sessions/{id}/export`: the session as JSON Lines (see `session::transfer`).
+/// Query of `GET /api/sessions/{id}/export`.
+#[derive(Debug, Deserialize)]
+pub struct ExportQuery {
+    /// Whether the checkpoints (manifests and the contents they name) come along.
+    #[serde(default)]
+    checkpoints: bool,
+}
+
+/// `GET /api/sessions/{id}/export?checkpoints=`: the session as JSON Lines (see
+/// `session::transfer`).
 pub async fn export_session(
     State(app): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<ExportQuery>,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse as _;
-    let body = app.sessions().export(&caller, &id).await?;
+    let body = app
+        .sessions()
+        .export(&caller, &id, query.checkpoints)
+        .await?;
     let disposition = format!("attachment; filename=\"agentd-session-{id}.jsonl\"");
     Ok((
         [

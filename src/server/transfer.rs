@@ -5,15 +5,17 @@ use super::Server;
 use crate::session::Caller;
 
 impl Server {
-    /// The session `session_id` of `user` as JSON Lines (see `session::transfer`).
+    /// The session `session_id` of `user` as JSON Lines (see `session::transfer`), with its
+    /// checkpoints when `with_checkpoints`.
     pub async fn export_session(
         &self,
         user: Option<String>,
         session_id: &str,
+        with_checkpoints: bool,
     ) -> Result<String, String> {
         self.state
             .sessions()
-            .export(&Caller { user }, session_id)
+            .export(&Caller { user }, session_id, with_checkpoints)
             .await
             .map_err(|err| err.to_string())
     }

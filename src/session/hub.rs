@@ -471,8 +471,14 @@ impl Sessions {
         super::worktree::Git::new(Workspace::anchored(workspace, below, sandbox))
     }
 
-    /// The caller's session `id` as one JSON Lines export (see [`super::transfer`]).
-    pub async fn export(&self, caller: &Caller, id: &str) -> Result<String, SessionError> {
+    /// The caller's session `id` as one JSON Lines export (see [`super::transfer`]), with its
+    /// checkpoints when `with_checkpoints` (and the server keeps any).
+    pub async fn export(
+        &self,
+        caller: &Caller,
+        id: &str,
+        with_checkpoints: bool,
+    ) -> Result<String, SessionError> {
         let row = self.row(caller, id).await?;
         let store = &self.inner.store;
         let messages = store.messages(id).await?;
@@ -487,8 +493,27 @@ impl Sessions {
         }
         let costs = store.cost_rows(id).await?;
         let tasks = store.list_tasks(id).await?;
+        let checkpoints = match (&self.inner.config.checkpoints, with_checkpoints) {
+            (Some(checkpoints), true) => {
+                let checkpoints = Arc::clone(checkpoints);
+                let session_id = id.to_string();
+                let read =
+                    tokio::task::spawn_blocking(move || checkpoints.export_session(&session_id))
+                        .await
+                        .map_err(|_| SessionError::ActorGone)?;
+                Some(read.map_err(|err| {
+                    SessionError::Store(crate::store::StoreError::Database(sqlx::Error::Io(err)))
+                })?)
+            }
+            _ => None,
+        };
         Ok(super::transfer::export(
-            &row, &messages, &events, &costs, &tasks,
+            &row,
+            &messages,
+            &events,
+            &costs,
+            &tasks,
+            checkpoints.as_ref(),
         ))
     }
 
@@ -497,8 +522,10 @@ impl Sessions {
     pub async fn import(
         &self,
         caller: &Caller,
-        imported: super::transfer::Imported,
+        mut imported: super::transfer::Imported,
     ) -> Result<SessionRow, SessionError> {
+        let manifests = std::mem::take(&mut imported.checkpoints);
+        let blobs = std::mem::take(&mut imported.blobs);
         let rel = self.admit_new(caller, &imported.cwd).await?;
         let store = &self.inner.store;
         let row = store
@@ -551,6 +578,21 @@ impl Sessions {
             }
             Ok::<i64, crate::store::StoreError>(last_seq)
         };
+        let filled = async {
+            let last_seq = filled.await.map_err(SessionError::from)?;
+            if let Some(checkpoints) = self.inner.config.checkpoints.clone()
+                && !manifests.is_empty()
+            {
+                let id = id.clone();
+                tokio::task::spawn_blocking(move || {
+                    checkpoints.import_session(&id, &manifests, &blobs)
+                })
+                .await
+                .map_err(|_| SessionError::ActorGone)?
+                .map_err(SessionError::InvalidParams)?;
+            }
+            Ok::<i64, SessionError>(last_seq)
+        };
         let last_seq = match filled.await {
             Ok(last_seq) => last_seq,
             Err(err) => {
@@ -558,7 +600,7 @@ impl Sessions {
                 if let Err(cleanup) = store.delete_session(&id).await {
                     tracing::error!(session_id = %id, %cleanup, "a failed import's session could not be removed");
                 }
-                return Err(err.into());
+                return Err(err);
             }
         };
         self.inner.metrics.sessions_created.inc();

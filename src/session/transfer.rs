@@ -6,7 +6,9 @@
 //! each message of the model-facing history as stored (compaction markers included), then
 //! `{"type": "event", "seq", "method", "params", "created_at"}` for each stored event, then
 //! `{"type": "cost", …}` for each cost row, then `{"type": "task", …}` for each task record
-//! (its state, exit code, reason, size and times; the output itself stays on the server). An
+//! (its state, exit code, reason, size and times; the output itself stays on the server), and
+//! when asked the checkpoints: `{"type": "checkpoint", "manifest"}` for each and `{"type":
+//! "blob", "sha256", "data"}` (base64) for each content they name, once. An
 //! import renumbers the events from 1 (a pruned log has gaps) and gives their params the new
 //! session's id and seq, and gives each task a new id, named so in the events' `task_id` and
 //! `task_handle`.
@@ -23,13 +25,15 @@ use crate::store::{CostRow, EventRow, NewEvent, SessionRow, TaskRow, TaskState};
 /// The version of the format this server writes and reads.
 pub const FORMAT_VERSION: u64 = 1;
 
-/// The export of `row` with its history, events, cost rows and task records.
+/// The export of `row` with its history, events, cost rows and task records, and its
+/// checkpoints when given.
 pub fn export(
     row: &SessionRow,
     messages: &[Value],
     events: &[EventRow],
     costs: &[CostRow],
     tasks: &[TaskRow],
+    checkpoints: Option<&crate::tools::checkpoint::ExportedCheckpoints>,
 ) -> String {
     let mut out = String::new();
     let mut push = |value: Value| {
@@ -71,6 +75,16 @@ pub fn export(
         line["type"] = json!("task");
         push(line);
     }
+    if let Some((manifests, blobs)) = checkpoints {
+        use base64::Engine as _;
+        for (sha256, bytes) in blobs {
+            let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+            push(json!({"type": "blob", "sha256": sha256, "data": data}));
+        }
+        for manifest in manifests {
+            push(json!({"type": "checkpoint", "manifest": manifest}));
+        }
+    }
     out
 }
 
@@ -102,6 +116,10 @@ pub struct Imported {
     pub tasks: Vec<TaskRow>,
     /// Each exported task id with the id its record gets here.
     pub task_ids: HashMap<String, String>,
+    /// The checkpoints' manifests, as exported.
+    pub checkpoints: Vec<Value>,
+    /// The contents they name, by hex SHA-256.
+    pub blobs: HashMap<String, Vec<u8>>,
 }
 
 impl Imported {
@@ -242,9 +260,22 @@ pub fn parse(body: &str) -> Result<Imported, String> {
                 }
                 imported.tasks.push(row);
             }
+            Some("checkpoint") => imported.checkpoints.push(value["manifest"].take()),
+            Some("blob") => {
+                use base64::Engine as _;
+                let sha256 = value["sha256"]
+                    .as_str()
+                    .ok_or_else(|| format!("line {number}: a blob needs its sha256"))?;
+                let data = value["data"]
+                    .as_str()
+                    .and_then(|data| base64::engine::general_purpose::STANDARD.decode(data).ok())
+                    .ok_or_else(|| format!("line {number}: a blob's data must be base64"))?;
+                imported.blobs.insert(sha256.to_string(), data);
+            }
             other => {
                 return Err(format!(
-                    "line {number}: unknown type {other:?} (session, message, event, cost or task)"
+                    "line {number}: unknown type {other:?} (session, message, event, cost, task, \
+                     checkpoint or blob)"
                 ));
             }
         }
@@ -299,6 +330,7 @@ mod tests {
             &events,
             &[],
             std::slice::from_ref(&task),
+            None,
         );
         assert!(
             !body.contains("/tmp/x.log"),

@@ -328,3 +328,121 @@ async fn checkpoints_outlive_a_restart_within_their_limits() {
     assert_eq!(deleted.status(), 204);
     assert!(!stored.exists(), "a deleted session's checkpoints stayed");
 }
+
+#[tokio::test]
+async fn an_export_with_its_checkpoints_imports_as_a_session_that_can_revert() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "c1",
+            "shell",
+            &json!({"command": "echo changed > edit.txt && echo made > made.txt"}),
+        )]),
+        Reply::text(&["changed"]),
+    ]))
+    .await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+    })
+    .await;
+    let root = app.workspace();
+    std::fs::write(root.join("edit.txt"), "original\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (_, end) = run_turn(&mut ws, &session, "change things").await;
+    let turn_id = end["turn_id"].as_str().unwrap().to_string();
+
+    let export = |query: &'static str| {
+        let url = app.url(&format!("/api/sessions/{session}/export{query}"));
+        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
+    };
+    let lines = |body: &str| -> Vec<Value> {
+        body.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let plain = lines(&export("").await);
+    assert!(
+        plain
+            .iter()
+            .all(|l| l["type"] != "blob" && l["type"] != "checkpoint")
+    );
+    let body = export("?checkpoints=true").await;
+    let full = lines(&body);
+    let blobs: Vec<&Value> = full.iter().filter(|l| l["type"] == "blob").collect();
+    assert!(
+        full.iter()
+            .any(|l| l["type"] == "checkpoint" && l["manifest"]["name"] == turn_id.as_str()),
+        "{body}"
+    );
+    // The content the turn overwrote travels with it.
+    use base64::Engine as _;
+    let original = base64::engine::general_purpose::STANDARD.encode("original\n");
+    assert!(
+        blobs.iter().any(|b| b["data"] == original.as_str()),
+        "{body}"
+    );
+
+    // Contents that do not match their hash are refused whole: no session is made.
+    let before = app.get_json("/api/sessions", None).await["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    let forged = body.replace(
+        &original,
+        &base64::engine::general_purpose::STANDARD.encode("forged\n"),
+    );
+    let refused = reqwest::Client::new()
+        .post(app.url("/api/sessions/import"))
+        .body(forged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let refused: Value = refused.json().await.unwrap();
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("SHA-256"),
+        "{refused}"
+    );
+    let after = app.get_json("/api/sessions", None).await["sessions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(after, before);
+
+    let imported = reqwest::Client::new()
+        .post(app.url("/api/sessions/import"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(imported.status(), 201);
+    let copy = imported.json::<Value>().await.unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The imported session can undo the turn it carried.
+    let mut other = app.ws().await;
+    other
+        .result("session/open", json!({"session_id": copy}))
+        .await;
+    let reverted = other
+        .result(
+            "session/revert",
+            json!({"session_id": copy, "turn_id": turn_id}),
+        )
+        .await;
+    assert_eq!(
+        files(&reverted),
+        pairs(&[("edit.txt", "modified"), ("made.txt", "deleted")])
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("edit.txt")).unwrap(),
+        "original\n"
+    );
+    assert!(!root.join("made.txt").exists());
+}

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use store::CheckpointStore;
+pub use store::{CheckpointStore, ExportedCheckpoints};
 
 use crate::tools::workspace::Workspace;
 

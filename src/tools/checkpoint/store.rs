@@ -43,6 +43,10 @@ struct Manifest {
     skipped: Vec<String>,
 }
 
+/// A session's checkpoints as an export carries them: the manifests, and the contents they
+/// name by hex SHA-256.
+pub type ExportedCheckpoints = (Vec<serde_json::Value>, Vec<(String, Vec<u8>)>);
+
 /// What a garbage collection found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Collected {
@@ -179,6 +183,83 @@ impl CheckpointStore {
             self.session_dir(session_id)
                 .join(format!("{}.json", file_name(name))),
         );
+    }
+
+    /// The session's checkpoints for an export: each manifest as stored, and the contents
+    /// they name, each once, with its SHA-256 in hex.
+    pub fn export_session(&self, session_id: &str) -> std::io::Result<ExportedCheckpoints> {
+        let mut manifests = Vec::new();
+        let mut named = std::collections::BTreeSet::new();
+        let Ok(entries) = std::fs::read_dir(self.session_dir(session_id)) else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        for entry in entries.flatten() {
+            if entry.path().extension().is_none_or(|ext| ext != "json") {
+                continue;
+            }
+            let Ok(manifest) = serde_json::from_slice::<Manifest>(&std::fs::read(entry.path())?)
+            else {
+                continue;
+            };
+            named.extend(manifest.files.iter().map(|file| file.1.clone()));
+            manifests.push(serde_json::to_value(&manifest).map_err(std::io::Error::other)?);
+        }
+        let mut blobs = Vec::new();
+        for blob in named {
+            let hash = unhex(&blob).ok_or_else(|| std::io::Error::other("a bad blob name"))?;
+            blobs.push((blob, self.get(&hash)?));
+        }
+        Ok((manifests, blobs))
+    }
+
+    /// Gives session `session_id` the checkpoints of an export: `blobs` by their hex SHA-256,
+    /// each checked against its bytes, and every blob a manifest names present (given or
+    /// stored already). Nothing is written unless all of it is sound.
+    pub fn import_session(
+        &self,
+        session_id: &str,
+        manifests: &[serde_json::Value],
+        blobs: &std::collections::HashMap<String, Vec<u8>>,
+    ) -> Result<(), String> {
+        let mut read = Vec::new();
+        for value in manifests {
+            let manifest: Manifest = serde_json::from_value(value.clone())
+                .map_err(|err| format!("a checkpoint is not one this server reads: {err}"))?;
+            if manifest.version != MANIFEST_VERSION {
+                return Err(format!(
+                    "checkpoint version {} is not {MANIFEST_VERSION}",
+                    manifest.version
+                ));
+            }
+            for file in &manifest.files {
+                let hash = unhex(&file.1).ok_or_else(|| format!("{:?} is no SHA-256", file.1))?;
+                if !blobs.contains_key(&file.1) && !self.blob_path(&hash).exists() {
+                    return Err(format!(
+                        "checkpoint {} names contents the export lacks",
+                        manifest.name
+                    ));
+                }
+            }
+            read.push(manifest);
+        }
+        for (name, bytes) in blobs {
+            if hex(&Sha256::digest(bytes).into()) != *name {
+                return Err(format!(
+                    "checkpoint contents {name} do not match their SHA-256"
+                ));
+            }
+        }
+        for bytes in blobs.values() {
+            self.put(bytes).map_err(|err| err.to_string())?;
+        }
+        let dir = self.session_dir(session_id);
+        std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
+        for manifest in read {
+            let text = serde_json::to_vec(&manifest).map_err(|err| err.to_string())?;
+            let path = dir.join(format!("{}.json", file_name(&manifest.name)));
+            write_atomically(&dir, &path, &text).map_err(|err| err.to_string())?;
+        }
+        Ok(())
     }
 
     /// Drops every checkpoint of a deleted session.
