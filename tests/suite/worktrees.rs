@@ -394,6 +394,34 @@ async fn a_sub_agent_in_its_own_worktree_leaves_its_work_on_a_branch() {
         ""
     );
 
+    // Deleting the session removes the worktree and branch of a child never closed.
+    let kept = ws
+        .invoke(
+            &session,
+            "spawn_agent",
+            json!({"message": "write the file", "isolation": "worktree"}),
+        )
+        .await;
+    let orphan = kept["structured_metadata"]["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let orphan_tree = root.join(
+        kept["structured_metadata"]["worktree"]["path"]
+            .as_str()
+            .unwrap(),
+    );
+    ws.invoke(&session, "wait_agent", json!({"ids": [orphan]}))
+        .await;
+    assert!(orphan_tree.join("child.txt").exists());
+    assert_eq!(app.delete_session(&session).await, 204);
+    assert!(!orphan_tree.exists());
+    assert_eq!(
+        git(&root, &["branch", "--list", &format!("agentd/{orphan}")]),
+        ""
+    );
+    let session = ws.open().await;
+
     // A session outside any repository cannot give one a worktree.
     std::fs::remove_dir_all(root.join(".git")).unwrap();
     let refused = ws
