@@ -295,13 +295,7 @@ impl Sessions {
         agent: Option<&str>,
         mcp: Vec<crate::tools::mcp::McpServerConfig>,
     ) -> Result<(SessionHandle, SessionRow), SessionError> {
-        if let Some(agent) = agent {
-            self.inner
-                .config
-                .profiles
-                .get(agent)
-                .map_err(SessionError::InvalidParams)?;
-        }
+        self.check_profile(agent)?;
         if !mcp.is_empty() && self.inner.config.cluster.is_some() {
             return Err(SessionError::NotYetAvailable(
                 "a client's own MCP servers are not available in cluster mode",
@@ -311,14 +305,7 @@ impl Sessions {
         let row = self
             .inner
             .store
-            .create_session(&NewSession {
-                session_id: uuid::Uuid::new_v4().to_string(),
-                user_name: caller.user.clone(),
-                cwd: rel.to_string_lossy().into_owned(),
-                title: None,
-                parent_session_id: None,
-                agent: agent.map(str::to_string),
-            })
+            .create_session(&fresh_session(caller, &rel, agent))
             .await?;
         self.inner.metrics.sessions_created.inc();
         let handle = match &self.inner.config.cluster {
@@ -326,6 +313,18 @@ impl Sessions {
             None => self.load_with_mcp(&row, None, mcp).await?,
         };
         Ok((handle, row))
+    }
+
+    /// Refuses an agent profile `[[agents]]` does not have, naming those it has.
+    fn check_profile(&self, agent: Option<&str>) -> Result<(), SessionError> {
+        if let Some(agent) = agent {
+            self.inner
+                .config
+                .profiles
+                .get(agent)
+                .map_err(SessionError::InvalidParams)?;
+        }
+        Ok(())
     }
 
     /// [`Self::create_as`] in a git worktree of the session's own (`isolation: "worktree"`):
@@ -349,25 +348,12 @@ impl Sessions {
                     .into(),
             ));
         }
-        if let Some(agent) = agent {
-            self.inner
-                .config
-                .profiles
-                .get(agent)
-                .map_err(SessionError::InvalidParams)?;
-        }
+        self.check_profile(agent)?;
         let rel = self.admit_new(caller, cwd.unwrap_or_default()).await?;
         let mut row = self
             .inner
             .store
-            .create_session(&NewSession {
-                session_id: uuid::Uuid::new_v4().to_string(),
-                user_name: caller.user.clone(),
-                cwd: rel.to_string_lossy().into_owned(),
-                title: None,
-                parent_session_id: None,
-                agent: agent.map(str::to_string),
-            })
+            .create_session(&fresh_session(caller, &rel, agent))
             .await?;
         let made = self
             .git(caller, &row.session_id)
@@ -1353,6 +1339,18 @@ async fn sleep_until(at: time::OffsetDateTime, cap: Duration) {
     let left = at - time::OffsetDateTime::now_utc();
     let left = Duration::try_from(left).unwrap_or_default().min(cap);
     tokio::time::sleep(left + Duration::from_millis(10)).await;
+}
+
+/// A new session of the caller's in `rel`, as `agent`, with a fresh id.
+fn fresh_session(caller: &Caller, rel: &Path, agent: Option<&str>) -> NewSession {
+    NewSession {
+        session_id: uuid::Uuid::new_v4().to_string(),
+        user_name: caller.user.clone(),
+        cwd: rel.to_string_lossy().into_owned(),
+        title: None,
+        parent_session_id: None,
+        agent: agent.map(str::to_string),
+    }
 }
 
 /// Makes sure the caller's root and the session's cwd exist, without following symlinks below

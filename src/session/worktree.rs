@@ -138,6 +138,31 @@ impl Git {
         }
     }
 
+    /// The `-c` settings that name a committer in `dir`: none when the repository names one,
+    /// else a fallback, since the sandbox's `HOME` holds no global identity.
+    async fn identity(&self, dir: &Path) -> Result<Vec<&'static str>, SessionError> {
+        let named = self.run(dir, &["config", "user.email"]).await?.ok;
+        Ok(if named {
+            Vec::new()
+        } else {
+            FALLBACK_IDENTITY.to_vec()
+        })
+    }
+
+    /// Commits everything changed in the worktree `tree` as `message`; nothing when nothing
+    /// changed.
+    async fn commit_all(&self, tree: &Path, message: &str) -> Result<(), SessionError> {
+        self.must(tree, &["add", "-A"], "cannot stage the changes")
+            .await?;
+        if self.run(tree, &["diff", "--cached", "--quiet"]).await?.ok {
+            return Ok(());
+        }
+        let mut args = self.identity(tree).await?;
+        args.extend(["commit", "-q", "--no-verify", "-m", message]);
+        self.must(tree, &args, "cannot commit the changes").await?;
+        Ok(())
+    }
+
     /// Makes the worktree of session `session_id`, whose requested cwd is `cwd` (relative to
     /// the user's root and inside a git repository), on a new branch from `base` (`HEAD` when
     /// `None`). Answers the worktree and the session's cwd inside it.
@@ -220,26 +245,8 @@ impl Git {
                 worktree.path
             )));
         }
-        self.must(tree, &["add", "-A"], "cannot stage the session's changes")
-            .await?;
-        let pending = !self.run(tree, &["diff", "--cached", "--quiet"]).await?.ok;
-        if pending {
-            let named = self.run(tree, &["config", "user.email"]).await?.ok;
-            let mut args: Vec<&str> = if named {
-                Vec::new()
-            } else {
-                FALLBACK_IDENTITY.to_vec()
-            };
-            args.extend(["commit", "-q", "--no-verify", "-m", message]);
-            self.must(tree, &args, "cannot commit the session's changes")
-                .await?;
-        }
-        let named = self.run(repo, &["config", "user.email"]).await?.ok;
-        let mut args: Vec<&str> = if named {
-            Vec::new()
-        } else {
-            FALLBACK_IDENTITY.to_vec()
-        };
+        self.commit_all(tree, message).await?;
+        let mut args = self.identity(repo).await?;
         let title = format!("Merge {}", worktree.branch);
         args.extend(["merge", "--no-ff", "-m", &title, worktree.branch.as_str()]);
         let merged = self.run(repo, &args).await?;
@@ -296,19 +303,7 @@ impl Git {
     ) -> Result<Option<String>, SessionError> {
         let tree = Path::new(&worktree.path);
         if self.root().join(tree).is_dir() {
-            self.must(tree, &["add", "-A"], "cannot stage the agent's changes")
-                .await?;
-            if !self.run(tree, &["diff", "--cached", "--quiet"]).await?.ok {
-                let named = self.run(tree, &["config", "user.email"]).await?.ok;
-                let mut args: Vec<&str> = if named {
-                    Vec::new()
-                } else {
-                    FALLBACK_IDENTITY.to_vec()
-                };
-                args.extend(["commit", "-q", "--no-verify", "-m", message]);
-                self.must(tree, &args, "cannot commit the agent's changes")
-                    .await?;
-            }
+            self.commit_all(tree, message).await?;
         }
         let repo = Path::new(&worktree.repo);
         let head = self

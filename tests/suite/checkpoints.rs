@@ -340,12 +340,7 @@ async fn an_export_with_its_checkpoints_imports_as_a_session_that_can_revert() {
         Reply::text(&["changed"]),
     ]))
     .await;
-    let base_url = mock.base_url();
-    let app = TestApp::spawn_with(move |c| {
-        c.llm.base_url = Some(base_url);
-        c.llm.model = Some("test-model".into());
-    })
-    .await;
+    let app = TestApp::spawn_with(crate::suite::agent::with_model(&mock)).await;
     let root = app.workspace();
     std::fs::write(root.join("edit.txt"), "original\n").unwrap();
     let mut ws = app.ws().await;
