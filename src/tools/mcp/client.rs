@@ -291,12 +291,23 @@ impl McpServer {
             })?;
             config = config.auth_header(token);
         }
-        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-        self.notices
-            .clone()
-            .serve(transport)
-            .await
-            .map_err(|err| format!("the MCP handshake with {url} failed: {err}"))
+        // A server starting beside agentd, or one busy enough to drop a connection, refuses
+        // the first requests: those are tried again until the startup timeout (the caller's)
+        // runs out, while an answer that is an error (a 401, a bad protocol) ends it at once.
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let transport =
+                StreamableHttpClientTransport::with_client(reqwest::Client::new(), config.clone());
+            match self.notices.clone().serve(transport).await {
+                Ok(connection) => return Ok(connection),
+                Err(err) if never_reached(&err) => {
+                    tracing::debug!(server = %self.config.name, %err, "MCP server not reached yet; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(err) => return Err(format!("the MCP handshake with {url} failed: {err}")),
+            }
+        }
     }
 
     /// The server's name.
@@ -585,5 +596,43 @@ impl Tool for McpTool {
                 ),
             )),
         }
+    }
+}
+
+/// Whether a handshake failed before any answer came: the request could not be sent (nothing
+/// listens yet, the connection was dropped), found in the error's chain or, where the
+/// transport flattened it to text, in its words.
+fn never_reached(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        if let Some(request) = cause.downcast_ref::<reqwest::Error>() {
+            return request.is_connect() || (request.is_request() && request.status().is_none());
+        }
+        next = cause.source();
+    }
+    err.to_string().contains("error sending request")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_tried_again_and_an_answer_is_not() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .unwrap()
+            .port();
+        let refused = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/mcp"))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(never_reached(&refused), "{refused}");
+        let wrapped = std::io::Error::other(refused);
+        assert!(never_reached(&wrapped));
+        let answered = std::io::Error::other("401 Unauthorized: bad token");
+        assert!(!never_reached(&answered));
     }
 }
