@@ -292,18 +292,20 @@ impl McpServer {
             config = config.auth_header(token);
         }
         // A server starting beside agentd, or one busy enough to drop a connection, refuses
-        // the first requests: those are tried again until the startup timeout (the caller's)
-        // runs out, while an answer that is an error (a 401, a bad protocol) ends it at once.
+        // the first requests: those are tried again for a short while (nothing listening at
+        // all is then reported, not waited out), while an answer that is an error (a 401, a
+        // bad protocol) ends it at once.
+        let give_up = tokio::time::Instant::now() + HTTP_RETRY_WINDOW;
         let mut pause = Duration::from_millis(50);
         loop {
             let transport =
                 StreamableHttpClientTransport::with_client(reqwest::Client::new(), config.clone());
             match self.notices.clone().serve(transport).await {
                 Ok(connection) => return Ok(connection),
-                Err(err) if never_reached(&err) => {
+                Err(err) if never_reached(&err) && tokio::time::Instant::now() < give_up => {
                     tracing::debug!(server = %self.config.name, %err, "MCP server not reached yet; trying again");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
+                    pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 Err(err) => return Err(format!("the MCP handshake with {url} failed: {err}")),
             }
@@ -598,6 +600,9 @@ impl Tool for McpTool {
         }
     }
 }
+
+/// How long an HTTP handshake whose requests cannot be sent is tried again.
+const HTTP_RETRY_WINDOW: Duration = Duration::from_secs(2);
 
 /// Whether a handshake failed before any answer came: the request could not be sent (nothing
 /// listens yet, the connection was dropped), found in the error's chain or, where the
