@@ -355,28 +355,21 @@ impl Sessions {
             .store
             .create_session(&fresh_session(caller, &rel, agent))
             .await?;
-        let made = self
-            .git(caller, &row.session_id)
-            .create(&row.session_id, &rel, base)
-            .await;
-        let stored = match made {
-            Ok((worktree, cwd)) => {
-                let cwd = cwd.to_string_lossy().into_owned();
-                let stored = self
-                    .inner
-                    .store
-                    .set_session_worktree(&row.session_id, &cwd, Some(&worktree))
-                    .await;
-                match stored {
-                    Ok(()) => Ok((worktree, cwd)),
-                    Err(err) => {
-                        self.git(caller, &row.session_id).discard(&worktree).await;
-                        Err(err.into())
-                    }
-                }
+        let git = self.git(caller, &row.session_id);
+        let stored = async {
+            let (worktree, cwd) = git.create(&row.session_id, &rel, base).await?;
+            let cwd = cwd.to_string_lossy().into_owned();
+            let set = self
+                .inner
+                .store
+                .set_session_worktree(&row.session_id, &cwd, Some(&worktree));
+            if let Err(err) = set.await {
+                git.discard(&worktree).await;
+                return Err(err.into());
             }
-            Err(err) => Err(err),
-        };
+            Ok((worktree, cwd))
+        }
+        .await;
         match stored {
             Ok((worktree, cwd)) => {
                 row.cwd = cwd;
@@ -586,6 +579,13 @@ impl Sessions {
                 if let Err(cleanup) = store.delete_session(&id).await {
                     tracing::error!(session_id = %id, %cleanup, "a failed import's session could not be removed");
                 }
+                for task_id in imported.task_ids.values() {
+                    if let Ok(log) =
+                        crate::tasks::spool::log_path(&self.inner.config.tasks_dir, task_id)
+                    {
+                        let _ = std::fs::remove_file(log);
+                    }
+                }
                 return Err(err);
             }
         };
@@ -758,12 +758,7 @@ impl Sessions {
                 &self.inner.config.tasks_dir,
                 &task.task_id,
             );
-            let Ok(bytes) = std::fs::read(&marker) else {
-                continue;
-            };
-            if let Ok(tree) =
-                serde_json::from_slice::<super::actor::children::ChildWorktree>(&bytes)
-            {
+            if let Some(tree) = super::actor::children::ChildWorktree::recorded(&marker) {
                 self.git(caller, session_id).discard(&tree.worktree).await;
             }
             let _ = std::fs::remove_file(marker);

@@ -83,14 +83,6 @@ pub async fn sweep(
             if loaded.contains(&session_id) {
                 continue;
             }
-            // A worktree may hold work nobody merged: it waits for a merge or a discard.
-            let holds_worktree = store
-                .get_session(&session_id)
-                .await?
-                .is_some_and(|row| row.worktree.is_some());
-            if holds_worktree {
-                continue;
-            }
             if store.delete_session(&session_id).await? {
                 remove_session_files(&session_id);
                 report.sessions.push(session_id);
@@ -188,14 +180,26 @@ mod tests {
             .unwrap();
         let now = OffsetDateTime::now_utc();
         let old = crate::store::truncate_to_micros(now - time::Duration::days(40));
-        for id in ["idle", "open", "tasked", "loaded", "half"] {
+        for id in ["idle", "open", "tasked", "loaded", "half", "branched"] {
             store.create_session(&session(id)).await.unwrap();
             events(store.as_ref(), id, 1..=5, old).await;
         }
-        // Clear: idle, tasked, loaded. Open work: open. Half: clear up to 5, then 5 more.
-        for id in ["idle", "tasked", "loaded", "half"] {
+        // Clear: idle, tasked, loaded, branched. Open work: open. Half: clear up to 5, then 5
+        // more.
+        for id in ["idle", "tasked", "loaded", "half", "branched"] {
             store.mark_no_open_work(id, 5).await.unwrap();
         }
+        let worktree = crate::store::SessionWorktree {
+            repo: String::new(),
+            path: ".agentd-worktrees/branched".into(),
+            branch: "agentd/branched".into(),
+            base: "HEAD".into(),
+            origin_cwd: String::new(),
+        };
+        store
+            .set_session_worktree("branched", &worktree.path, Some(&worktree))
+            .await
+            .unwrap();
         events(store.as_ref(), "half", 6..=10, old).await;
         let output = |name: &str| {
             let path = dir.path().join(name);
@@ -241,10 +245,10 @@ mod tests {
         .await
         .unwrap();
 
-        // Idle and clear goes; open work, a running task and a loaded actor stay.
+        // Idle and clear goes; open work, a running task, a loaded actor and a worktree stay.
         assert_eq!(report.sessions, ["idle"]);
         assert_eq!(*removed.lock().unwrap(), ["idle"]);
-        for kept in ["open", "tasked", "loaded", "half"] {
+        for kept in ["open", "tasked", "loaded", "half", "branched"] {
             assert!(store.get_session(kept).await.unwrap().is_some(), "{kept}");
         }
         // Old events of closed work go; the open session's, and half's after its mark, stay.
@@ -268,8 +272,8 @@ mod tests {
         assert!(!ended_old.exists());
         assert!(store.get_task("t-new").await.unwrap().is_some() && ended_new.exists());
         assert!(store.get_task("t-run").await.unwrap().is_some() && running.exists());
-        // "loaded", "tasked" and the first five of "half"; "idle"'s went with it.
-        assert_eq!(report.events, 15);
+        // "loaded", "tasked", "branched" and the first five of "half"; "idle"'s went with it.
+        assert_eq!(report.events, 20);
         store.close().await;
     }
 }

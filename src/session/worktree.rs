@@ -317,16 +317,23 @@ impl Git {
             self.remove(worktree).await;
             return Ok(None);
         }
+        self.remove_tree(worktree).await;
+        Ok(Some(head))
+    }
+
+    /// Removes the worktree's directory and git's record of it (forgetting it, when the
+    /// directory went already); its branch stays.
+    async fn remove_tree(&self, worktree: &SessionWorktree) {
+        let repo = Path::new(&worktree.repo);
         let target = self.root().join(&worktree.path);
         let target = target.to_string_lossy();
         let removed = self
             .run(repo, &["worktree", "remove", "--force", "--force", &target])
-            .await?;
-        if !removed.ok {
+            .await;
+        if !matches!(&removed, Ok(ran) if ran.ok) {
             let _ = std::fs::remove_dir_all(self.root().join(&worktree.path));
             let _ = self.run(repo, &["worktree", "prune"]).await;
         }
-        Ok(Some(head))
     }
 
     /// Removes the worktree and its branch, whatever they hold.
@@ -339,15 +346,7 @@ impl Git {
     /// failures are logged, since nothing the session needs is left in either.
     async fn remove(&self, worktree: &SessionWorktree) {
         let repo = Path::new(&worktree.repo);
-        let target = self.root().join(&worktree.path);
-        let target = target.to_string_lossy();
-        let removed = self
-            .run(repo, &["worktree", "remove", "--force", "--force", &target])
-            .await;
-        if !matches!(&removed, Ok(ran) if ran.ok) {
-            let _ = std::fs::remove_dir_all(self.root().join(&worktree.path));
-            let _ = self.run(repo, &["worktree", "prune"]).await;
-        }
+        self.remove_tree(worktree).await;
         match self
             .run(repo, &["branch", "-q", "-D", worktree.branch.as_str()])
             .await

@@ -528,8 +528,9 @@ pub trait Store: Send + Sync + 'static {
         worktree: Option<&SessionWorktree>,
     ) -> StoreResult<()>;
 
-    /// Sessions whose last event is older than `before`, with no open work and no running
-    /// task: what an idle-session retention may delete.
+    /// Sessions whose last event is older than `before`, with no open work, no running task
+    /// and no git worktree (which may hold work nobody merged): what an idle-session retention
+    /// may delete.
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>>;
 
     /// Deletes events older than `before` that belong to closed work (at or below a session's

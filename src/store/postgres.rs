@@ -362,7 +362,7 @@ impl Store for PostgresStore {
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
         sqlx::query_scalar(
             "SELECT session_id FROM sessions s WHERE updated_at < $1 AND live_from_seq IS NULL \
-             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
+             AND worktree IS NULL AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
              AND t.state = 'running') ORDER BY session_id",
         )
         .bind(before)

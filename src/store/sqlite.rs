@@ -676,7 +676,7 @@ impl Store for SqliteStore {
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
         sqlx::query_scalar(
             "SELECT session_id FROM sessions s WHERE updated_at < ? AND live_from_seq IS NULL \
-             AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
+             AND worktree IS NULL AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
              AND t.state = 'running') ORDER BY session_id",
         )
         .bind(ts(before)?)

@@ -373,7 +373,7 @@ impl SessionActor {
     /// removes the worktree; answers what became of them (`None` without a worktree).
     async fn settle_child_worktree(&self, agent_id: &str) -> Option<Value> {
         let marker = worktree_marker(self.tasks.dir(), agent_id);
-        let tree: ChildWorktree = serde_json::from_slice(&std::fs::read(&marker).ok()?).ok()?;
+        let tree = ChildWorktree::recorded(&marker)?;
         let (git, _) = self.user_git()?;
         let message = format!("Work of agent {agent_id}");
         let branch = &tree.worktree.branch;
@@ -488,9 +488,7 @@ impl SessionActor {
                 }
             });
         let mut registry = self.profiled_registry(profile.as_ref());
-        let recorded = std::fs::read(worktree_marker(self.tasks.dir(), agent_id))
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<ChildWorktree>(&bytes).ok());
+        let recorded = ChildWorktree::recorded(&worktree_marker(self.tasks.dir(), agent_id));
         if let Some(tree) = &recorded {
             self.bind_to_worktree(&mut registry, tree);
         }
@@ -803,6 +801,13 @@ pub(crate) struct ChildWorktree {
     cwd: String,
     /// The commit its branch started at: a branch still there changed nothing.
     start: String,
+}
+
+impl ChildWorktree {
+    /// The worktree recorded in `marker`, when there is one.
+    pub(crate) fn recorded(marker: &std::path::Path) -> Option<Self> {
+        serde_json::from_slice(&std::fs::read(marker).ok()?).ok()
+    }
 }
 
 /// The file beside a sub-agent's task output recording its worktree.
