@@ -7,6 +7,8 @@
 //!   LRU and argument checks.
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
 //! - [`secret`]: strings (keys, tokens) that never show in logs.
+//! - [`error_kind`]: the one vocabulary of refusals, with each kind's HTTP status, JSON-RPC code
+//!   and MCP class.
 //! - [`tasks`]: background task output — the per-task log spool and `read_task_output`'s modes.
 //! - [`session`]: session actors, their handles, and the directory that loads and unloads them.
 //! - [`http`]: the accept loop with its connection limits, and the router — WebSocket
@@ -21,6 +23,7 @@
 pub mod agent;
 pub mod cluster;
 pub mod config;
+pub mod error_kind;
 pub mod fs_safe;
 pub mod heap;
 pub mod http;

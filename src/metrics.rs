@@ -416,7 +416,7 @@ impl Metrics {
             DispatchError::UnknownTool { .. } => "unknown",
             _ => tool,
         };
-        self.record_tool_call(tool, err.kind());
+        self.record_tool_call(tool, err.kind().as_str());
         if let DispatchError::PolicyDenied { reason, .. } = err {
             self.policy_denials
                 .get_or_create(&ReasonLabels {

@@ -201,6 +201,12 @@ impl ServerProcess {
         rss_bytes(self.pid)
     }
 
+    /// Its resident anonymous memory now: the heap and stacks, without the pages of its
+    /// program text, which the kernel may drop and read again at will.
+    pub fn anon(&self) -> anyhow::Result<u64> {
+        status_bytes(self.pid, "RssAnon:")
+    }
+
     /// What it logged last, one line each.
     fn log_tail(&self) -> String {
         let tail = self.log.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -296,18 +302,23 @@ fn clock_ticks() -> f64 {
 
 /// VmRSS of `pid` in bytes, from /proc/<pid>/status.
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// A `kB` figure of `pid`'s /proc/<pid>/status, in bytes.
+fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("cannot read /proc/{pid}/status"))?;
     let line = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .context("no VmRSS in /proc status")?;
+        .find_map(|line| line.strip_prefix(field))
+        .with_context(|| format!("no {field} in /proc status"))?;
     let kib: u64 = line
         .trim()
         .trim_end_matches("kB")
         .trim()
         .parse()
-        .context("malformed VmRSS")?;
+        .with_context(|| format!("malformed {field}"))?;
     Ok(kib * 1024)
 }
 

@@ -23,6 +23,8 @@ const WARMUP_SESSIONS: usize = 50;
 const FD_RESERVE: u64 = 64;
 /// A pause before reading memory, so that work the last requests caused has finished.
 const QUIET: Duration = Duration::from_millis(500);
+/// Past the unload delay, the time the unloads and the trim after them take.
+const UNLOAD_MARGIN: Duration = Duration::from_secs(3);
 
 /// Raises this process's soft open-file limit to the hard one; returns the limit in force.
 fn raise_fd_limit() -> u64 {
@@ -45,6 +47,9 @@ struct IdleRun {
     setup: Measured,
     held: Usage,
     closed_rss: u64,
+    /// Anonymous memory (heap and stacks) at the start and after the close.
+    start_anon: u64,
+    closed_anon: u64,
 }
 
 /// Measures the floor, then agentd.
@@ -60,6 +65,14 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     }
     let warmup = WARMUP_SESSIONS.min(sessions);
     let settle = settings.settle;
+    // With a short unload, the warm-up sessions' actors unload before the start is read, so
+    // the start is a server that has been through a whole session's life (its code paged in
+    // for unloading too), as the server after the close is.
+    let warm_wait = settings
+        .idle_unload_secs
+        .map(Duration::from_secs)
+        .filter(|unload| *unload <= settle)
+        .map(|unload| unload + UNLOAD_MARGIN);
     println!(
         "### idle: {} connected sessions (session/open, one tool/invoke, then held)",
         count(sessions as u64)
@@ -72,12 +85,19 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         settle.as_secs_f64(),
         settings.backend()
     );
+    if let Some(wait) = warm_wait {
+        println!();
+        println!(
+            "The start is read {:.0} s after the warm-up closed, once its actors have unloaded.",
+            wait.as_secs_f64()
+        );
+    }
     println!();
     let floor = ServerProcess::floor().await?;
-    let floor_run = hold(&floor, sessions, warmup, settle).await?;
+    let floor_run = hold(&floor, sessions, warmup, warm_wait, settle).await?;
     floor.stop().await?;
     let agentd = ServerProcess::agentd(settings, None).await?;
-    let agentd_run = hold(&agentd, sessions, warmup, settle).await?;
+    let agentd_run = hold(&agentd, sessions, warmup, warm_wait, settle).await?;
     agentd.stop().await?;
 
     println!("Set-up, one request = connect + session/open + tool/invoke:");
@@ -95,6 +115,8 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         "KiB per session",
         &format!("RSS {:.0} s after close MiB", settle.as_secs_f64()),
         "after close ÷ start",
+        "anon start MiB",
+        "anon after close MiB",
     ]);
     for (label, run) in [("floor", &floor_run), ("agentd", &agentd_run)] {
         table.row(vec![
@@ -105,6 +127,8 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
             format!("{:.1}", per_session(run) / 1024.0),
             mib(run.closed_rss),
             format!("{:.2}", closed_share(run)),
+            mib(run.start_anon),
+            mib(run.closed_anon),
         ]);
     }
     table.row(vec![
@@ -117,6 +141,8 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
         ratio(agentd_run.held.rss as f64, floor_run.held.rss as f64),
         ratio(per_session(&agentd_run), per_session(&floor_run)),
         ratio(agentd_run.closed_rss as f64, floor_run.closed_rss as f64),
+        String::new(),
+        String::new(),
         String::new(),
     ]);
     table.print();
@@ -135,13 +161,15 @@ async fn hold(
     server: &ServerProcess,
     sessions: usize,
     warmup: usize,
+    warm_wait: Option<Duration>,
     settle: Duration,
 ) -> anyhow::Result<IdleRun> {
     for _ in 0..warmup {
         connect_session(server).await?.close().await?;
     }
-    tokio::time::sleep(QUIET).await;
+    tokio::time::sleep(warm_wait.unwrap_or(QUIET)).await;
     let before = server.usage()?;
+    let start_anon = server.anon()?;
     let started = Instant::now();
     let held: Vec<(RpcClient, u64)> = stream::iter(0..sessions)
         .map(|_| async {
@@ -166,6 +194,7 @@ async fn hold(
         .with_context(|| format!("closing {sessions} sessions on {}", server.label))?;
     tokio::time::sleep(settle).await;
     let closed_rss = server.rss()?;
+    let closed_anon = server.anon()?;
     Ok(IdleRun {
         setup: Measured {
             latencies: Latencies::new(samples),
@@ -175,5 +204,7 @@ async fn hold(
         },
         held,
         closed_rss,
+        start_anon,
+        closed_anon,
     })
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::AgentSettings;
 use super::context::cap_text;
 use super::ledger::{CostLabels, Ledger};
+use crate::error_kind::ErrorKind;
 use crate::llm::pricing::Pricing;
 use crate::llm::{ChatMessage, ChatRequest, ToolSpec, Usage};
 
@@ -96,13 +97,13 @@ pub enum CompactionError {
 }
 
 impl CompactionError {
-    /// The snake_case word clients see as `data.kind`.
-    pub fn kind(&self) -> &'static str {
+    /// The kind clients see as `data.kind`.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::NothingToCompact => "nothing_to_compact",
-            Self::OverBudget(_) => "budget_exceeded",
-            Self::Failed(_) => "compaction_failed",
-            Self::Store(_) => "internal",
+            Self::NothingToCompact => ErrorKind::NothingToCompact,
+            Self::OverBudget(_) => ErrorKind::BudgetExceeded,
+            Self::Failed(_) => ErrorKind::CompactionFailed,
+            Self::Store(_) => ErrorKind::Internal,
         }
     }
 }

@@ -1,13 +1,14 @@
 //! The one error shape every REST route answers with: `{"error":{"kind","code","message"}}`,
 //! where `kind` is the vocabulary the WebSocket's `data.kind` uses (`unknown_session`,
 //! `turn_in_progress`, …) and `code` the coarser class of the first version, kept for its
-//! clients.
+//! clients; both, and the status, come from [`ErrorKind`]'s table.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::error_kind::ErrorKind;
 use crate::session::SessionError;
 use crate::store::StoreError;
 
@@ -53,7 +54,7 @@ pub enum ApiError {
     #[error("{message}")]
     Session {
         /// The kind, as in the WebSocket's `data.kind`.
-        kind: &'static str,
+        kind: ErrorKind,
         /// What to tell the caller.
         message: String,
     },
@@ -61,56 +62,35 @@ pub enum ApiError {
 
 impl ApiError {
     /// The error's kind, the WebSocket's vocabulary where both have the error.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::NotFound(_) => "not_found",
-            Self::BadRequest(_) => "invalid_params",
-            Self::Session { kind, .. } => kind,
-            other => other.parts().1,
-        }
-    }
-
-    fn parts(&self) -> (StatusCode, &'static str) {
-        match self {
-            Self::Session { kind, .. } => match *kind {
-                "unknown_session" | "unknown_task" | "unknown_approval" | "unknown_request" => {
-                    (StatusCode::NOT_FOUND, "not_found")
-                }
-                "turn_in_progress" | "no_active_turn" | "revert_conflict" | "merge_conflict"
-                | "no_worktree" => (StatusCode::CONFLICT, "conflict"),
-                "overloaded" => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-                "quota_exceeded" => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
-                "storage_unavailable" | "session_unavailable" => {
-                    (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
-                }
-                "internal" => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-                _ => (StatusCode::BAD_REQUEST, "bad_request"),
-            },
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::ForbiddenOrigin => (StatusCode::FORBIDDEN, "forbidden_origin"),
-            Self::ForbiddenHost => (StatusCode::FORBIDDEN, "forbidden_host"),
-            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Self::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-            Self::QuotaExceeded(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
-            Self::Timeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            Self::Unauthorized => ErrorKind::Unauthorized,
+            Self::ForbiddenOrigin => ErrorKind::ForbiddenOrigin,
+            Self::ForbiddenHost => ErrorKind::ForbiddenHost,
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::BadRequest(_) => ErrorKind::InvalidParams,
+            Self::MethodNotAllowed => ErrorKind::MethodNotAllowed,
+            Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::Overloaded(_) => ErrorKind::Overloaded,
+            Self::QuotaExceeded(_) => ErrorKind::QuotaExceeded,
+            Self::Timeout(_) => ErrorKind::Timeout,
+            Self::Internal(_) => ErrorKind::Internal,
+            Self::Session { kind, .. } => *kind,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = self.parts();
+        let row = self.kind().row();
+        let status = StatusCode::from_u16(row.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if let Self::Internal(detail) = &self {
             tracing::error!(%detail, "request failed");
         }
         let message = match &self {
             // A stored failure's detail is for the log, not the caller.
             Self::Session {
-                kind: "internal",
+                kind: ErrorKind::Internal,
                 message,
             } => {
                 tracing::error!(detail = %message, "request failed");
@@ -118,7 +98,7 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let body = json!({"error": {"kind": self.kind(), "code": code, "message": message}});
+        let body = json!({"error": {"kind": row.word, "code": row.code, "message": message}});
         (status, Json(body)).into_response()
     }
 }

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
 use super::error::ApiError;
+use crate::error_kind::McpClass;
 use crate::session::{
     Caller, InvokeOptions, InvokeResult, Outbound, SessionError, SessionHandle, Watcher,
 };
@@ -387,14 +388,10 @@ fn refusal(err: SessionError) -> Result<CallToolResult, ErrorData> {
     let kind = err.kind();
     let data = json!({"kind": kind});
     // By kind, so a refusal told by the session's owner on another node reads the same.
-    match kind {
-        "unknown_tool" | "unknown_session" => {
-            Err(ErrorData::invalid_params(err.to_string(), Some(data)))
-        }
-        "session_unavailable" | "internal" => {
-            Err(ErrorData::internal_error(err.to_string(), Some(data)))
-        }
-        _ => {
+    match kind.row().mcp {
+        McpClass::InvalidParams => Err(ErrorData::invalid_params(err.to_string(), Some(data))),
+        McpClass::Internal => Err(ErrorData::internal_error(err.to_string(), Some(data))),
+        McpClass::ToolResult => {
             let mut answer = CallToolResult::error(vec![ContentBlock::text(err.to_string())]);
             answer.structured_content = Some(json!({"error": data}));
             Ok(answer)
@@ -435,11 +432,13 @@ impl rmcp::ServerHandler for SessionBridge {
             .await
             .map_err(|err| {
                 let data = Some(json!({"kind": err.kind()}));
-                match err {
-                    SessionError::ActorGone | SessionError::Store(_) => {
-                        ErrorData::internal_error(err.to_string(), data)
+                // No tool result answers an initialize: a refusal the model could correct is
+                // the caller's invalid params here.
+                match err.kind().row().mcp {
+                    McpClass::Internal => ErrorData::internal_error(err.to_string(), data),
+                    McpClass::InvalidParams | McpClass::ToolResult => {
+                        ErrorData::invalid_params(err.to_string(), data)
                     }
-                    err => ErrorData::invalid_params(err.to_string(), data),
                 }
             })?;
         let session_id = bound.handle.session_id().to_string();

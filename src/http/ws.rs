@@ -28,11 +28,12 @@ mod watch;
 mod writer;
 
 use self::dispatch::Dispatched;
-use self::rpc::{PARSE_ERROR, RpcError, answer, response};
+use self::rpc::{RpcError, answer, response};
 use self::watch::Attachment;
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
 use super::error::ApiError;
+use crate::error_kind::ErrorKind;
 use crate::session::{Caller, Outbound};
 
 /// Largest frame, and message, accepted. The socket layer refuses a bigger one as soon as its
@@ -114,12 +115,11 @@ impl Connection {
     }
 
     /// Runs the connection until the client leaves, is cut off, or the server stops.
-    async fn serve(self, socket: WebSocket) {
-        let span = tracing::info_span!("connection", connection = self.id);
-        tracing::Instrument::instrument(self.serve_inner(socket), span).await;
-    }
-
-    async fn serve_inner(mut self, socket: WebSocket) {
+    ///
+    /// No span lives as long as the connection: a span's slot keeps its fields' allocation
+    /// after it closes, and one made for each of 10,000 connections is scattered through the
+    /// heap, holding pages after they are gone. Its own log lines name the connection instead.
+    async fn serve(mut self, socket: WebSocket) {
         self.app.metrics().connections.inc();
         let (sink, mut stream) = socket.split();
         let Some((out, follow)) = self.queues.take() else {
@@ -154,7 +154,7 @@ impl Connection {
                 message = stream.next() => message,
                 () = tokio::time::sleep_until(deadline) => {
                     if pinged {
-                        tracing::debug!("no frame completed in time; closing");
+                        tracing::debug!(connection = self.id, "no frame completed in time; closing");
                         // The queue may be full of frames for a client that does not read.
                         let _ = self.out.try_send(Outbound::Close(1008, "no frame completed in time"));
                         break;
@@ -173,8 +173,7 @@ impl Connection {
                 Some(Ok(Message::Text(text))) => Box::pin(self.on_text(text.as_str())).await,
                 Some(Ok(Message::Binary(_))) => {
                     let error = RpcError::new(
-                        PARSE_ERROR,
-                        "parse_error",
+                        ErrorKind::ParseError,
                         "binary frames are not JSON-RPC; send text",
                     );
                     let _ = self.out.send(response(None, Err(error))).await;
@@ -190,7 +189,7 @@ impl Connection {
                             .out
                             .try_send(Outbound::Close(1009, "frame larger than 4 MiB"));
                     }
-                    tracing::debug!(%err, "websocket read failed");
+                    tracing::debug!(connection = self.id, %err, "websocket read failed");
                     break;
                 }
             }
@@ -210,7 +209,7 @@ impl Connection {
         }
         self.app.metrics().connections.dec();
         crate::heap::trim_soon();
-        tracing::debug!("connection closed");
+        tracing::debug!(connection = self.id, "connection closed");
     }
 
     /// Answers one text frame: a refusal at once, a request by its method.

@@ -964,6 +964,11 @@ impl Sessions {
             let mut live = sessions.inner.live.lock().await;
             if live.get(&id).is_some_and(|l| l.generation == generation) {
                 live.remove(&id);
+                // The table a burst of sessions grew is given back once most have gone.
+                if live.capacity() > 1024 && live.len() < live.capacity() / 8 {
+                    let keep = live.len() * 2;
+                    live.shrink_to(keep);
+                }
             }
             drop(live);
             if let (Some(cluster), Some(epoch)) = (&sessions.inner.config.cluster, epoch) {

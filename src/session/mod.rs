@@ -22,6 +22,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::error_kind::ErrorKind;
 use crate::store::{StoreError, TaskState};
 use crate::tools::{DispatchError, ToolCatalog, ToolState};
 
@@ -112,77 +113,43 @@ pub enum SessionError {
     #[error("{message}")]
     Remote {
         /// The owner's `data.kind`.
-        kind: &'static str,
+        kind: ErrorKind,
         /// The owner's message.
         message: String,
     },
 }
 
-/// Every `data.kind` a session request can fail with, so one told by another node keeps its
-/// word (an unknown one reads `internal`).
-const ERROR_KINDS: &[&str] = &[
-    "unknown_session",
-    "turn_in_progress",
-    "no_active_turn",
-    "llm_not_configured",
-    "unsupported",
-    "unknown_request",
-    "unknown_approval",
-    "unknown_task",
-    "invalid_params",
-    "overloaded",
-    "quota_exceeded",
-    "storage_unavailable",
-    "session_unavailable",
-    "revert_conflict",
-    "merge_conflict",
-    "no_worktree",
-    "internal",
-    "unknown_tool",
-    "policy_denied",
-    "args_too_large",
-    "invalid_arguments",
-    "cancelled",
-    "fatal",
-    "nothing_to_compact",
-    "budget_exceeded",
-    "compaction_failed",
-];
-
 impl SessionError {
-    /// The snake_case word clients see as `data.kind`.
-    pub fn kind(&self) -> &'static str {
+    /// The kind clients see as `data.kind` (and REST as `error.kind`).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::UnknownSession(_) => "unknown_session",
-            Self::TurnInProgress => "turn_in_progress",
-            Self::NoActiveTurn(_) => "no_active_turn",
-            Self::LlmNotConfigured => "llm_not_configured",
-            Self::NotYetAvailable(_) => "unsupported",
-            Self::UnknownRequest(_) => "unknown_request",
-            Self::UnknownApproval(_) => "unknown_approval",
-            Self::UnknownTask(_) => "unknown_task",
-            Self::InvalidParams(_) => "invalid_params",
+            Self::UnknownSession(_) => ErrorKind::UnknownSession,
+            Self::TurnInProgress => ErrorKind::TurnInProgress,
+            Self::NoActiveTurn(_) => ErrorKind::NoActiveTurn,
+            Self::LlmNotConfigured => ErrorKind::LlmNotConfigured,
+            Self::NotYetAvailable(_) => ErrorKind::Unsupported,
+            Self::UnknownRequest(_) => ErrorKind::UnknownRequest,
+            Self::UnknownApproval(_) => ErrorKind::UnknownApproval,
+            Self::UnknownTask(_) => ErrorKind::UnknownTask,
+            Self::InvalidParams(_) => ErrorKind::InvalidParams,
             Self::Dispatch(err) => err.kind(),
-            Self::Overloaded(_) => "overloaded",
-            Self::QuotaExceeded(_) => "quota_exceeded",
-            Self::StorageUnavailable(_) => "storage_unavailable",
-            Self::RevertConflict(_) => "revert_conflict",
-            Self::MergeConflict(_) => "merge_conflict",
-            Self::NoWorktree(_) => "no_worktree",
-            Self::ActorGone => "session_unavailable",
-            Self::Store(_) => "internal",
+            Self::Overloaded(_) => ErrorKind::Overloaded,
+            Self::QuotaExceeded(_) => ErrorKind::QuotaExceeded,
+            Self::StorageUnavailable(_) => ErrorKind::StorageUnavailable,
+            Self::RevertConflict(_) => ErrorKind::RevertConflict,
+            Self::MergeConflict(_) => ErrorKind::MergeConflict,
+            Self::NoWorktree(_) => ErrorKind::NoWorktree,
+            Self::ActorGone => ErrorKind::SessionUnavailable,
+            Self::Store(_) => ErrorKind::Internal,
             Self::Compaction(err) => err.kind(),
-            Self::Remote { kind, .. } => kind,
+            Self::Remote { kind, .. } => *kind,
         }
     }
 
-    /// The error another node answered with `kind` and `message`.
+    /// The error another node answered with `kind` and `message`; a word this node does not
+    /// know reads `internal`.
     pub fn remote(kind: &str, message: String) -> Self {
-        let kind = ERROR_KINDS
-            .iter()
-            .find(|known| **known == kind)
-            .copied()
-            .unwrap_or("internal");
+        let kind = ErrorKind::from_word(kind).unwrap_or(ErrorKind::Internal);
         Self::Remote { kind, message }
     }
 }

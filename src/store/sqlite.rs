@@ -117,6 +117,7 @@ impl SqliteStore {
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(checkpoint_periodically(
             pool.clone(),
+            writer.clone(),
             wal_bound,
             stop.clone(),
         ));
@@ -133,13 +134,19 @@ impl SqliteStore {
 /// reader always holds an old snapshot, the WAL is never rewound and grows without bound, so
 /// once it passes `wal_bound` bytes a TRUNCATE checkpoint waits (up to the busy timeout)
 /// for the readers to move on, copies the rest and empties the file.
+///
+/// Once no write has come for [`QUIET_TICKS`] ticks after a busy spell, the writer and a reader
+/// give their page caches back (`PRAGMA shrink_memory`), and the heap is trimmed: a burst of
+/// thousands of sessions leaves megabytes of cached pages that nothing will read soon.
 async fn checkpoint_periodically(
     pool: SqlitePool,
+    writer: SqlitePool,
     wal_bound: i64,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut quiet = QuietWatch::default();
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
@@ -148,7 +155,13 @@ async fn checkpoint_periodically(
         if pool.is_closed() {
             break;
         }
-        match checkpoint(&pool, "PASSIVE").await {
+        let checked = checkpoint(&pool, "PASSIVE").await;
+        if let Ok(wal_bytes) = checked
+            && quiet.fell_quiet(wal_bytes)
+        {
+            shrink_caches(&pool, &writer).await;
+        }
+        match checked {
             Ok(wal_bytes) if wal_bytes > wal_bound => match truncate_briefly(&pool).await {
                 Ok(left) => tracing::debug!(wal_bytes, left, "WAL past its bound; truncated"),
                 Err(err) if !pool.is_closed() => {
@@ -163,6 +176,45 @@ async fn checkpoint_periodically(
             Err(_) => {}
         }
     }
+}
+
+/// Ticks without a write after which the page caches are given back.
+const QUIET_TICKS: u32 = 10;
+
+/// Tells, from the WAL's size at each tick, when writing has stopped for [`QUIET_TICKS`].
+#[derive(Debug, Default)]
+struct QuietWatch {
+    /// The WAL's size at the last tick; `None` before the first.
+    last: Option<i64>,
+    /// Ticks since it last changed.
+    quiet: u32,
+}
+
+impl QuietWatch {
+    /// Takes a tick's WAL size; true once per quiet spell, when it has not changed for
+    /// [`QUIET_TICKS`] ticks.
+    fn fell_quiet(&mut self, wal_bytes: i64) -> bool {
+        if self.last == Some(wal_bytes) {
+            self.quiet = self.quiet.saturating_add(1);
+        } else {
+            self.last = Some(wal_bytes);
+            self.quiet = 0;
+        }
+        self.quiet == QUIET_TICKS
+    }
+}
+
+/// Frees what the writer's and one reader's page caches hold, then trims the heap.
+async fn shrink_caches(pool: &SqlitePool, writer: &SqlitePool) {
+    for connections in [writer, pool] {
+        if let Err(err) = sqlx::query("PRAGMA shrink_memory")
+            .execute(connections)
+            .await
+        {
+            tracing::debug!(%err, "could not shrink a connection's cache");
+        }
+    }
+    crate::heap::trim_soon();
 }
 
 /// How long a TRUNCATE checkpoint under load may wait for readers. It holds the write lock
@@ -1015,5 +1067,29 @@ impl Store for SqliteStore {
         .await
         .map_err(db_error)?;
         row.as_ref().map(lease_row).transpose()
+    }
+}
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::*;
+
+    #[test]
+    fn the_caches_are_given_back_once_per_quiet_spell() {
+        let mut watch = QuietWatch::default();
+        // Writes: the WAL changes at every tick.
+        assert!(!(0..50).any(|tick| watch.fell_quiet(tick * 4096)));
+        // Quiet: the first tick at the new size still saw a write; once QUIET_TICKS more pass
+        // unchanged, the caches go, once.
+        let fired: Vec<u32> = (1..=3 * QUIET_TICKS)
+            .filter(|_| watch.fell_quiet(999_999))
+            .collect();
+        assert_eq!(fired, [QUIET_TICKS + 1]);
+        // A write (here a WAL truncated to nothing) starts a new spell.
+        assert!(!watch.fell_quiet(0));
+        let fired = (1..=2 * QUIET_TICKS)
+            .filter(|_| watch.fell_quiet(0))
+            .count();
+        assert_eq!(fired, 1);
     }
 }

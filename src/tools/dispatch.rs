@@ -7,6 +7,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
+use crate::error_kind::ErrorKind;
+
 use super::args::{InvalidArguments, estimate_json_size, json_size_exceeds};
 use super::policy::HiddenReason;
 use super::registry::ToolRegistry;
@@ -72,15 +74,15 @@ pub enum DispatchError {
 }
 
 impl DispatchError {
-    /// The snake_case word clients see as `data.kind`.
-    pub fn kind(&self) -> &'static str {
+    /// The kind clients see as `data.kind`.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::UnknownTool { .. } => "unknown_tool",
-            Self::PolicyDenied { .. } => "policy_denied",
-            Self::ArgsTooLarge { .. } => "args_too_large",
-            Self::InvalidArguments { .. } => "invalid_arguments",
-            Self::Cancelled { .. } => "cancelled",
-            Self::Fatal { .. } => "fatal",
+            Self::UnknownTool { .. } => ErrorKind::UnknownTool,
+            Self::PolicyDenied { .. } => ErrorKind::PolicyDenied,
+            Self::ArgsTooLarge { .. } => ErrorKind::ArgsTooLarge,
+            Self::InvalidArguments { .. } => ErrorKind::InvalidArguments,
+            Self::Cancelled { .. } => ErrorKind::Cancelled,
+            Self::Fatal { .. } => ErrorKind::Fatal,
         }
     }
 

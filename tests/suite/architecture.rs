@@ -24,10 +24,12 @@ const LAYERS: &[(&str, u32)] = &[
     ("sandbox", 9),
     ("llm", 10),
     ("store", 11),
+    ("error_kind", 11),
     ("fs_safe", 11),
-    ("heap", 11),
     ("secret", 11),
     ("telemetry", 11),
+    // Below the store, which trims the heap once its caches are given back.
+    ("heap", 12),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -6,8 +6,9 @@ use tokio::sync::mpsc;
 
 use super::Connection;
 use super::request::{InvokeParams, Request, SessionParams, TaskParams};
-use super::rpc::{METHOD_NOT_FOUND, RequestId, RpcError, answer};
+use super::rpc::{RequestId, RpcError, answer};
 use super::tasks::cancel_task;
+use crate::error_kind::ErrorKind;
 use crate::session::{Outbound, SessionHandle};
 
 /// How a request was handled.
@@ -157,11 +158,7 @@ impl Connection {
             Request::TaskCancel(params) => self.cancel(params, id),
             // Refused when the frame was read; kept for the match to be whole.
             Request::Unknown => Dispatched::Now(
-                Err(RpcError::new(
-                    METHOD_NOT_FOUND,
-                    "method_not_found",
-                    "unknown method",
-                )),
+                Err(RpcError::new(ErrorKind::MethodNotFound, "unknown method")),
                 None,
             ),
         }

@@ -5,9 +5,8 @@
 use serde_json::Value;
 
 use super::request::Request;
-use super::rpc::{
-    Envelope, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RequestId, RpcError, response,
-};
+use super::rpc::{Envelope, RequestId, RpcError, response};
+use crate::error_kind::ErrorKind;
 use crate::session::Outbound;
 
 /// One text frame as read: its `id` (`None` when absent, or unreadable) and the request, or
@@ -42,12 +41,11 @@ impl Frame {
     /// answers to several sessions could not keep.
     pub fn decode(text: &str) -> Self {
         let parse_error = |err: serde_json::Error| {
-            RpcError::new(PARSE_ERROR, "parse_error", format!("invalid JSON: {err}"))
+            RpcError::new(ErrorKind::ParseError, format!("invalid JSON: {err}"))
         };
         let invalid = || {
             RpcError::new(
-                INVALID_REQUEST,
-                "invalid_request",
+                ErrorKind::InvalidRequest,
                 "a request needs a string \"method\"",
             )
         };
@@ -61,8 +59,7 @@ impl Frame {
         if !text.trim_start().starts_with('{') {
             let error = match serde_json::from_str::<serde::de::IgnoredAny>(text) {
                 Ok(_) if text.trim_start().starts_with('[') => RpcError::new(
-                    INVALID_REQUEST,
-                    "batch_unsupported",
+                    ErrorKind::BatchUnsupported,
                     "batches are not supported: send each request as a frame of its own",
                 ),
                 Ok(_) => invalid(),
@@ -91,8 +88,7 @@ impl Frame {
         }
         if jsonrpc != "2.0" {
             let error = RpcError::new(
-                INVALID_REQUEST,
-                "invalid_request",
+                ErrorKind::InvalidRequest,
                 "a request needs \"jsonrpc\": \"2.0\"",
             );
             return refused(id, error);
@@ -102,8 +98,7 @@ impl Frame {
         };
         let read = match Request::read(&method, params) {
             Ok(Request::Unknown) => Err(RpcError::new(
-                METHOD_NOT_FOUND,
-                "method_not_found",
+                ErrorKind::MethodNotFound,
                 format!("unknown method {method:?}"),
             )),
             other => other,
@@ -135,7 +130,7 @@ impl Frame {
         };
         let error = &refusal.error;
         let copy = Refusal {
-            error: RpcError::new(error.code(), error.kind(), error.message()),
+            error: RpcError::new(error.kind(), error.message()),
             even_without_id: refusal.even_without_id,
         };
         match copy.answer(self.id.as_ref())? {

@@ -5,48 +5,32 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::error_kind::ErrorKind;
 use crate::session::{Outbound, SessionError};
 
-/// The message is not JSON.
-pub(super) const PARSE_ERROR: i64 = -32700;
-/// The message is JSON but not a request.
-pub(super) const INVALID_REQUEST: i64 = -32600;
-/// No such method.
-pub(super) const METHOD_NOT_FOUND: i64 = -32601;
-/// The params are missing, mistyped or refused.
-pub(super) const INVALID_PARAMS: i64 = -32602;
-/// The server failed (storage); details are logged.
-pub(super) const INTERNAL_ERROR: i64 = -32603;
-/// The request failed in the server.
-pub(super) const SERVER_ERROR: i64 = -32000;
-/// The session refused the request for now (too much in flight).
-pub(super) const OVERLOADED: i64 = -32001;
-
-/// A JSON-RPC error answer.
+/// A JSON-RPC error answer: its code comes from its kind's row in [`ErrorKind`]'s table.
 #[derive(Debug)]
 pub(super) struct RpcError {
-    code: i64,
+    kind: ErrorKind,
     message: String,
-    kind: &'static str,
 }
 
 impl RpcError {
-    /// An error answer with its code, `data.kind` and message.
-    pub(super) fn new(code: i64, kind: &'static str, message: impl Into<String>) -> Self {
+    /// An error answer of `kind` saying `message`.
+    pub(super) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
-            code,
-            message: message.into(),
             kind,
+            message: message.into(),
         }
     }
 
     /// The JSON-RPC error code.
     pub(super) fn code(&self) -> i64 {
-        self.code
+        self.kind.row().rpc
     }
 
     /// The `data.kind`.
-    pub(super) fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> ErrorKind {
         self.kind
     }
 
@@ -57,23 +41,16 @@ impl RpcError {
 
     /// `invalid_params`, saying what was wrong with them.
     pub(super) fn params(err: impl std::fmt::Display) -> Self {
-        Self::new(INVALID_PARAMS, "invalid_params", err.to_string())
+        Self::new(ErrorKind::InvalidParams, err.to_string())
     }
 }
 
 impl From<SessionError> for RpcError {
     fn from(err: SessionError) -> Self {
-        // By kind, so a refusal told by the session's owner on another node keeps its code.
-        let code = match err.kind() {
-            "invalid_params" => INVALID_PARAMS,
-            "overloaded" => OVERLOADED,
-            "internal" => INTERNAL_ERROR,
-            _ => SERVER_ERROR,
-        };
         if let SessionError::Store(detail) = &err {
             tracing::error!(%detail, "request failed on storage");
         }
-        Self::new(code, err.kind(), err.to_string())
+        Self::new(err.kind(), err.to_string())
     }
 }
 
@@ -129,13 +106,13 @@ pub(super) fn response(id: Option<&RawValue>, outcome: Result<Value, RpcError>) 
     }
     #[derive(Serialize)]
     struct ErrorData {
-        kind: &'static str,
+        kind: ErrorKind,
     }
     let (result, error) = match outcome {
         Ok(result) => (Some(result), None),
         Err(err) => {
             let error = ErrorBody {
-                code: err.code,
+                code: err.code(),
                 message: err.message,
                 data: ErrorData { kind: err.kind },
             };

@@ -4,7 +4,8 @@ use serde_json::{Value, json};
 
 use super::Connection;
 use super::request::TaskParams;
-use super::rpc::{INTERNAL_ERROR, RpcError};
+use super::rpc::RpcError;
+use crate::error_kind::ErrorKind;
 use crate::http::AppState;
 use crate::session::{Caller, SessionError};
 use crate::store::TaskRow;
@@ -76,6 +77,6 @@ fn task_error(err: TaskReadError) -> RpcError {
     match err {
         TaskReadError::UnknownTask(id) => SessionError::UnknownTask(id).into(),
         TaskReadError::Store(err) => SessionError::Store(err).into(),
-        TaskReadError::Unreadable(message) => RpcError::new(INTERNAL_ERROR, "internal", message),
+        TaskReadError::Unreadable(message) => RpcError::new(ErrorKind::Internal, message),
     }
 }

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Server;
 use crate::agent::approval::Decision;
+use crate::error_kind::ErrorKind;
 use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
 };
@@ -76,7 +77,7 @@ const MODES: &[(&str, &str, &str)] = &[
 struct RpcError {
     code: i64,
     message: String,
-    kind: &'static str,
+    kind: ErrorKind,
 }
 
 impl RpcError {
@@ -84,7 +85,7 @@ impl RpcError {
         Self {
             code: INVALID_PARAMS,
             message: message.into(),
-            kind: "invalid_params",
+            kind: ErrorKind::InvalidParams,
         }
     }
 
@@ -95,16 +96,16 @@ impl RpcError {
 
 impl From<SessionError> for RpcError {
     fn from(err: SessionError) -> Self {
-        let code = match &err {
-            SessionError::UnknownSession(_) => NOT_FOUND,
-            SessionError::InvalidParams(_) => INVALID_PARAMS,
-            SessionError::Store(_) => INTERNAL_ERROR,
-            _ => DOMAIN_ERROR,
+        let kind = err.kind();
+        // ACP has a code of its own for a resource that does not exist.
+        let code = match kind {
+            ErrorKind::UnknownSession => NOT_FOUND,
+            kind => kind.row().rpc,
         };
         Self {
             code,
             message: err.to_string(),
-            kind: err.kind(),
+            kind,
         }
     }
 }
@@ -209,7 +210,7 @@ impl Link {
                 let mut tries = 0;
                 loop {
                     match remote.call("turn/start", params.clone()).await {
-                        Err(err) if err.kind == "turn_in_progress" && tries < 100 => {
+                        Err(err) if err.kind == ErrorKind::TurnInProgress && tries < 100 => {
                             tries += 1;
                             tokio::time::sleep(Duration::from_millis(10)).await;
                         }
@@ -469,7 +470,7 @@ impl Connection {
                 let error = RpcError {
                     code: PARSE_ERROR,
                     message: format!("not JSON: {err}"),
-                    kind: "parse_error",
+                    kind: ErrorKind::ParseError,
                 };
                 self.answer_later(Value::Null, Err(error));
                 return;
@@ -493,7 +494,7 @@ impl Connection {
                 let error = RpcError {
                     code: INVALID_REQUEST,
                     message: "a request needs a string method".into(),
-                    kind: "invalid_request",
+                    kind: ErrorKind::InvalidRequest,
                 };
                 self.answer_later(id.unwrap_or(Value::Null), Err(error));
             }
@@ -552,7 +553,7 @@ impl Connection {
             _ => Err(RpcError {
                 code: METHOD_NOT_FOUND,
                 message: format!("agentd acp does not offer {method}"),
-                kind: "method_not_found",
+                kind: ErrorKind::MethodNotFound,
             }),
         }
     }
@@ -940,7 +941,7 @@ impl Connection {
             message: format!(
                 "session {session_id} is not open on this connection; session/new or session/load it first"
             ),
-            kind: "unknown_session",
+            kind: ErrorKind::UnknownSession,
         })?;
         let (text, images) = prompt_input(&params["prompt"])?;
         let turn_id = format!("turn_{}", uuid::Uuid::new_v4().simple());
@@ -987,7 +988,7 @@ impl Connection {
         let session = self.session(session_id).ok_or_else(|| RpcError {
             code: NOT_FOUND,
             message: format!("session {session_id} is not open on this connection"),
-            kind: "unknown_session",
+            kind: ErrorKind::UnknownSession,
         })?;
         let wanted = params["modeId"].as_str().unwrap_or_default();
         let Some((id, _, _)) = MODES.iter().find(|(id, _, _)| *id == wanted) else {
@@ -1126,7 +1127,7 @@ fn prompt_result(end: &TurnEnd) -> Result<Value, RpcError> {
                         "the turn failed ({code}): {}",
                         params["message"].as_str().unwrap_or_default()
                     ),
-                    kind: "turn_failed",
+                    kind: ErrorKind::TurnFailed,
                 });
             }
         }
@@ -1240,7 +1241,7 @@ async fn wait_for_mcp(handle: &SessionHandle, names: &[String]) -> Result<(), Rp
                     return Err(RpcError {
                         code: DOMAIN_ERROR,
                         message: format!("MCP server {name}: {state}"),
-                        kind: "mcp_failed",
+                        kind: ErrorKind::McpFailed,
                     });
                 }
                 _ => pending = true,
@@ -1253,7 +1254,7 @@ async fn wait_for_mcp(handle: &SessionHandle, names: &[String]) -> Result<(), Rp
             return Err(RpcError {
                 code: DOMAIN_ERROR,
                 message: "the client's MCP servers did not start in time".into(),
-                kind: "mcp_failed",
+                kind: ErrorKind::McpFailed,
             });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

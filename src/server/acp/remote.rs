@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
 use super::{DOMAIN_ERROR, INTERNAL_ERROR, NOT_FOUND, RpcError, lock};
+use crate::error_kind::ErrorKind;
 use crate::session::Outbound;
 
 /// A session's notification queue on this side, and the token that ends its pump when the
@@ -213,7 +214,7 @@ impl Remote {
         let response = request.send().await.map_err(|err| RpcError {
             code: INTERNAL_ERROR,
             message: format!("agentd's REST API: {err}"),
-            kind: "internal",
+            kind: ErrorKind::Internal,
         })?;
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
@@ -239,14 +240,15 @@ fn server_gone() -> RpcError {
     RpcError {
         code: INTERNAL_ERROR,
         message: "the connection to agentd closed".into(),
-        kind: "session_unavailable",
+        kind: ErrorKind::SessionUnavailable,
     }
 }
 
-/// The server's error kinds as the static words `RpcError` carries; one it does not know
-/// (a newer server's) becomes `internal`, with the server's message kept.
-fn kind_word(kind: Option<&str>) -> &'static str {
-    crate::session::SessionError::remote(kind.unwrap_or_default(), String::new()).kind()
+/// The server's error kind by its word; one this build does not know (a newer server's)
+/// becomes `internal`, with the server's message kept.
+fn kind_word(kind: Option<&str>) -> ErrorKind {
+    kind.and_then(ErrorKind::from_word)
+        .unwrap_or(ErrorKind::Internal)
 }
 
 /// `http://host:port` for the WebSocket URL `ws://host:port/…`.

@@ -298,63 +298,75 @@ impl SessionActor {
 
     /// Serves commands until closed, cancelled, or idle for `idle_unload` with nothing to do.
     pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
-        let span = tracing::info_span!("session", session_id = %self.session_id);
-        async move {
+        // A span per piece of work, not one for the actor's life: a span's slot keeps its
+        // fields' allocation after it closes, and 10,000 such slots made while sessions were
+        // open are scattered through the heap, holding pages that would otherwise go back to
+        // the system once the sessions unload.
+        let session_id = Arc::clone(&self.session_id);
+        let span = move || tracing::info_span!("session", session_id = %session_id);
+        span().in_scope(|| {
             tracing::debug!("actor started");
             self.start_mcp_servers();
-            // Why the session ends, for its SessionEnd hooks.
-            let mut ending = "shutdown";
-            loop {
-                // Questions whose tool gave up (timeout, interruption) no longer wait.
-                self.pending_input.retain(|_, waiting| !waiting.is_closed());
-                self.events.release_if_unused();
-                self.reports.release_if_unused();
-                self.turns.release_if_unused();
-                let idle = self.watchers.is_empty()
-                    && self.invocations.is_empty()
-                    && self.turn.is_none()
-                    && self.tasks.is_empty()
-                    && !self.children_running()
-                    && self.pending_input.is_empty()
-                    && self.unstored.is_empty();
-                let idle_timer = tokio::time::sleep(self.idle_unload);
-                let linger_until = self.linger_until;
-                tokio::select! {
-                    () = self.cancel.cancelled() => break,
-                    // Each arm's work is boxed: the loop's own future then holds one pointer
-                    // while a message is handled, not room for the largest handler's state,
-                    // and an idle session costs that much less.
-                    () = sleep_until_some(linger_until), if linger_until.is_some() => {
-                        Box::pin(self.commit_lingering()).await;
-                    }
-                    command = commands.recv() => match command {
-                        Some(Command::Close) | None => {
-                            ending = "closed";
-                            break;
-                        }
-                        Some(command) => Box::pin(self.handle(command)).await,
-                    },
-                    Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).await,
-                    Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).await,
-                    Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).await,
-                    Some(server) = self.mcp_started.recv() => Box::pin(self.on_mcp_started(server)).await,
-                    Some(server) = self.mcp_relisted.recv() => Box::pin(self.on_mcp_relisted(server)).await,
-                    () = idle_timer, if idle => {
-                        tracing::debug!("idle; unloading");
-                        ending = "idle_unload";
-                        Box::pin(self.commit_lingering()).await;
-                        // Nothing runs: a start-up need not read this session's events.
-                        if let Err(err) = self
-                            .store
-                            .mark_no_open_work(&self.session_id, self.last_seq)
-                            .await
-                        {
-                            tracing::warn!(%err, "could not mark the session clear");
-                        }
+        });
+        // Why the session ends, for its SessionEnd hooks.
+        let mut ending = "shutdown";
+        loop {
+            // Questions whose tool gave up (timeout, interruption) no longer wait.
+            self.pending_input.retain(|_, waiting| !waiting.is_closed());
+            self.events.release_if_unused();
+            self.reports.release_if_unused();
+            self.turns.release_if_unused();
+            let idle = self.watchers.is_empty()
+                && self.invocations.is_empty()
+                && self.turn.is_none()
+                && self.tasks.is_empty()
+                && !self.children_running()
+                && self.pending_input.is_empty()
+                && self.unstored.is_empty();
+            let idle_timer = tokio::time::sleep(self.idle_unload);
+            let linger_until = self.linger_until;
+            tokio::select! {
+                () = self.cancel.cancelled() => break,
+                // Each arm's work is boxed: the loop's own future then holds one pointer
+                // while a message is handled, not room for the largest handler's state,
+                // and an idle session costs that much less.
+                () = sleep_until_some(linger_until), if linger_until.is_some() => {
+                    Box::pin(self.commit_lingering()).instrument(span()).await;
+                }
+                command = commands.recv() => match command {
+                    Some(Command::Close) | None => {
+                        ending = "closed";
                         break;
                     }
+                    Some(command) => Box::pin(self.handle(command)).instrument(span()).await,
+                },
+                Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).instrument(span()).await,
+                Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).instrument(span()).await,
+                Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).instrument(span()).await,
+                Some(server) = self.mcp_started.recv() => Box::pin(self.on_mcp_started(server)).instrument(span()).await,
+                Some(server) = self.mcp_relisted.recv() => Box::pin(self.on_mcp_relisted(server)).instrument(span()).await,
+                () = idle_timer, if idle => {
+                    ending = "idle_unload";
+                    // Thousands of sessions unload at once after a burst, each waiting on the
+                    // store: a span each would be thousands of slots at once. The unload's own
+                    // lines name the session.
+                    let unloading = if self.lingering.is_empty() {
+                        tracing::Span::none()
+                    } else {
+                        span()
+                    };
+                    Box::pin(self.unload()).instrument(unloading).await;
+                    break;
                 }
             }
+        }
+        // The same for stopping: a span only when there is more to do than let go.
+        let stopping = if self.stops_with_work() {
+            span()
+        } else {
+            tracing::Span::none()
+        };
+        async {
             self.session_end_hooks(ending).await;
             if !Box::pin(self.commit_lingering()).await {
                 tracing::error!(
@@ -372,10 +384,37 @@ impl SessionActor {
             Box::pin(self.close_children("the session stopped")).await;
             Box::pin(self.cancel_tasks_on_stop()).await;
             self.kill_processes();
-            tracing::debug!("actor stopped");
+            tracing::debug!(session_id = %self.session_id, "actor stopped");
         }
-        .instrument(span)
-        .await
+        .instrument(stopping)
+        .await;
+    }
+
+    /// Stores what lingers and marks the session clear before an idle unload.
+    async fn unload(&mut self) {
+        tracing::debug!(session_id = %self.session_id, "idle; unloading");
+        self.commit_lingering().await;
+        // Nothing runs: a start-up need not read this session's events.
+        if let Err(err) = self
+            .store
+            .mark_no_open_work(&self.session_id, self.last_seq)
+            .await
+        {
+            tracing::warn!(session_id = %self.session_id, %err, "could not mark the session clear");
+        }
+    }
+
+    /// Whether stopping has more to do than let go: SessionEnd hooks, children, tasks or a
+    /// turn to end, events to store.
+    fn stops_with_work(&self) -> bool {
+        self.hooks
+            .as_ref()
+            .is_some_and(|hooks| hooks.any(crate::agent::hooks::HookEvent::SessionEnd, None))
+            || !self.children.is_empty()
+            || !self.tasks.is_empty()
+            || self.turn.is_some()
+            || !self.unstored.is_empty()
+            || !self.lingering.is_empty()
     }
 
     async fn handle(&mut self, command: Command) {
