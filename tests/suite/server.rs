@@ -1304,7 +1304,10 @@ fn idle_connected_sessions_hold_no_span_open() {
         .env(SPAN_CHECK, "1")
         .status()
         .unwrap();
-    assert!(status.success(), "the span check failed (its output is above)");
+    assert!(
+        status.success(),
+        "the span check failed (its output is above)"
+    );
 }
 
 /// Set in the process that runs [`idle_sessions_span_check`].
