@@ -126,6 +126,24 @@ pub enum ErrorKind {
     TurnFailed,
     /// An MCP server an ACP client named could not start.
     McpFailed,
+    /// The turn (or the call) was stopped by `turn/interrupt` or a cancelled client.
+    Interrupted,
+    /// The turn ran past `turn_timeout_secs`.
+    TurnTimeout,
+    /// A hook stopped the prompt or the call.
+    HookBlocked,
+    /// The turn made `max_iterations` model calls without an answer.
+    IterationLimit,
+    /// The model's endpoint could not be reached or kept failing after the retries.
+    LlmUnavailable,
+    /// The model's endpoint kept answering 429 after the retries.
+    LlmRateLimited,
+    /// The model answered something that is not a valid completion.
+    LlmBadResponse,
+    /// The conversation no longer fits the model's context window.
+    ContextOverflow,
+    /// The model's endpoint refused the configured credentials.
+    LlmUnauthorized,
 }
 
 use McpClass::{Internal as McpInternal, InvalidParams as McpInvalid, ToolResult as McpTool};
@@ -183,6 +201,15 @@ impl ErrorKind {
         Self::Timeout,
         Self::TurnFailed,
         Self::McpFailed,
+        Self::Interrupted,
+        Self::TurnTimeout,
+        Self::HookBlocked,
+        Self::IterationLimit,
+        Self::LlmUnavailable,
+        Self::LlmRateLimited,
+        Self::LlmBadResponse,
+        Self::ContextOverflow,
+        Self::LlmUnauthorized,
     ];
 
     /// The table: what this kind is on every surface.
@@ -270,6 +297,16 @@ impl ErrorKind {
             Self::Timeout => row("timeout", 503, "timeout", ERR, McpInternal),
             Self::TurnFailed => row("turn_failed", 500, "internal", ERR, McpInternal),
             Self::McpFailed => row("mcp_failed", 400, "bad_request", ERR, McpTool),
+            Self::Interrupted => row("interrupted", 409, "conflict", ERR, McpTool),
+            Self::TurnTimeout => row("turn_timeout", 504, "timeout", ERR, McpInternal),
+            Self::HookBlocked => row("hook_blocked", 400, "bad_request", ERR, McpTool),
+            Self::IterationLimit => row("iteration_limit", 400, "bad_request", ERR, McpTool),
+            // The model is a dependency: its failures are the server's, not the caller's.
+            Self::LlmUnavailable => row("llm_unavailable", 502, "unavailable", ERR, McpInternal),
+            Self::LlmRateLimited => row("llm_rate_limited", 503, "unavailable", ERR, McpInternal),
+            Self::LlmBadResponse => row("llm_bad_response", 502, "unavailable", ERR, McpInternal),
+            Self::ContextOverflow => row("context_overflow", 400, "bad_request", ERR, McpTool),
+            Self::LlmUnauthorized => row("llm_unauthorized", 502, "unavailable", ERR, McpInternal),
         }
     }
 

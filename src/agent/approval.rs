@@ -32,6 +32,36 @@ impl Decision {
     }
 }
 
+/// Why a call stopped waiting for a decision no person gave; `approval/resolved` says it as
+/// `reason` with a `decline`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unanswered {
+    /// No decision came within the approval timeout.
+    Timeout,
+    /// The turn was stopped while the call waited.
+    Interrupted,
+    /// The session's actor stopped.
+    SessionStopped,
+    /// The server stopped (or died) while the call waited, and started again.
+    ServerRestarted,
+    /// The cluster node running the session was lost.
+    NodeLost,
+}
+
+impl Unanswered {
+    /// The wire word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Interrupted => "interrupted",
+            Self::SessionStopped => "session_stopped",
+            Self::ServerRestarted => "server_restarted",
+            Self::NodeLost => "node_lost",
+        }
+    }
+}
+
 /// A decision with the words that go to the model.
 #[derive(Debug, Clone)]
 pub struct Answer {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::{RwLock, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::approval::{Answer, ApprovalAsk, Approvals, Decision};
+use super::approval::{Answer, ApprovalAsk, Approvals, Decision, Unanswered};
 use super::event::{SessionEvent, ToolCompleted};
 use super::hooks::{HookEvent, Ran, SessionHooks};
 use super::ledger::{CostLabels, Ledger};
@@ -56,7 +56,7 @@ pub(crate) trait CallHost: EventSink {
     fn withdraw_approval(
         &self,
         approval_id: String,
-        reason: String,
+        reason: Unanswered,
     ) -> impl Future<Output = ()> + Send;
 }
 
@@ -112,7 +112,7 @@ pub(crate) async fn report_hooks<H: CallHost>(host: &H, ran: Vec<Ran>, tool_call
             hook: ran.hook,
             event: ran.event.as_str(),
             tool_call_id: tool_call_id.map(str::to_string),
-            decision: ran.decision.as_str(),
+            decision: ran.decision,
             reason: ran.reason,
             duration_ms: ran.duration.as_millis() as u64,
         })
@@ -338,20 +338,20 @@ async fn approve<H: CallHost>(
         )],
     );
     let outcome = tokio::select! {
-        answer = host.ask_approval(ask) => answer.ok_or("the session stopped"),
-        () = call.cancel.cancelled() => Err("interrupted"),
-        () = tokio::time::sleep(timeout) => Err("timeout"),
+        answer = host.ask_approval(ask) => answer.ok_or(Unanswered::SessionStopped),
+        () = call.cancel.cancelled() => Err(Unanswered::Interrupted),
+        () = tokio::time::sleep(timeout) => Err(Unanswered::Timeout),
     };
     let decision = match &outcome {
         Ok(answer) => answer.decision.as_str(),
-        Err(why) => why,
+        Err(why) => why.as_str(),
     };
     crate::telemetry::event(
         &tracing::Span::current(),
         "agentd.approval.resolved",
         vec![opentelemetry::KeyValue::new(
             "agentd.approval.decision",
-            decision.to_string(),
+            decision,
         )],
     );
     let declined = |text: String, detail: Value| {
@@ -382,13 +382,16 @@ async fn approve<H: CallHost>(
             declined(text, json!({"kind": "declined", "message": message}))
         }
         Err(why) => {
-            host.withdraw_approval(approval_id, why.to_string()).await;
+            host.withdraw_approval(approval_id, why).await;
             let text = match why {
-                "timeout" => format!("declined: no decision came within {} s", timeout.as_secs()),
-                "interrupted" => {
+                Unanswered::Timeout => {
+                    format!("declined: no decision came within {} s", timeout.as_secs())
+                }
+                Unanswered::Interrupted => {
                     "declined: the turn was stopped while the call waited for approval".to_string()
                 }
-                other => format!("declined: {other}"),
+                Unanswered::SessionStopped => "declined: the session stopped".to_string(),
+                other => format!("declined: {}", other.as_str()),
             };
             declined(text, json!({"kind": "declined", "reason": why}))
         }

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::{RwLock, mpsc};
 
-use super::approval::{Answer, ApprovalAsk};
+use super::approval::{Answer, ApprovalAsk, Unanswered};
 use super::call::{CallHost, EventSink, Spawn};
 use super::compaction::Compacted;
 use super::context::{cap_text, repair};
 use super::event::SessionEvent;
-use super::{ActorLink, TurnHost};
+use super::{ActorLink, HistoryError, TurnHost};
 use crate::llm::ChatMessage;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::TaskReport;
@@ -230,7 +230,7 @@ impl CallHost for ChildHost {
         self.parent.ask_approval(ask).await
     }
 
-    async fn withdraw_approval(&self, approval_id: String, reason: String) {
+    async fn withdraw_approval(&self, approval_id: String, reason: Unanswered) {
         self.parent.withdraw_approval(approval_id, reason).await;
     }
 
@@ -267,7 +267,7 @@ impl TurnHost for ChildHost {
         Some(prepared)
     }
 
-    async fn history(&self) -> Result<Vec<ChatMessage>, String> {
+    async fn history(&self) -> Result<Vec<ChatMessage>, HistoryError> {
         let mail: Vec<String> = std::mem::take(&mut *lock(&self.inbox));
         for text in &mail {
             self.write_user(text).await;
@@ -281,7 +281,7 @@ impl TurnHost for ChildHost {
         Ok(repair(history.clone()))
     }
 
-    async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
+    async fn remember(&self, message: &ChatMessage) -> Result<(), HistoryError> {
         if let ChatMessage::User { content, .. } = message {
             self.write_user(content).await;
         }
@@ -290,7 +290,11 @@ impl TurnHost for ChildHost {
         Ok(())
     }
 
-    async fn compacted(&self, _turn_id: Option<&str>, compacted: Compacted) -> Result<(), String> {
+    async fn compacted(
+        &self,
+        _turn_id: Option<&str>,
+        compacted: Compacted,
+    ) -> Result<(), HistoryError> {
         lock(&self.journal).append(&compacted.marker);
         super::compaction::apply(&mut lock(&self.history), &compacted.marker);
         let stats = compacted.stats;

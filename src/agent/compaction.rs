@@ -91,9 +91,24 @@ pub enum CompactionError {
     /// The summary call failed or answered nothing.
     #[error("the summary call failed: {0}")]
     Failed(String),
-    /// The history could not be read or the compaction not stored.
-    #[error("{0}")]
-    Store(String),
+    /// The history could not be read or the compaction not stored (a [`super::HistoryError`],
+    /// kept as its kind and words so the outcome can be shared).
+    #[error("{message}")]
+    Store {
+        /// The history error's kind.
+        kind: ErrorKind,
+        /// What it said.
+        message: String,
+    },
+}
+
+impl From<super::HistoryError> for CompactionError {
+    fn from(err: super::HistoryError) -> Self {
+        Self::Store {
+            kind: err.kind(),
+            message: err.to_string(),
+        }
+    }
 }
 
 impl CompactionError {
@@ -103,7 +118,7 @@ impl CompactionError {
             Self::NothingToCompact => ErrorKind::NothingToCompact,
             Self::OverBudget(_) => ErrorKind::BudgetExceeded,
             Self::Failed(_) => ErrorKind::CompactionFailed,
-            Self::Store(_) => ErrorKind::Internal,
+            Self::Store { kind, .. } => *kind,
         }
     }
 }

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error_kind::ErrorKind;
 use crate::llm::pricing::CallCost;
 use crate::store::TaskState;
 use crate::tools::ToolResult;
@@ -15,6 +16,40 @@ use super::context::cap_text;
 
 /// How much of a tool's output `tool/completed` carries.
 const OUTPUT_PREVIEW_BYTES: usize = 2048;
+
+/// Why a turn ended with `turn/completed`: its `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnCompletion {
+    /// The model answered without calling a tool.
+    Completed,
+    /// The model made the same calls with the same answers too many times in a row.
+    StuckInLoop,
+    /// The session's spending rate cap stopped it between model calls.
+    BudgetRateExceeded,
+    /// The server stopped (or died) while it ran, and started again.
+    ServerRestarted,
+    /// The cluster node running it was lost and another took the session over.
+    NodeLost,
+}
+
+impl TurnCompletion {
+    /// The reason a `turn/completed`'s params carry, if it is one of these.
+    pub fn of(params: &Value) -> Option<Self> {
+        Self::deserialize(params.get("reason")?).ok()
+    }
+
+    /// The wire word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::StuckInLoop => "stuck_in_loop",
+            Self::BudgetRateExceeded => "budget_rate_exceeded",
+            Self::ServerRestarted => "server_restarted",
+            Self::NodeLost => "node_lost",
+        }
+    }
+}
 
 /// One notification; the variant names the method, its fields are the params.
 #[derive(Debug, Clone, Serialize)]
@@ -69,7 +104,7 @@ pub enum SessionEvent {
         #[serde(skip_serializing_if = "Option::is_none")]
         tool_call_id: Option<String>,
         /// `none`, `allow`, `ask`, `block`, `error` or `timeout`.
-        decision: &'static str,
+        decision: super::hooks::Decision,
         /// Why, when the hook said or failed.
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
@@ -132,11 +167,11 @@ pub enum SessionEvent {
     ApprovalResolved {
         /// The request.
         approval_id: String,
-        /// `accept`, `accept_for_session` or `decline`.
-        decision: &'static str,
-        /// Why it was declined without a person: `timeout`, `interrupted`.
+        /// What was decided.
+        decision: super::approval::Decision,
+        /// Why it was declined without a person.
         #[serde(skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
+        reason: Option<super::approval::Unanswered>,
     },
     /// The older conversation was summarised in what the model is sent.
     #[serde(rename = "session/compacted")]
@@ -240,9 +275,8 @@ pub enum SessionEvent {
         cost_usd: f64,
         /// What the session has cost so far.
         session_cost_usd: f64,
-        /// Why it ended: `completed` (the model answered), `stuck_in_loop`,
-        /// `budget_rate_exceeded`.
-        reason: &'static str,
+        /// Why it ended.
+        reason: TurnCompletion,
         /// Cost rows of tools that ran in the foreground of the turn.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         node_costs: Vec<CallCost>,
@@ -252,8 +286,8 @@ pub enum SessionEvent {
     TurnError {
         /// The turn.
         turn_id: String,
-        /// Why, as a code (`budget_exceeded`, `interrupted`, …).
-        code: String,
+        /// Why, as a kind of the one error table (`budget_exceeded`, `interrupted`, …).
+        code: ErrorKind,
         /// Why, in words.
         message: String,
     },
@@ -423,6 +457,62 @@ mod tests {
         }
         .into_wire();
         assert_eq!(params, json!({"plan": []}));
+    }
+
+    #[test]
+    fn endings_and_decisions_keep_their_wire_words() {
+        use super::super::approval::{Decision, Unanswered};
+        use super::super::hooks::Decision as HookDecision;
+        for reason in [
+            TurnCompletion::Completed,
+            TurnCompletion::StuckInLoop,
+            TurnCompletion::BudgetRateExceeded,
+            TurnCompletion::ServerRestarted,
+            TurnCompletion::NodeLost,
+        ] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+            let params = json!({"reason": reason.as_str()});
+            assert_eq!(TurnCompletion::of(&params), Some(reason));
+        }
+        assert_eq!(TurnCompletion::of(&json!({"reason": "no_such"})), None);
+        assert_eq!(TurnCompletion::of(&json!({})), None);
+        for why in [
+            Unanswered::Timeout,
+            Unanswered::Interrupted,
+            Unanswered::SessionStopped,
+            Unanswered::ServerRestarted,
+            Unanswered::NodeLost,
+        ] {
+            assert_eq!(serde_json::to_value(why).unwrap(), why.as_str());
+        }
+        let (method, params) = SessionEvent::ApprovalResolved {
+            approval_id: "a".into(),
+            decision: Decision::Decline,
+            reason: Some(Unanswered::Timeout),
+        }
+        .into_wire();
+        assert_eq!(method, "approval/resolved");
+        assert_eq!(
+            params,
+            json!({"approval_id": "a", "decision": "decline", "reason": "timeout"})
+        );
+        let (_, params) = SessionEvent::TurnError {
+            turn_id: "t".into(),
+            code: ErrorKind::TurnTimeout,
+            message: "m".into(),
+        }
+        .into_wire();
+        assert_eq!(params["code"], "turn_timeout");
+        let (_, params) = SessionEvent::HookRan {
+            hook: "h".into(),
+            event: "PreToolUse",
+            tool_call_id: None,
+            decision: HookDecision::Block,
+            reason: None,
+            duration_ms: 1,
+        }
+        .into_wire();
+        assert_eq!(params["decision"], "block");
     }
 
     #[test]

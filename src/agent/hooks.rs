@@ -130,7 +130,8 @@ impl HookConfig {
 }
 
 /// What a hook decided, as `hook/ran` says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// Nothing to say: things go on.
     None,
@@ -144,20 +145,6 @@ pub enum Decision {
     Error,
     /// The hook took longer than its timeout: reported, changes nothing.
     Timeout,
-}
-
-impl Decision {
-    /// The word on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Allow => "allow",
-            Self::Ask => "ask",
-            Self::Block => "block",
-            Self::Error => "error",
-            Self::Timeout => "timeout",
-        }
-    }
 }
 
 /// One hook's run, for `hook/ran`.

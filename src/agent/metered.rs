@@ -40,7 +40,9 @@ impl Provider for MeteredProvider {
             Ok(answer) => self
                 .metrics
                 .record_model_call("ok", took, answer.first_token),
-            Err(err) => self.metrics.record_model_call(err.kind(), took, None),
+            Err(err) => self
+                .metrics
+                .record_model_call(err.kind().as_str(), took, None),
         }
         outcome
     }

@@ -31,14 +31,16 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use self::approval::{Answer, ApprovalAsk};
+use self::approval::{Answer, ApprovalAsk, Unanswered};
 use self::call::{CallHost, EventSink, Spawn};
 use self::compaction::{Compacted, CompactionOutcome};
 pub use self::context::{MAX_TOOL_OUTPUT_IN_HISTORY, cap_output};
 pub use self::event::SessionEvent;
+use crate::error_kind::ErrorKind;
 use crate::llm::pricing::Pricing;
 use crate::llm::router::ModelRouter;
 use crate::llm::{ChatMessage, Provider, ToolSpec};
+use crate::store::StoreError;
 use crate::tools::{DispatchError, PreparedCall, ToolEvent, ToolResult};
 
 /// The instructions every conversation starts with.
@@ -162,25 +164,28 @@ pub(crate) enum TurnRequest {
     ToolEvent(ToolEvent),
     /// The conversation so far, repaired for a model.
     History {
-        reply: oneshot::Sender<Result<Vec<ChatMessage>, String>>,
+        reply: oneshot::Sender<Result<Vec<ChatMessage>, HistoryError>>,
     },
     /// Add one message to the conversation.
     Remember {
         message: Box<ChatMessage>,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), HistoryError>>,
     },
     /// Record a compaction and announce it.
     Compacted {
         turn_id: Option<String>,
         compacted: Box<Compacted>,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), HistoryError>>,
     },
     /// A client's call ended; its events are in, its caller may hear the result.
     Invoked(Box<(String, ToolResult)>),
     /// A call waits for a person's decision; the answer is it.
     Approval(Box<(ApprovalAsk, oneshot::Sender<Answer>)>),
     /// A call stopped waiting for a decision (interrupted, timed out).
-    ApprovalWithdrawn { approval_id: String, reason: String },
+    ApprovalWithdrawn {
+        approval_id: String,
+        reason: Unanswered,
+    },
     /// A `session/compact` ended: free the turn slot, then answer.
     CompactionDone(
         Box<(
@@ -197,6 +202,34 @@ pub(crate) enum TurnRequest {
     },
     /// The turn is over.
     Finished { turn_id: String },
+}
+
+/// Why a turn's host could not read or store the conversation; the turn ends with its kind.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The store could not read the conversation.
+    #[error("the conversation could not be read: {0}")]
+    Unreadable(#[source] StoreError),
+    /// The store could not keep a message; nothing after it was acknowledged.
+    #[error("the conversation could not be stored: {0}")]
+    Unstored(#[source] StoreError),
+    /// A history entry could not be written as JSON.
+    #[error("a history entry does not serialise: {0}")]
+    Unserialisable(#[source] serde_json::Error),
+    /// The host stopped before it answered.
+    #[error("the session stopped")]
+    SessionStopped,
+}
+
+impl HistoryError {
+    /// The kind a turn (or a compaction) that needed the conversation fails with.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Unreadable(_) | Self::Unstored(_) => ErrorKind::StorageUnavailable,
+            Self::Unserialisable(_) => ErrorKind::Internal,
+            Self::SessionStopped => ErrorKind::SessionUnavailable,
+        }
+    }
 }
 
 /// Where a turn runs: the session actor for a session's own turns, a child agent for a
@@ -222,10 +255,13 @@ pub(crate) trait TurnHost: CallHost + 'static {
     ) -> impl Future<Output = Option<Result<PreparedCall, DispatchError>>> + Send;
 
     /// The conversation so far, valid for a model; the error is said to the client.
-    fn history(&self) -> impl Future<Output = Result<Vec<ChatMessage>, String>> + Send;
+    fn history(&self) -> impl Future<Output = Result<Vec<ChatMessage>, HistoryError>> + Send;
 
     /// Adds one message to the conversation; the error is said to the client.
-    fn remember(&self, message: &ChatMessage) -> impl Future<Output = Result<(), String>> + Send;
+    fn remember(
+        &self,
+        message: &ChatMessage,
+    ) -> impl Future<Output = Result<(), HistoryError>> + Send;
 
     /// Records a compaction after the conversation so far (the next `history()` applies it)
     /// and says so; the error is said to the client.
@@ -233,7 +269,7 @@ pub(crate) trait TurnHost: CallHost + 'static {
         &self,
         turn_id: Option<&str>,
         compacted: Compacted,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), HistoryError>> + Send;
 
     /// The turn is about to say it ended: what it changed, as the event to emit after its
     /// ending (`turn/diff`), taken before the ending so nothing done after it counts.
@@ -294,7 +330,7 @@ impl CallHost for ActorLink {
             .await
     }
 
-    async fn withdraw_approval(&self, approval_id: String, reason: String) {
+    async fn withdraw_approval(&self, approval_id: String, reason: Unanswered) {
         let _ = self
             .actor
             .send(TurnRequest::ApprovalWithdrawn {
@@ -328,29 +364,33 @@ impl TurnHost for ActorLink {
         .await
     }
 
-    async fn history(&self) -> Result<Vec<ChatMessage>, String> {
+    async fn history(&self) -> Result<Vec<ChatMessage>, HistoryError> {
         self.ask(|reply| TurnRequest::History { reply })
             .await
-            .unwrap_or_else(|| Err("the session stopped".to_string()))
+            .unwrap_or(Err(HistoryError::SessionStopped))
     }
 
-    async fn remember(&self, message: &ChatMessage) -> Result<(), String> {
+    async fn remember(&self, message: &ChatMessage) -> Result<(), HistoryError> {
         self.ask(|reply| TurnRequest::Remember {
             message: Box::new(message.clone()),
             reply,
         })
         .await
-        .unwrap_or_else(|| Err("the session stopped".to_string()))
+        .unwrap_or(Err(HistoryError::SessionStopped))
     }
 
-    async fn compacted(&self, turn_id: Option<&str>, compacted: Compacted) -> Result<(), String> {
+    async fn compacted(
+        &self,
+        turn_id: Option<&str>,
+        compacted: Compacted,
+    ) -> Result<(), HistoryError> {
         self.ask(|reply| TurnRequest::Compacted {
             turn_id: turn_id.map(str::to_string),
             compacted: Box::new(compacted),
             reply,
         })
         .await
-        .unwrap_or_else(|| Err("the session stopped".to_string()))
+        .unwrap_or(Err(HistoryError::SessionStopped))
     }
 
     async fn settle(&self, turn_id: &str) -> Option<SessionEvent> {

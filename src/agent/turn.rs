@@ -14,9 +14,10 @@ use tracing::Instrument;
 use super::call::{self, Call, CallScope};
 use super::compaction::{self, Compaction, CompactionError};
 use super::context::{cap_output, fit_context};
-use super::event::SessionEvent;
+use super::event::{SessionEvent, TurnCompletion};
 use super::hooks::HookEvent;
 use super::{AgentSettings, TurnHost};
+use crate::error_kind::ErrorKind;
 use crate::llm::ImageData;
 use crate::llm::pricing::{CallCost, Pricing};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, ToolCall, Usage};
@@ -46,11 +47,9 @@ pub(crate) struct Turn<H: TurnHost> {
 /// How a turn ended.
 enum Ending {
     /// With `turn/completed`, and its reason.
-    Completed(&'static str),
-    Failed {
-        code: &'static str,
-        message: String,
-    },
+    Completed(TurnCompletion),
+    /// With `turn/error`.
+    Failed { code: ErrorKind, message: String },
 }
 
 /// Counts how many batches in a row were the same calls with the same answers: a model that
@@ -120,13 +119,13 @@ impl<H: TurnHost> Turn<H> {
         timer.abort();
         if timed_out && !matches!(outcome, Ending::Completed(_)) {
             outcome = Ending::Failed {
-                code: "turn_timeout",
+                code: ErrorKind::TurnTimeout,
                 message: format!("the turn took longer than {} s", timeout.as_secs()),
             };
         }
         let outcome_label = match &outcome {
-            Ending::Completed(reason) => *reason,
-            Ending::Failed { code, .. } => code,
+            Ending::Completed(reason) => reason.as_str(),
+            Ending::Failed { code, .. } => code.as_str(),
         };
         self.metrics.record_turn(outcome_label);
         let event = match outcome {
@@ -145,7 +144,7 @@ impl<H: TurnHost> Turn<H> {
             }
             Ending::Failed { code, message } => SessionEvent::TurnError {
                 turn_id: self.turn_id.clone(),
-                code: code.to_string(),
+                code,
                 message,
             },
         };
@@ -174,9 +173,9 @@ impl<H: TurnHost> Turn<H> {
         self.host
             .remember(message)
             .await
-            .map_err(|message| Ending::Failed {
-                code: "internal",
-                message,
+            .map_err(|err| Ending::Failed {
+                code: err.kind(),
+                message: err.to_string(),
             })
     }
 
@@ -208,7 +207,7 @@ impl<H: TurnHost> Turn<H> {
             super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
             if let Some(reason) = outcome.blocked {
                 return Err(Ending::Failed {
-                    code: "hook_blocked",
+                    code: ErrorKind::HookBlocked,
                     message: format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
                 });
             }
@@ -240,10 +239,10 @@ impl<H: TurnHost> Turn<H> {
             };
             let history = match self.host.history().await {
                 Ok(history) => history,
-                Err(message) => {
+                Err(err) => {
                     return Ending::Failed {
-                        code: "internal",
-                        message,
+                        code: err.kind(),
+                        message: err.to_string(),
                     };
                 }
             };
@@ -269,7 +268,7 @@ impl<H: TurnHost> Turn<H> {
                         rate,
                         "turn paused: spending faster than budget.usd_per_minute"
                     );
-                    return Ending::Completed("budget_rate_exceeded");
+                    return Ending::Completed(TurnCompletion::BudgetRateExceeded);
                 }
             }
             let reserved = match self.reserve(&request, estimate).await {
@@ -284,7 +283,7 @@ impl<H: TurnHost> Turn<H> {
             {
                 Ok(response) => response,
                 Err(err) => {
-                    traced.failed(err.kind());
+                    traced.failed(err.kind().as_str());
                     // No row: what a failed call cost is unknown (see the protocol's deviations).
                     self.scope.ledger.release(&self.model_hold());
                     return Ending::Failed {
@@ -327,7 +326,7 @@ impl<H: TurnHost> Turn<H> {
                 return ending;
             }
             if response.tool_calls.is_empty() {
-                return Ending::Completed("completed");
+                return Ending::Completed(TurnCompletion::Completed);
             }
             let mut images = Vec::new();
             let results = self
@@ -365,11 +364,11 @@ impl<H: TurnHost> Turn<H> {
                 return interrupted();
             }
             if stuck {
-                return Ending::Completed("stuck_in_loop");
+                return Ending::Completed(TurnCompletion::StuckInLoop);
             }
         }
         Ending::Failed {
-            code: "iteration_limit",
+            code: ErrorKind::IterationLimit,
             message: format!(
                 "the turn stopped after {} model calls",
                 self.settings.max_iterations
@@ -472,7 +471,7 @@ impl<H: TurnHost> Turn<H> {
             .await
             .map(|()| reserved)
             .map_err(|refused| Ending::Failed {
-                code: "budget_exceeded",
+                code: ErrorKind::BudgetExceeded,
                 message: refused.to_string(),
             })
     }
@@ -664,7 +663,7 @@ impl<H: TurnHost> Turn<H> {
 
 fn interrupted() -> Ending {
     Ending::Failed {
-        code: "interrupted",
+        code: ErrorKind::Interrupted,
         message: "the turn was interrupted".into(),
     }
 }

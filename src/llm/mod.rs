@@ -19,6 +19,8 @@ pub(crate) mod transport;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+
+use crate::error_kind::ErrorKind;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -350,15 +352,15 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    /// The snake_case code clients see in `turn/error`.
-    pub fn kind(&self) -> &'static str {
+    /// The code clients see in `turn/error`.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Unavailable(_) => "llm_unavailable",
-            Self::RateLimited(_) => "llm_rate_limited",
-            Self::BadResponse(_) => "llm_bad_response",
-            Self::ContextOverflow(_) => "context_overflow",
-            Self::Unauthorized(_) => "llm_unauthorized",
-            Self::Cancelled => "interrupted",
+            Self::Unavailable(_) => ErrorKind::LlmUnavailable,
+            Self::RateLimited(_) => ErrorKind::LlmRateLimited,
+            Self::BadResponse(_) => ErrorKind::LlmBadResponse,
+            Self::ContextOverflow(_) => ErrorKind::ContextOverflow,
+            Self::Unauthorized(_) => ErrorKind::LlmUnauthorized,
+            Self::Cancelled => ErrorKind::Interrupted,
         }
     }
 }

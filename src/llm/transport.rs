@@ -142,7 +142,7 @@ impl Transport {
                     tracing::warn!(
                         url = %self.shown_url(),
                         model,
-                        kind = error.kind(),
+                        kind = error.kind().as_str(),
                         error = %error,
                         "model call failed"
                     );
@@ -154,7 +154,7 @@ impl Transport {
                 tracing::warn!(
                     url = %self.shown_url(),
                     model,
-                    kind = error.kind(),
+                    kind = error.kind().as_str(),
                     attempts = retry + 1,
                     error = %error,
                     "model call failed"

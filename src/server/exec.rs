@@ -17,6 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Server;
 use crate::agent::approval::Decision;
+use crate::agent::event::TurnCompletion;
+use crate::error_kind::ErrorKind;
 use crate::session::{Caller, ModelChoice, Outbound, SessionHandle, Watcher};
 
 /// The version of the `--json` line format; bumped when a line changes shape.
@@ -241,8 +243,9 @@ fn ending_of(method: &str, params: &Value, final_text: String) -> Ending {
             "agentd exec: {reason}; {} tokens in, {} out, {} USD",
             params["tokens_in"], params["tokens_out"], params["cost_usd"]
         );
-        let code = match reason {
-            "completed" => EXIT_COMPLETED,
+        let code = match TurnCompletion::of(params) {
+            Some(TurnCompletion::Completed) => EXIT_COMPLETED,
+            Some(TurnCompletion::BudgetRateExceeded) => EXIT_STOPPED,
             _ => EXIT_FAILED,
         };
         return Ending {
@@ -252,8 +255,8 @@ fn ending_of(method: &str, params: &Value, final_text: String) -> Ending {
         };
     }
     let code_name = params["code"].as_str().unwrap_or_default();
-    let code = match code_name {
-        "budget_exceeded" | "budget_rate_exceeded" | "hook_blocked" | "policy_denied" => {
+    let code = match ErrorKind::from_word(code_name) {
+        Some(ErrorKind::BudgetExceeded | ErrorKind::HookBlocked | ErrorKind::PolicyDenied) => {
             EXIT_STOPPED
         }
         _ => EXIT_FAILED,
@@ -333,5 +336,12 @@ mod tests {
         );
         assert_eq!(ended("turn/error", json!({"code": "llm_bad_response"})), 1);
         assert_eq!(ended("turn/error", json!({"code": "budget_exceeded"})), 3);
+        assert_eq!(ended("turn/error", json!({"code": "hook_blocked"})), 3);
+        // The rate cap ends the turn as completed, and is a budget's stop all the same.
+        assert_eq!(
+            ended("turn/completed", json!({"reason": "budget_rate_exceeded"})),
+            3
+        );
+        assert_eq!(ended("turn/error", json!({"code": "no_such_code"})), 1);
     }
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::agent::SessionEvent;
-use crate::agent::event::{TaskUpdate, ToolCompleted};
+use crate::agent::approval::{Decision, Unanswered};
+use crate::agent::event::{TaskUpdate, ToolCompleted, TurnCompletion};
 use crate::store::{NewEvent, Store, StoreResult, TaskState};
 
 /// Why open work was ended; the `reason` its ending events carry.
@@ -28,6 +29,22 @@ impl Ending {
         match self {
             Self::ServerRestarted => "server_restarted",
             Self::NodeLost => "node_lost",
+        }
+    }
+
+    /// The `reason` of the `turn/completed` that ends a turn left open.
+    fn completion(self) -> TurnCompletion {
+        match self {
+            Self::ServerRestarted => TurnCompletion::ServerRestarted,
+            Self::NodeLost => TurnCompletion::NodeLost,
+        }
+    }
+
+    /// The `reason` of the `approval/resolved` that declines a request left open.
+    fn unanswered(self) -> Unanswered {
+        match self {
+            Self::ServerRestarted => Unanswered::ServerRestarted,
+            Self::NodeLost => Unanswered::NodeLost,
         }
     }
 
@@ -136,8 +153,8 @@ impl OpenWork {
         for approval_id in self.approvals {
             events.push(SessionEvent::ApprovalResolved {
                 approval_id,
-                decision: "decline",
-                reason: Some(ending.as_str().to_string()),
+                decision: Decision::Decline,
+                reason: Some(ending.unanswered()),
             });
         }
         for call in self.calls {
@@ -174,7 +191,7 @@ impl OpenWork {
                 tokens_cached: 0,
                 cost_usd: 0.0,
                 session_cost_usd,
-                reason: ending.as_str(),
+                reason: ending.completion(),
                 node_costs: Vec::new(),
             });
         }

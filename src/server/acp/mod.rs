@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Server;
 use crate::agent::approval::Decision;
+use crate::agent::event::TurnCompletion;
 use crate::error_kind::ErrorKind;
 use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
@@ -1111,16 +1112,17 @@ fn prompt_result(end: &TurnEnd) -> Result<Value, RpcError> {
         "cost_usd": params.get("cost_usd"),
     }});
     let stop = if end.method == "turn/completed" {
-        match params["reason"].as_str().unwrap_or_default() {
+        match TurnCompletion::of(params) {
             // The loop breaker is a limit on the model's requests within one prompt.
-            "stuck_in_loop" => "max_turn_requests",
+            Some(TurnCompletion::StuckInLoop) => "max_turn_requests",
             _ => "end_turn",
         }
     } else {
-        match params["code"].as_str().unwrap_or_default() {
-            "interrupted" => "cancelled",
-            "iteration_limit" => "max_turn_requests",
-            code => {
+        let code = params["code"].as_str().unwrap_or_default();
+        match ErrorKind::from_word(code) {
+            Some(ErrorKind::Interrupted) => "cancelled",
+            Some(ErrorKind::IterationLimit) => "max_turn_requests",
+            _ => {
                 return Err(RpcError {
                     code: DOMAIN_ERROR,
                     message: format!(

@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use super::SessionActor;
 use crate::agent::SessionEvent;
-use crate::agent::approval::{Answer, ApprovalAsk, Decision};
+use crate::agent::approval::{Answer, ApprovalAsk, Decision, Unanswered};
 use crate::session::{Outbound, SessionError, Watcher, notification_frame, stamp};
 
 /// One approval request no one has decided yet.
@@ -47,11 +47,11 @@ impl SessionActor {
     }
 
     /// The call stopped waiting; its request is resolved as declined, saying why.
-    pub(super) async fn on_approval_withdrawn(&mut self, approval_id: String, reason: String) {
+    pub(super) async fn on_approval_withdrawn(&mut self, approval_id: String, reason: Unanswered) {
         if self.pending_approvals.remove(&approval_id).is_some() {
             self.emit(SessionEvent::ApprovalResolved {
                 approval_id,
-                decision: Decision::Decline.as_str(),
+                decision: Decision::Decline,
                 reason: Some(reason),
             })
             .await;
@@ -74,7 +74,7 @@ impl SessionActor {
         }
         self.emit(SessionEvent::ApprovalResolved {
             approval_id,
-            decision: decision.as_str(),
+            decision,
             reason: None,
         })
         .await;

@@ -261,7 +261,7 @@ impl SessionActor {
                 hook: ran.hook,
                 event: ran.event.as_str(),
                 tool_call_id: None,
-                decision: ran.decision.as_str(),
+                decision: ran.decision,
                 reason: ran.reason,
                 duration_ms: ran.duration.as_millis() as u64,
             })

@@ -7,12 +7,13 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use super::{RunningTurn, SessionActor};
-use crate::agent::compaction::{Compacted, Compaction, CompactionError, model_view};
+use crate::agent::compaction::{Compacted, Compaction, model_view};
 use crate::agent::context::repair;
 use crate::agent::event::{SessionEvent, ToolCompleted};
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
-use crate::agent::{ActorLink, TurnHost, TurnRequest};
+use crate::agent::{ActorLink, HistoryError, TurnHost, TurnRequest};
+use crate::error_kind::ErrorKind;
 use crate::llm::ChatMessage;
 use crate::session::{CompactReply, SessionError};
 use tokio::sync::oneshot;
@@ -233,7 +234,7 @@ impl SessionActor {
                 crate::agent::call::report_hooks(&host, outcome.ran, None).await;
             }
             let outcome = async {
-                let view = host.history().await.map_err(CompactionError::Store)?;
+                let view = host.history().await?;
                 let compaction = Compaction {
                     settings: &settings,
                     ledger: &ledger,
@@ -243,9 +244,7 @@ impl SessionActor {
                 };
                 let compacted = compaction.run(host.system_prompt(), &view, &specs).await?;
                 let stats = compacted.stats;
-                host.compacted(None, compacted)
-                    .await
-                    .map_err(CompactionError::Store)?;
+                host.compacted(None, compacted).await?;
                 Ok(stats)
             }
             .await;
@@ -273,7 +272,7 @@ impl SessionActor {
                         let (_, message) = self.storage_cut_turn.take().unwrap_or_default();
                         SessionEvent::TurnError {
                             turn_id,
-                            code: "storage_unavailable".into(),
+                            code: ErrorKind::StorageUnavailable,
                             message: message.into(),
                         }
                     }
@@ -403,13 +402,13 @@ impl SessionActor {
     }
 
     /// The conversation so far, repaired for a model; the error is said to the client.
-    async fn history(&mut self) -> Result<Vec<ChatMessage>, String> {
+    async fn history(&mut self) -> Result<Vec<ChatMessage>, HistoryError> {
         match self.store.messages(&self.session_id).await {
             Ok(stored) => Ok(repair(model_view(stored))),
             Err(err) => {
                 tracing::error!(%err, "history unreadable");
                 self.storage_failed_turn();
-                Err(format!("the conversation could not be read: {err}"))
+                Err(HistoryError::Unreadable(err))
             }
         }
     }
@@ -430,7 +429,7 @@ impl SessionActor {
         &mut self,
         turn_id: Option<String>,
         compacted: Compacted,
-    ) -> Result<(), String> {
+    ) -> Result<(), HistoryError> {
         self.append_history(&compacted.marker).await?;
         self.emit(SessionEvent::SessionCompacted {
             turn_id,
@@ -442,16 +441,16 @@ impl SessionActor {
 
     /// Appends one message to the stored history; the error says what failed, for the
     /// client, and was logged.
-    async fn remember(&mut self, message: &ChatMessage) -> Result<(), String> {
+    async fn remember(&mut self, message: &ChatMessage) -> Result<(), HistoryError> {
         self.append_history(message).await
     }
 
     /// Appends one history entry (a message, or a compaction's marker); the error says what
     /// failed, for the client, and was logged.
-    async fn append_history(&mut self, entry: &impl serde::Serialize) -> Result<(), String> {
+    async fn append_history(&mut self, entry: &impl serde::Serialize) -> Result<(), HistoryError> {
         let value = serde_json::to_value(entry).map_err(|err| {
             tracing::error!(%err, "history entry does not serialise");
-            format!("history entry does not serialise: {err}")
+            HistoryError::Unserialisable(err)
         })?;
         // The events still lingering get the next seqs; the message comes after them.
         let event_seq = self.last_seq + self.lingering.len() as i64;
@@ -464,7 +463,7 @@ impl SessionActor {
             Err(err) => {
                 tracing::error!(%err, "history not persisted");
                 self.storage_failed_turn();
-                Err(format!("the conversation could not be stored: {err}"))
+                Err(HistoryError::Unstored(err))
             }
         }
     }

@@ -368,7 +368,7 @@ impl RunPipeline {
                 i64::try_from(usage.completion_tokens).unwrap_or(i64::MAX),
             );
             if let Err(err) = &outcome {
-                crate::telemetry::failed(&span, err.kind());
+                crate::telemetry::failed(&span, err.kind().as_str());
             }
             allowance.settle(reserved, row.actual_usd);
             costs.push(row);
@@ -378,7 +378,7 @@ impl RunPipeline {
                     output: response.text,
                 },
                 Err(err) => NodeState::Failed {
-                    reason: err.kind(),
+                    reason: err.kind().as_str(),
                     message: err.to_string(),
                 },
             };
