@@ -19,13 +19,13 @@ pub(crate) mod transport;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-
-use crate::error_kind::ErrorKind;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use serde_json::Value;
+
+use crate::error_kind::ErrorKind;
 
 /// What the model is shown about a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
