@@ -29,7 +29,10 @@ use tokio_util::sync::CancellationToken;
 use super::Server;
 use crate::agent::approval::Decision;
 use crate::agent::event::TurnCompletion;
-use crate::error_kind::ErrorKind;
+use crate::error_kind::{
+    ErrorKind, RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, RPC_PARSE_ERROR,
+    RPC_SERVER_ERROR,
+};
 use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
 };
@@ -39,13 +42,7 @@ use crate::tools::mcp::McpServerConfig;
 /// The ACP version spoken.
 pub const PROTOCOL_VERSION: u64 = 1;
 
-/// JSON-RPC's error codes, and ACP's for a resource that does not exist.
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
-const INTERNAL_ERROR: i64 = -32603;
-const DOMAIN_ERROR: i64 = -32000;
+/// ACP's error code for a resource that does not exist (JSON-RPC's own are `error_kind`'s).
 const NOT_FOUND: i64 = -32002;
 
 /// Frames waiting for the writer; the reader and every session's pump hold senders.
@@ -84,7 +81,7 @@ struct RpcError {
 impl RpcError {
     fn invalid(message: impl Into<String>) -> Self {
         Self {
-            code: INVALID_PARAMS,
+            code: RPC_INVALID_PARAMS,
             message: message.into(),
             kind: ErrorKind::InvalidParams,
         }
@@ -469,7 +466,7 @@ impl Connection {
             Ok(frame) => frame,
             Err(err) => {
                 let error = RpcError {
-                    code: PARSE_ERROR,
+                    code: RPC_PARSE_ERROR,
                     message: format!("not JSON: {err}"),
                     kind: ErrorKind::ParseError,
                 };
@@ -493,7 +490,7 @@ impl Connection {
             } else if id.is_some() && frame.get("result").is_none() && frame.get("error").is_none()
             {
                 let error = RpcError {
-                    code: INVALID_REQUEST,
+                    code: RPC_INVALID_REQUEST,
                     message: "a request needs a string method".into(),
                     kind: ErrorKind::InvalidRequest,
                 };
@@ -552,7 +549,7 @@ impl Connection {
             "session/prompt" => self.prompt(&params).await,
             "session/set_mode" => self.set_mode(&params).await,
             _ => Err(RpcError {
-                code: METHOD_NOT_FOUND,
+                code: RPC_METHOD_NOT_FOUND,
                 message: format!("agentd acp does not offer {method}"),
                 kind: ErrorKind::MethodNotFound,
             }),
@@ -1124,7 +1121,7 @@ fn prompt_result(end: &TurnEnd) -> Result<Value, RpcError> {
             Some(ErrorKind::IterationLimit) => "max_turn_requests",
             _ => {
                 return Err(RpcError {
-                    code: DOMAIN_ERROR,
+                    code: RPC_SERVER_ERROR,
                     message: format!(
                         "the turn failed ({code}): {}",
                         params["message"].as_str().unwrap_or_default()
@@ -1241,7 +1238,7 @@ async fn wait_for_mcp(handle: &SessionHandle, names: &[String]) -> Result<(), Rp
                 Some("ready") => {}
                 Some(state) if state.starts_with("failed") => {
                     return Err(RpcError {
-                        code: DOMAIN_ERROR,
+                        code: RPC_SERVER_ERROR,
                         message: format!("MCP server {name}: {state}"),
                         kind: ErrorKind::McpFailed,
                     });
@@ -1254,7 +1251,7 @@ async fn wait_for_mcp(handle: &SessionHandle, names: &[String]) -> Result<(), Rp
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(RpcError {
-                code: DOMAIN_ERROR,
+                code: RPC_SERVER_ERROR,
                 message: "the client's MCP servers did not start in time".into(),
                 kind: ErrorKind::McpFailed,
             });

@@ -17,8 +17,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
-use super::{DOMAIN_ERROR, INTERNAL_ERROR, NOT_FOUND, RpcError, lock};
+use super::{NOT_FOUND, RpcError, lock};
 use crate::error_kind::ErrorKind;
+use crate::error_kind::{RPC_INTERNAL_ERROR, RPC_SERVER_ERROR};
 use crate::session::Outbound;
 
 /// A session's notification queue on this side, and the token that ends its pump when the
@@ -196,7 +197,7 @@ impl Remote {
             () = self.gone.cancelled() => return Err(server_gone()),
         };
         answer.map_err(|error| RpcError {
-            code: error["code"].as_i64().unwrap_or(INTERNAL_ERROR),
+            code: error["code"].as_i64().unwrap_or(RPC_INTERNAL_ERROR),
             message: error["message"]
                 .as_str()
                 .unwrap_or("agentd answered an error")
@@ -212,7 +213,7 @@ impl Remote {
             request = request.bearer_auth(token);
         }
         let response = request.send().await.map_err(|err| RpcError {
-            code: INTERNAL_ERROR,
+            code: RPC_INTERNAL_ERROR,
             message: format!("agentd's REST API: {err}"),
             kind: ErrorKind::Internal,
         })?;
@@ -226,7 +227,7 @@ impl Remote {
             code: if status == reqwest::StatusCode::NOT_FOUND {
                 NOT_FOUND
             } else {
-                DOMAIN_ERROR
+                RPC_SERVER_ERROR
             },
             message: error["message"]
                 .as_str()
@@ -238,7 +239,7 @@ impl Remote {
 
 fn server_gone() -> RpcError {
     RpcError {
-        code: INTERNAL_ERROR,
+        code: RPC_INTERNAL_ERROR,
         message: "the connection to agentd closed".into(),
         kind: ErrorKind::SessionUnavailable,
     }
