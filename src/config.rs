@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::sandbox::{SandboxConfig, SandboxMode};
 use crate::tools::ToolPolicy;
-use crate::tools::builtin::{DEFAULT_BASE_TOOLS, ToolPermissions};
+use crate::tools::builtin::ToolPermissions;
 use crate::tools::lifecycle::{DEFAULT_IDLE_THRESHOLD, DEFAULT_MAX_ACTIVE};
 
 pub use crate::secret::Secret;
@@ -246,8 +246,10 @@ pub struct ToolsConfig {
     pub idle_threshold: u32,
     /// Cap on one call's serialised arguments.
     pub max_args_bytes: usize,
-    /// Tools never evicted or deferred.
-    pub base_tools: Vec<String>,
+    /// Tools never evicted or deferred; unset, the tools marked so (the contract's default
+    /// list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_tools: Option<Vec<String>>,
     /// Groups deferred at session start when more than `max_active` tools would be visible.
     pub defer_groups: Vec<String>,
     /// Tools whose calls run in the background.
@@ -268,7 +270,7 @@ impl Default for ToolsConfig {
             max_active: DEFAULT_MAX_ACTIVE,
             idle_threshold: DEFAULT_IDLE_THRESHOLD,
             max_args_bytes: crate::tools::args::DEFAULT_MAX_ARGS_BYTES,
-            base_tools: DEFAULT_BASE_TOOLS.iter().map(|s| s.to_string()).collect(),
+            base_tools: None,
             defer_groups: vec!["group:web".to_string(), "group:sessions".to_string()],
             spawn_only: vec!["run_pipeline".to_string()],
             context_tags: Vec::new(),
@@ -1101,12 +1103,7 @@ mod tests {
         assert_eq!(config.tools.max_active, 15);
         assert_eq!(config.tools.idle_threshold, 5);
         assert_eq!(config.tools.max_args_bytes, 1_048_576);
-        assert!(
-            config
-                .tools
-                .base_tools
-                .contains(&"read_task_output".to_string())
-        );
+        assert_eq!(config.tools.base_tools, None, "the tools' own marks decide");
         assert_eq!(config.tools.defer_groups, ["group:web", "group:sessions"]);
         assert_eq!(config.tools.spawn_only, ["run_pipeline"]);
         assert!(!config.llm.is_configured());

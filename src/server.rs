@@ -27,8 +27,7 @@ use crate::session::Sessions;
 use crate::session::hub::SessionsConfig;
 use crate::store::{self, Store};
 use crate::tasks::tools::{CheckBackgroundTasks, ReadTaskOutput};
-use crate::tools::builtin::pipeline::RunPipeline;
-use crate::tools::builtin::with_builtins;
+use crate::tools::builtin::{self, BuiltinDeps, BuiltinModel};
 use crate::tools::plugin::PluginTool;
 use crate::tools::policy::provider_policy_for;
 use crate::tools::{RegistryError, Tool, ToolRegistry, Workspace};
@@ -173,20 +172,19 @@ pub fn base_registry(
     extra: Vec<Arc<dyn Tool>>,
 ) -> Result<ToolRegistry, StartupError> {
     let tools = &config.tools;
-    let mut registry = with_builtins(&config.server.workspace, &tools.permissions())?;
+    let deps = BuiltinDeps {
+        model: agent.map(|agent| BuiltinModel {
+            provider: Arc::clone(&agent.provider),
+            model: agent.model.clone(),
+            pricing: agent.pricing.clone(),
+            max_tokens: agent.max_tokens,
+        }),
+        ..BuiltinDeps::at(&config.server.workspace, &tools.permissions())
+    };
+    let mut registry = builtin::registry(&deps)?;
     registry.register(Arc::new(ReadTaskOutput::new(Arc::clone(store))))?;
     registry.register(Arc::new(CheckBackgroundTasks::new(Arc::clone(store))))?;
-    if let Some(agent) = agent {
-        registry.register(Arc::new(RunPipeline::new(
-            Arc::clone(&agent.provider),
-            agent.model.clone(),
-            agent.pricing.clone(),
-            agent.max_tokens,
-        )))?;
-        for tool in crate::tools::builtin::agents::tools() {
-            registry.register(tool)?;
-        }
-    }
+    registry.pin_marked_base_tools();
     let workspace = registry
         .workspace()
         .cloned()
@@ -211,7 +209,7 @@ pub fn base_registry(
     registry.configure_lifecycle(
         tools.max_active,
         tools.idle_threshold,
-        tools.base_tools.iter().cloned(),
+        tools.base_tools.clone(),
     );
     registry.set_max_args_bytes(tools.max_args_bytes);
     for name in &tools.spawn_only {
@@ -600,4 +598,46 @@ pub async fn run(
     let server = Server::start(config).await?;
     server.serve(listener, shutdown).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pinned(registry: &ToolRegistry) -> Vec<String> {
+        let mut names: Vec<String> = registry.lifecycle().base_tools.iter().cloned().collect();
+        names.sort_unstable();
+        names
+    }
+
+    async fn base(toml: &str) -> ToolRegistry {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::from_toml(toml).unwrap();
+        config.server.workspace = dir.path().to_path_buf();
+        let store = store::connect("sqlite::memory:").await.unwrap();
+        base_registry(&config, &store, None, Vec::new()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_tools_marks_make_the_contracts_base_set_and_the_config_replaces_it() {
+        let registry = base("").await;
+        assert_eq!(
+            pinned(&registry),
+            [
+                "activate_tools",
+                "apply_patch",
+                "edit_file",
+                "glob",
+                "grep",
+                "list_dir",
+                "read_file",
+                "read_task_output",
+                "shell",
+                "tool_search",
+                "write_file"
+            ]
+        );
+        let registry = base("[tools]\nbase_tools = [\"grep\", \"web_fetch\"]\n").await;
+        assert_eq!(pinned(&registry), ["grep", "web_fetch"]);
+    }
 }

@@ -24,43 +24,10 @@ use crate::fs_safe::{self, RootPath};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
 use crate::store::{Lease, NewSession, SessionRow, Store};
-use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
+use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace, builtin};
 
 /// The coding-tool contract this server implements.
 pub const CODING_TOOL_CONTRACT: &str = "codex-compatible-coding-v1";
-
-/// Tools named by the coding-tool contract, whose status `session/open` reports.
-pub const CONTRACT_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "edit_file",
-    "diff_edit",
-    "apply_patch",
-    "list_dir",
-    "glob",
-    "grep",
-    "shell",
-    "exec_command",
-    "write_stdin",
-    "web_fetch",
-    "web_search",
-    "update_plan",
-    "request_user_input",
-    "spawn_agent",
-    "send_input",
-    "resume_agent",
-    "wait_agent",
-    "close_agent",
-    "tool_search",
-    "tool_suggest",
-    "activate_tools",
-    "read_task_output",
-    "check_background_tasks",
-    "run_pipeline",
-    "workspace_diff",
-    "workspace_log",
-    "image_generation",
-];
 
 /// Settings the directory needs, taken from the configuration once.
 #[derive(Debug, Clone)]
@@ -980,11 +947,21 @@ impl Sessions {
     }
 }
 
-/// `session/open`'s `capabilities`: the contract id and each contract tool's status in a
-/// session's catalog.
+/// `session/open`'s `capabilities`: the contract id and the status in a session's catalog of
+/// each tool whose meta says the contract names it: every built-in so marked, whether or not
+/// this server registered it, and the server's own (the task tools).
 pub(crate) fn capabilities(catalog: &ToolCatalog, unsupported: &[String]) -> Value {
-    let tools: serde_json::Map<String, Value> = CONTRACT_TOOLS
+    let builtin = builtin::metas()
         .iter()
+        .filter(|meta| meta.contract)
+        .map(|meta| meta.name.as_str());
+    let registered = catalog
+        .entries
+        .iter()
+        .filter(|entry| entry.tool.meta().contract)
+        .map(|entry| entry.name());
+    let tools: serde_json::Map<String, Value> = builtin
+        .chain(registered)
         .map(|name| {
             let status = if unsupported.iter().any(|u| u == name) {
                 "unsupported"

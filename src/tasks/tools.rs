@@ -76,6 +76,8 @@ impl Tool for ReadTaskOutput {
                     "additionalProperties": false
                 }),
             )
+            .base()
+            .contract()
             .tags(&["agents"])
         });
         &META
@@ -135,6 +137,7 @@ impl Tool for CheckBackgroundTasks {
                  completed, failed, cancelled), exit codes and output sizes.",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
             )
+            .contract()
             .tags(&["agents"])
         });
         &META

@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use super::Tool;
 use super::args::ArgsValidator;
-use super::policy;
 use super::registry::{Entry, ToolRegistry};
+use super::{Tool, ToolMeta};
 
 /// Builds the tool whose presence and description follow the deferred set (`activate_tools`):
 /// given the deferred names, it returns the tool to show while any exist.
@@ -21,6 +20,13 @@ pub(super) struct DeferralTool {
     factory: DeferralToolFactory,
     /// The deferred names the registered instance was built for.
     listed: Vec<String>,
+}
+
+impl DeferralTool {
+    /// What the tool is, read from an instance listing nothing.
+    pub(super) fn meta(&self) -> ToolMeta {
+        (self.factory)(&[]).meta().clone()
+    }
 }
 
 impl ToolRegistry {
@@ -163,7 +169,8 @@ impl ToolRegistry {
     /// tool alone.
     pub(super) fn activate_for_call(&mut self, name: &str) {
         if self.deferred.contains(name) {
-            let target = match policy::primary_group(name) {
+            let group = self.tools.get(name).and_then(|entry| entry.group);
+            let target = match group {
                 Some(group) => format!("group:{group}"),
                 None => name.to_string(),
             };
@@ -177,16 +184,14 @@ impl ToolRegistry {
         }
     }
 
-    /// Registered names of `group` (bare or `group:` prefixed): its static members plus tools
-    /// whose primary group it is.
+    /// Registered names of `group` (bare or `group:` prefixed): the tools whose metas name it,
+    /// and MCP tools by their server.
     fn members_of(&self, group: &str) -> Vec<String> {
         let bare = group.strip_prefix("group:").unwrap_or(group);
-        let listed = policy::group_members(bare);
         self.tools
             .iter()
             .filter(|(name, entry)| {
-                entry.group == Some(bare)
-                    || listed.contains(&&***name)
+                entry.tool.meta().groups.contains(&bare)
                     || super::mcp::group_names(bare, name) == Some(true)
             })
             .map(|(name, _)| name.to_string())

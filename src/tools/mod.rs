@@ -312,6 +312,15 @@ pub struct ToolMeta {
     /// (`wait_agent`) never holds off the session's other calls. Batch order still follows
     /// [`ToolMeta::concurrency`].
     pub coordinates_only: bool,
+    /// The named groups it belongs to, for `group:NAME` in policies, deferral and activation:
+    /// at most one primary group (`fs`, `search`, `runtime`, `web`, `sessions`) and any
+    /// policy-only ones (`delegated`).
+    pub groups: Vec<&'static str>,
+    /// Whether it is a base tool: never evicted nor deferred unless `[tools] base_tools` names
+    /// another set.
+    pub base: bool,
+    /// Whether the coding-tool contract names it, so `session/open` reports its status.
+    pub contract: bool,
 }
 
 impl ToolMeta {
@@ -329,6 +338,9 @@ impl ToolMeta {
             concurrency: ConcurrencyClass::Safe,
             uses_models: false,
             coordinates_only: false,
+            groups: Vec::new(),
+            base: false,
+            contract: false,
         }
     }
 
@@ -354,6 +366,32 @@ impl ToolMeta {
     pub fn coordinates_only(mut self) -> Self {
         self.coordinates_only = true;
         self
+    }
+
+    /// Sets the named groups it belongs to (see the field of that name).
+    pub fn groups(mut self, groups: &[&'static str]) -> Self {
+        self.groups = groups.to_vec();
+        self
+    }
+
+    /// Marks it a base tool (see the field of that name).
+    pub fn base(mut self) -> Self {
+        self.base = true;
+        self
+    }
+
+    /// Marks it as named by the coding-tool contract.
+    pub fn contract(mut self) -> Self {
+        self.contract = true;
+        self
+    }
+
+    /// Its primary group, the one a call to it while deferred brings back.
+    pub fn primary_group(&self) -> Option<&'static str> {
+        self.groups
+            .iter()
+            .copied()
+            .find(|group| policy::PRIMARY_GROUPS.contains(group))
     }
 }
 

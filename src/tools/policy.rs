@@ -4,72 +4,28 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The named tool groups policies, deferral and activation refer to as `group:NAME`.
+/// Groups a tool can have as its one primary group, the group a call to it while deferred
+/// brings back. Which tools are in which group is in their [`ToolMeta::groups`]
+/// (`delegated` is a policy-only group: what a sub-agent must never use).
 ///
-/// The first five are primary groups (a tool belongs to at most one of them); `delegated` is a
-/// policy-only group naming what a sub-agent must never use.
-pub const GROUPS: &[(&str, &[&str])] = &[
-    (
-        "fs",
-        &[
-            "read_file",
-            "write_file",
-            "edit_file",
-            "diff_edit",
-            "apply_patch",
-            "view_image",
-        ],
-    ),
-    ("search", &["glob", "grep", "list_dir"]),
-    ("runtime", &["shell", "exec_command", "write_stdin"]),
-    ("web", &["web_search", "web_fetch"]),
-    (
-        "sessions",
-        &[
-            "spawn_agent",
-            "send_input",
-            "resume_agent",
-            "wait_agent",
-            "close_agent",
-        ],
-    ),
-    (
-        "delegated",
-        &[
-            "spawn_agent",
-            "shell",
-            "exec_command",
-            "write_stdin",
-            "request_user_input",
-        ],
-    ),
-];
+/// [`ToolMeta::groups`]: super::ToolMeta::groups
+pub const PRIMARY_GROUPS: &[&str] = &["fs", "search", "runtime", "web", "sessions"];
 
-/// Groups a tool can have as its one primary group.
-const PRIMARY_GROUPS: &[&str] = &["fs", "search", "runtime", "web", "sessions"];
-
-/// The members of `group` (with or without the `group:` prefix); empty for an unknown group.
-pub fn group_members(group: &str) -> &'static [&'static str] {
+/// The built-in members of `group` (with or without the `group:` prefix), from the tools' own
+/// metas; empty for an unknown group.
+pub fn group_members(group: &str) -> impl Iterator<Item = &'static str> + '_ {
     let bare = group.strip_prefix("group:").unwrap_or(group);
-    GROUPS
+    super::builtin::metas()
         .iter()
-        .find(|(name, _)| *name == bare)
-        .map_or(&[], |(_, members)| members)
-}
-
-/// The primary group of a built-in tool name (`fs`, `search`, `runtime`, `web`, `sessions`).
-pub fn primary_group(tool: &str) -> Option<&'static str> {
-    PRIMARY_GROUPS
-        .iter()
-        .copied()
-        .find(|group| group_members(group).contains(&tool))
+        .filter(move |meta| meta.groups.contains(&bare))
+        .map(|meta| meta.name.as_str())
 }
 
 /// Whether one policy entry names `tool`: `group:NAME`, then a trailing-`*` prefix, then exact.
 pub fn entry_matches(entry: &str, tool: &str) -> bool {
     if entry.starts_with("group:") {
         return super::mcp::group_names(entry, tool)
-            .unwrap_or_else(|| group_members(entry).contains(&tool));
+            .unwrap_or_else(|| group_members(entry).any(|member| member == tool));
     }
     match entry.strip_suffix('*') {
         Some(prefix) => tool.starts_with(prefix),
@@ -275,18 +231,61 @@ mod tests {
     }
 
     #[test]
-    fn primary_groups_are_the_contract_groups() {
-        assert_eq!(primary_group("apply_patch"), Some("fs"));
-        assert_eq!(primary_group("list_dir"), Some("search"));
-        assert_eq!(primary_group("write_stdin"), Some("runtime"));
-        assert_eq!(primary_group("web_fetch"), Some("web"));
-        assert_eq!(primary_group("spawn_agent"), Some("sessions"));
+    fn groups_are_the_contract_groups() {
+        let members = |group: &str| {
+            let mut names: Vec<&str> = group_members(group).collect();
+            names.sort_unstable();
+            names
+        };
         assert_eq!(
-            primary_group("request_user_input"),
+            members("group:fs"),
+            [
+                "apply_patch",
+                "diff_edit",
+                "edit_file",
+                "read_file",
+                "view_image",
+                "write_file"
+            ]
+        );
+        assert_eq!(members("search"), ["glob", "grep", "list_dir"]);
+        assert_eq!(members("runtime"), ["exec_command", "shell", "write_stdin"]);
+        assert_eq!(members("web"), ["web_fetch", "web_search"]);
+        assert_eq!(
+            members("sessions"),
+            [
+                "close_agent",
+                "resume_agent",
+                "send_input",
+                "spawn_agent",
+                "wait_agent"
+            ]
+        );
+        assert_eq!(
+            members("delegated"),
+            [
+                "exec_command",
+                "request_user_input",
+                "shell",
+                "spawn_agent",
+                "write_stdin"
+            ]
+        );
+        assert!(members("nope").is_empty());
+        let primary = |tool: &str| {
+            crate::tools::builtin::metas()
+                .iter()
+                .find(|meta| meta.name == tool)
+                .unwrap()
+                .primary_group()
+        };
+        assert_eq!(primary("spawn_agent"), Some("sessions"));
+        assert_eq!(
+            primary("request_user_input"),
             None,
             "delegated is policy-only"
         );
-        assert_eq!(primary_group("tool_search"), None);
+        assert_eq!(primary("tool_search"), None);
     }
 
     #[test]

@@ -148,10 +148,11 @@ impl ToolRegistry {
             }
         })?;
         let entry = Entry {
-            group: policy::primary_group(&name),
+            group: tool.meta().primary_group(),
             validator: Arc::new(validator),
             tool,
         };
+
         let refused = self.hard_refuses(&name, entry.tool.tags());
         if refused {
             self.tools.remove(name.as_str());
@@ -215,20 +216,42 @@ impl ToolRegistry {
         &self.lifecycle
     }
 
-    /// Replaces the LRU limits and base tools (from the config's `[tools]`), keeping usage.
+    /// Sets the LRU limits (from the config's `[tools]`), keeping usage; `base_tools`, when
+    /// given, replaces the tools pinned by their marks.
     pub fn configure_lifecycle(
         &mut self,
         max_active: usize,
         idle_threshold: u32,
-        base_tools: impl IntoIterator<Item = String>,
+        base_tools: Option<impl IntoIterator<Item = String>>,
     ) {
         self.lifecycle.max_active = max_active;
         self.lifecycle.idle_threshold = idle_threshold;
-        self.lifecycle.base_tools = base_tools.into_iter().collect();
+        if let Some(base_tools) = base_tools {
+            self.lifecycle.base_tools = base_tools.into_iter().collect();
+        }
         for name in self.lifecycle.base_tools.clone() {
             self.deferred.remove(&name);
         }
         self.changed();
+    }
+
+    /// Pins every registered tool its meta marks a base tool, and the deferral tool when its
+    /// meta does: the default base set, which `[tools] base_tools` may replace.
+    pub fn pin_marked_base_tools(&mut self) {
+        let mut marked: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(_, entry)| entry.tool.meta().base)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        if let Some(deferral) = &self.deferral_tool
+            && deferral.meta().base
+        {
+            marked.push(deferral.name.clone());
+        }
+        for name in marked {
+            self.pin_base_tool(name);
+        }
     }
 
     /// Pins a tool name against eviction and deferral, whether or not it is registered yet.

@@ -52,6 +52,58 @@ async fn open_invoke_and_list_over_the_websocket() {
         "unsupported"
     );
     assert_eq!(opened["capabilities"]["tools"]["web_search"], "unsupported");
+    // Every tool the contract names, whether this server has it or not; without a model, the
+    // sub-agent tools and run_pipeline are unsupported.
+    let contract: Vec<&str> = opened["capabilities"]["tools"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        contract,
+        [
+            "activate_tools",
+            "apply_patch",
+            "check_background_tasks",
+            "close_agent",
+            "diff_edit",
+            "edit_file",
+            "exec_command",
+            "glob",
+            "grep",
+            "image_generation",
+            "list_dir",
+            "read_file",
+            "read_task_output",
+            "request_user_input",
+            "resume_agent",
+            "run_pipeline",
+            "send_input",
+            "shell",
+            "spawn_agent",
+            "tool_search",
+            "tool_suggest",
+            "update_plan",
+            "wait_agent",
+            "web_fetch",
+            "web_search",
+            "workspace_diff",
+            "workspace_log",
+            "write_file",
+            "write_stdin"
+        ]
+    );
+    for tool in ["spawn_agent", "run_pipeline"] {
+        assert_eq!(
+            opened["capabilities"]["tools"][tool], "unsupported",
+            "{tool}"
+        );
+    }
+    assert_eq!(
+        opened["capabilities"]["tools"]["read_task_output"],
+        "available"
+    );
     let active: Vec<&str> = opened["tools"]["active"]
         .as_array()
         .unwrap()

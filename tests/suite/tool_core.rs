@@ -31,6 +31,7 @@ impl Tool for Cat {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
             .tags(&["fs"])
         });
         &META
@@ -60,6 +61,7 @@ impl Tool for WebStub {
                 "Stands in for a web tool.",
                 json!({"type": "object"}),
             )
+            .groups(&["web"])
             .tags(&["web"])
         });
         &META

@@ -228,6 +228,8 @@ impl Tool for SpawnAgent {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["sessions", "delegated"])
+            .contract()
             .tags(&["sessions"])
             .exclusive()
             .coordinates_only()
@@ -283,6 +285,8 @@ impl Tool for SendInput {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["sessions"])
+            .contract()
             .tags(&["sessions"])
             .exclusive()
             .coordinates_only()
@@ -327,6 +331,8 @@ impl Tool for ResumeAgent {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["sessions"])
+            .contract()
             .tags(&["sessions"])
             .exclusive()
             .coordinates_only()
@@ -371,6 +377,8 @@ impl Tool for WaitAgent {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["sessions"])
+            .contract()
             .tags(&["sessions"])
             .coordinates_only()
         });
@@ -471,6 +479,8 @@ impl Tool for CloseAgent {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["sessions"])
+            .contract()
             .tags(&["sessions"])
             .exclusive()
             .coordinates_only()

@@ -601,6 +601,8 @@ impl Tool for DiffEdit {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
+            .contract()
             .tags(&["fs"])
             .exclusive()
         });

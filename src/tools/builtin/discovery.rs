@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 use crate::tools::catalog::{CatalogEntry, ToolCatalog, ToolState};
-use crate::tools::policy;
 use crate::tools::registry::DeferralToolFactory;
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
@@ -161,6 +160,8 @@ impl Tool for ToolSearch {
                     "additionalProperties": false
                 }),
             )
+            .base()
+            .contract()
             .tags(&["meta"])
         });
         &META
@@ -212,6 +213,7 @@ impl Tool for ToolSuggest {
                     "additionalProperties": false
                 }),
             )
+            .contract()
             .tags(&["meta"])
         });
         &META
@@ -265,6 +267,8 @@ impl ActivateTools {
         });
         Self {
             meta: ToolMeta::new("activate_tools", description, schema)
+                .base()
+                .contract()
                 .tags(&["meta"])
                 .exclusive(),
         }
@@ -297,9 +301,7 @@ impl Tool for ActivateTools {
             let members: Vec<String> = catalog
                 .entries
                 .iter()
-                .filter(|e| {
-                    e.group == Some(bare) || policy::group_members(bare).contains(&e.name())
-                })
+                .filter(|e| e.tool.meta().groups.contains(&bare))
                 .map(|e| e.name().to_string())
                 .collect();
             if members.is_empty() {

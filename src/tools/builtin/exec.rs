@@ -598,6 +598,8 @@ impl Tool for ExecCommand {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["runtime", "delegated"])
+            .contract()
             .tags(&["runtime"])
             .exclusive()
         });
@@ -744,6 +746,8 @@ impl Tool for WriteStdin {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["runtime", "delegated"])
+            .contract()
             .tags(&["runtime"])
             .exclusive()
         });

@@ -81,6 +81,9 @@ impl Tool for ReadFile {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
+            .base()
+            .contract()
             .tags(&["fs"])
         });
         &META
@@ -172,6 +175,9 @@ impl Tool for WriteFile {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
+            .base()
+            .contract()
             .tags(&["fs"])
             .exclusive()
         });
@@ -251,6 +257,9 @@ impl Tool for EditFile {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
+            .base()
+            .contract()
             .tags(&["fs"])
             .exclusive()
         });

@@ -43,6 +43,7 @@ impl Tool for WorkspaceDiff {
                  file's content before the session first touched it. Use it to review your work.",
                 no_arguments(),
             )
+            .contract()
             .tags(&["fs"])
         });
         &META
@@ -96,6 +97,7 @@ impl Tool for WorkspaceLog {
                  deleted, and by which tool.",
                 no_arguments(),
             )
+            .contract()
             .tags(&["fs"])
         });
         &META

@@ -49,6 +49,7 @@ impl Tool for ViewImage {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
             .tags(&["fs"])
         });
         &META
@@ -99,6 +100,7 @@ impl Tool for ImageGeneration {
                     "additionalProperties": false
                 }),
             )
+            .contract()
             .tags(&["meta"])
         });
         &META

@@ -1,10 +1,10 @@
-//! The tools every registry offers, one file per tool or family, and `with_builtins` which
-//! registers them for a workspace.
+//! The tools every registry offers, one file per tool or family, and [`all`] which builds
+//! them for a workspace.
 //!
 //! - [`files`] — read_file, write_file, edit_file.
 //! - [`patch`] — apply_patch (the Codex patch grammar, all-or-nothing).
 //! - [`agents`] — spawn_agent, send_input, resume_agent, wait_agent, close_agent (the session
-//!   runs the children, so the server registers them when a model is configured).
+//!   runs the children, so [`all`] builds them with a model only).
 //! - [`diff_edit`] — diff_edit (one unified diff, one file).
 //! - `text_edit` — the line model and hunk matching apply_patch and diff_edit share.
 //! - [`search`] — list_dir, glob, grep.
@@ -17,8 +17,7 @@
 //! - [`plan`] — update_plan, request_user_input.
 //! - [`discovery`] — tool_search, tool_suggest, activate_tools.
 //! - [`image`] — image_generation (no backend: always `unsupported`).
-//! - [`pipeline`] — run_pipeline (a DAG of model calls; needs a model, so the server registers
-//!   it rather than `with_builtins`).
+//! - [`pipeline`] — run_pipeline (a DAG of model calls; [`all`] builds it with a model only).
 
 pub mod agents;
 pub mod diff_edit;
@@ -38,29 +37,15 @@ mod text_edit;
 pub mod web;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::deferral::DeferralToolFactory;
 use super::registry::{RegistryError, ToolRegistry};
 use super::workspace::Workspace;
-use super::{Tool, ToolError};
-
-/// Tools never evicted by the LRU nor deferred, unless the config says otherwise.
-pub const DEFAULT_BASE_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "edit_file",
-    "apply_patch",
-    "list_dir",
-    "glob",
-    "grep",
-    "shell",
-    "tool_search",
-    "activate_tools",
-    "read_task_output",
-];
+use super::{Tool, ToolError, ToolMeta};
 
 /// What the built-in tools may do beyond the workspace; from the config's `[tools]` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,15 +63,48 @@ pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: &Value) -> Resul
     })
 }
 
-/// A registry holding every built-in tool, bound to a workspace at `cwd`, with the default base
-/// tools pinned and `activate_tools` shown whenever something is deferred.
-pub fn with_builtins(
-    cwd: &Path,
-    permissions: &ToolPermissions,
-) -> Result<ToolRegistry, RegistryError> {
-    let workspace = Workspace::new(cwd);
-    let ws = || Arc::clone(&workspace);
-    let tools: Vec<Arc<dyn Tool>> = vec![
+/// The model run_pipeline and the sub-agent tools work with.
+#[derive(Clone)]
+pub struct BuiltinModel {
+    /// The provider its calls go to.
+    pub provider: Arc<dyn crate::llm::Provider>,
+    /// The model id.
+    pub model: String,
+    /// What its tokens cost.
+    pub pricing: crate::llm::pricing::Pricing,
+    /// The output cap of a call that names none.
+    pub max_tokens: u32,
+}
+
+/// What the built-in tools are built from.
+#[derive(Clone)]
+pub struct BuiltinDeps {
+    /// The workspace the file, search and process tools work in.
+    pub workspace: Arc<Workspace>,
+    /// What they may do beyond it.
+    pub permissions: ToolPermissions,
+    /// The model; without one, the tools that need it are left out (see [`needing_model`]).
+    pub model: Option<BuiltinModel>,
+}
+
+impl BuiltinDeps {
+    /// The built-ins of a workspace at `cwd`, with no model.
+    pub fn at(cwd: &Path, permissions: &ToolPermissions) -> Self {
+        Self {
+            workspace: Workspace::new(cwd),
+            permissions: permissions.clone(),
+            model: None,
+        }
+    }
+}
+
+/// Every built-in tool, each carrying its groups and its base and contract marks, so a new one
+/// is its file and a line here. `activate_tools` is not among them: the registry shows it only
+/// while something is deferred (see [`registry`]).
+pub fn all(deps: &BuiltinDeps) -> Vec<Arc<dyn Tool>> {
+    let ws = || Arc::clone(&deps.workspace);
+    let permissions = &deps.permissions;
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(files::ReadFile::new(ws())),
         Arc::new(files::WriteFile::new(ws())),
         Arc::new(files::EditFile::new(ws())),
@@ -110,16 +128,71 @@ pub fn with_builtins(
         Arc::new(image::ViewImage::new(ws())),
         Arc::new(skill::SkillTool::new(ws())),
     ];
-    let mut registry = ToolRegistry::default();
-    for name in DEFAULT_BASE_TOOLS {
-        registry.pin_base_tool(*name);
+    if let Some(model) = &deps.model {
+        tools.push(Arc::new(pipeline::RunPipeline::new(
+            Arc::clone(&model.provider),
+            model.model.clone(),
+            model.pricing.clone(),
+            model.max_tokens,
+        )));
+        tools.extend(agents::tools());
     }
-    for tool in tools {
+    tools
+}
+
+/// What the built-ins [`all`] leaves out without a model: the sub-agent tools and
+/// run_pipeline. The contract still lists them, as `unsupported`.
+pub fn needing_model() -> Vec<ToolMeta> {
+    let mut metas: Vec<ToolMeta> = agents::tools()
+        .iter()
+        .map(|tool| tool.meta().clone())
+        .collect();
+    metas.push(pipeline::RunPipeline::spec().clone());
+    metas
+}
+
+/// The tool the registry shows while something is deferred.
+pub fn deferral_tool() -> (&'static str, DeferralToolFactory) {
+    ("activate_tools", discovery::ActivateTools::factory())
+}
+
+/// Every built-in's meta, with or without a model: what `group:NAME` names and the contract
+/// lists, known without any session.
+pub fn metas() -> &'static [ToolMeta] {
+    static METAS: LazyLock<Vec<ToolMeta>> = LazyLock::new(|| {
+        // The tools are built only to read what they are; none of them runs.
+        let unbound = BuiltinDeps::at(Path::new("."), &ToolPermissions::default());
+        let (_, deferral) = deferral_tool();
+        all(&unbound)
+            .iter()
+            .map(|tool| tool.meta().clone())
+            .chain(needing_model())
+            .chain(std::iter::once(deferral(&[]).meta().clone()))
+            .collect()
+    });
+    &METAS
+}
+
+/// A registry holding every built-in tool of `deps`, with their base tools pinned and
+/// `activate_tools` shown whenever something is deferred.
+pub fn registry(deps: &BuiltinDeps) -> Result<ToolRegistry, RegistryError> {
+    let mut registry = ToolRegistry::default();
+    for tool in all(deps) {
         registry.register(tool)?;
     }
-    registry.set_workspace(workspace);
-    registry.set_deferral_tool("activate_tools", discovery::ActivateTools::factory());
+    registry.set_workspace(Arc::clone(&deps.workspace));
+    let (name, factory) = deferral_tool();
+    registry.set_deferral_tool(name, factory);
+    registry.pin_marked_base_tools();
     Ok(registry)
+}
+
+/// [`registry`] over a workspace at `cwd`, with no model.
+pub fn with_builtins(
+    cwd: &Path,
+    permissions: &ToolPermissions,
+) -> Result<ToolRegistry, RegistryError> {
+    registry(&BuiltinDeps::at(cwd, permissions))
 }
 
 #[cfg(test)]
@@ -194,12 +267,34 @@ mod tests {
             assert_eq!(entry.concurrency(), expected, "{}", entry.name());
             assert_eq!(
                 entry.group,
-                crate::tools::policy::primary_group(entry.name()),
+                entry.tool.meta().primary_group(),
                 "{}",
                 entry.name()
             );
         }
-        assert!(registry.lifecycle().is_base("read_task_output"));
+        // The contract's default base tools but read_task_output, which the server adds.
+        let mut base: Vec<&str> = registry
+            .lifecycle()
+            .base_tools
+            .iter()
+            .map(String::as_str)
+            .collect();
+        base.sort_unstable();
+        assert_eq!(
+            base,
+            [
+                "activate_tools",
+                "apply_patch",
+                "edit_file",
+                "glob",
+                "grep",
+                "list_dir",
+                "read_file",
+                "shell",
+                "tool_search",
+                "write_file"
+            ]
+        );
         assert_eq!(
             registry.workspace().map(|w| w.root().to_path_buf()),
             Some(dir.path().to_path_buf())

@@ -158,11 +158,9 @@ impl RunPipeline {
             unpriced: actual.is_none(),
         }
     }
-}
 
-#[async_trait]
-impl Tool for RunPipeline {
-    fn meta(&self) -> &ToolMeta {
+    /// What run_pipeline is, known without a model to run it with.
+    pub fn spec() -> &'static ToolMeta {
         static META: LazyLock<ToolMeta> = LazyLock::new(|| {
             ToolMeta::new(
                 "run_pipeline",
@@ -240,11 +238,19 @@ impl Tool for RunPipeline {
                     "additionalProperties": false
                 }),
             )
+            .contract()
             .tags(&["agents"])
             .exclusive()
             .uses_models()
         });
         &META
+    }
+}
+
+#[async_trait]
+impl Tool for RunPipeline {
+    fn meta(&self) -> &ToolMeta {
+        Self::spec()
     }
 
     async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {

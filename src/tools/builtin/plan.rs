@@ -78,6 +78,7 @@ impl Tool for UpdatePlan {
                     "additionalProperties": false
                 }),
             )
+            .contract()
             .tags(&["plan"])
             .exclusive()
         });
@@ -204,6 +205,8 @@ impl Tool for RequestUserInput {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["delegated"])
+            .contract()
             .tags(&["plan"])
             .exclusive()
         });

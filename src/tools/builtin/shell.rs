@@ -347,6 +347,9 @@ impl Tool for Shell {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["runtime", "delegated"])
+            .base()
+            .contract()
             .tags(&["runtime"])
             .exclusive()
         });

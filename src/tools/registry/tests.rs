@@ -30,9 +30,15 @@ enum Behaviour {
 }
 
 impl Probe {
+    /// A probe called `name`; named after a built-in, it is in that tool's groups.
     fn new(name: &str) -> Self {
+        let groups = crate::tools::builtin::metas()
+            .iter()
+            .find(|meta| meta.name == name)
+            .map(|meta| meta.groups.clone())
+            .unwrap_or_default();
         Self {
-            meta: ToolMeta::new(name, "a probe", json!({"type": "object"})),
+            meta: ToolMeta::new(name, "a probe", json!({"type": "object"})).groups(&groups),
             cwd: None,
             behaviour: Behaviour::Echo,
             calls: AtomicUsize::new(0),
@@ -159,7 +165,7 @@ fn an_eviction_removes_tools_without_reordering_the_rest() {
             .map(String::as_str)
             .collect::<Vec<_>>(),
     );
-    parent.configure_lifecycle(5, 2, Vec::new());
+    parent.configure_lifecycle(5, 2, Some(Vec::<String>::new()));
     let mut registry = parent.snapshot_excluding(&[]);
     // A fresh session: nothing was used yet, so the excess goes at the first boundary.
     registry.tick();

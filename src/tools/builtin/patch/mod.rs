@@ -112,6 +112,9 @@ impl Tool for ApplyPatch {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["fs"])
+            .base()
+            .contract()
             .tags(&["fs"])
             .exclusive()
         });

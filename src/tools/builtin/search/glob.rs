@@ -69,6 +69,9 @@ impl Tool for Glob {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["search"])
+            .base()
+            .contract()
             .tags(TAGS)
         });
         &META

@@ -98,6 +98,9 @@ impl Tool for Grep {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["search"])
+            .base()
+            .contract()
             .tags(TAGS)
         });
         &META

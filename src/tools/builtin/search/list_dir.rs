@@ -71,6 +71,9 @@ impl Tool for ListDir {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["search"])
+            .base()
+            .contract()
             .tags(TAGS)
         });
         &META

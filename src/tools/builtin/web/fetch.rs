@@ -245,6 +245,8 @@ impl Tool for WebFetch {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["web"])
+            .contract()
             .tags(&["web"])
         });
         &META

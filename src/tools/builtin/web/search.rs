@@ -194,6 +194,8 @@ impl Tool for WebSearch {
                     "additionalProperties": false
                 }),
             )
+            .groups(&["web"])
+            .contract()
             .tags(&["web"])
         });
         &META
