@@ -9,7 +9,27 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::tools::DispatchError;
+/// A call refused before it ran, as the counts see it; the dispatcher's error gives one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal<'a> {
+    /// The tool's name, or `unknown` for a name no tool has.
+    pub tool: &'a str,
+    /// The refusal's error kind.
+    pub kind: &'a str,
+    /// Why a policy hid the tool, when a policy refused it.
+    pub policy_reason: Option<&'a str>,
+}
+
+/// One model call's tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Completion tokens.
+    pub completion: u64,
+    /// Prompt tokens read from the provider's cache.
+    pub cached: u64,
+}
 
 /// Labels of a tool call count.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -375,18 +395,18 @@ impl Metrics {
     }
 
     /// Counts one model call's tokens and price.
-    pub fn record_llm_usage(&self, usage: crate::llm::Usage, cost_usd: f64) {
+    pub fn record_llm_usage(&self, tokens: TokenCounts, cost_usd: f64) {
         self.llm_tokens
             .get_or_create(&DirectionLabels { direction: "in" })
-            .inc_by(usage.prompt_tokens);
+            .inc_by(tokens.prompt);
         self.llm_tokens
             .get_or_create(&DirectionLabels { direction: "out" })
-            .inc_by(usage.completion_tokens);
+            .inc_by(tokens.completion);
         self.llm_tokens
             .get_or_create(&DirectionLabels {
                 direction: "cached",
             })
-            .inc_by(usage.cached_tokens);
+            .inc_by(tokens.cached);
         self.llm_cost_micro_usd
             .inc_by((cost_usd * 1_000_000.0).round().max(0.0) as u64);
     }
@@ -411,16 +431,12 @@ impl Metrics {
     }
 
     /// Counts a call refused before it ran.
-    pub fn record_refusal(&self, tool: &str, err: &DispatchError) {
-        let tool = match err {
-            DispatchError::UnknownTool { .. } => "unknown",
-            _ => tool,
-        };
-        self.record_tool_call(tool, err.kind().as_str());
-        if let DispatchError::PolicyDenied { reason, .. } = err {
+    pub fn record_refusal(&self, refusal: Refusal<'_>) {
+        self.record_tool_call(refusal.tool, refusal.kind);
+        if let Some(reason) = refusal.policy_reason {
             self.policy_denials
                 .get_or_create(&ReasonLabels {
-                    reason: reason.as_str().to_string(),
+                    reason: reason.to_string(),
                 })
                 .inc();
         }
@@ -438,7 +454,6 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::HiddenReason;
 
     #[test]
     fn the_build_and_tool_call_durations_are_exported() {
@@ -484,22 +499,14 @@ mod tests {
     }
 
     #[test]
-    fn renders_counts_with_labels_and_bounds_unknown_names() {
+    fn renders_counts_with_labels() {
         let metrics = Metrics::new();
         metrics.record_tool_call("read_file", "success");
-        metrics.record_refusal(
-            "shell",
-            &DispatchError::PolicyDenied {
-                name: "shell".into(),
-                reason: HiddenReason::PolicyDeny,
-            },
-        );
-        metrics.record_refusal(
-            "made_up_123",
-            &DispatchError::UnknownTool {
-                name: "made_up_123".into(),
-            },
-        );
+        metrics.record_refusal(Refusal {
+            tool: "shell",
+            kind: "policy_denied",
+            policy_reason: Some("policy_deny"),
+        });
         let text = metrics.render();
         assert!(
             text.contains(r#"agentd_tool_calls_total{tool="read_file",outcome="success"} 1"#),
@@ -510,9 +517,8 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"tool="unknown",outcome="unknown_tool""#),
+            text.contains(r#"agentd_tool_calls_total{tool="shell",outcome="policy_denied"} 1"#),
             "{text}"
         );
-        assert!(!text.contains("made_up_123"));
     }
 }

@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::AgentSettings;
-use crate::agent::metered::MeteredProvider;
 use crate::config::Config;
 use crate::http::accept::{self, ConnectionLimits};
 use crate::http::{self, AppState};
 use crate::llm::LlmError;
 use crate::llm::ProviderKind;
 use crate::llm::anthropic::AnthropicProvider;
+use crate::llm::metered::MeteredProvider;
 use crate::llm::openai::OpenAiProvider;
 use crate::llm::pricing::Pricing;
 use crate::llm::responses::ResponsesProvider;

@@ -228,7 +228,7 @@ impl Ledger {
                 0.0
             }
         };
-        self.metrics.record_llm_usage(usage, actual);
+        self.metrics.record_llm_usage(usage.counts(), actual);
         let row = self.row(labels, model, reserved, actual, usage, true);
         let _ledger = self.lock.lock().await;
         self.insert(&row).await;
@@ -250,7 +250,8 @@ impl Ledger {
                 cached_tokens: cost.tokens_cached,
                 ..Usage::default()
             };
-            self.metrics.record_llm_usage(usage, cost.actual_usd);
+            self.metrics
+                .record_llm_usage(usage.counts(), cost.actual_usd);
             let row = CostRow {
                 node_id: cost.node_id.clone(),
                 ..self.row(

@@ -8,7 +8,6 @@
 //! - [`compaction`]: summarising the older conversation when it grows long.
 //! - [`event`]: the typed notifications of a session's event stream.
 //! - [`child`]: a sub-agent's host of the turn loop.
-//! - [`metered`]: the provider wrapper that times every model call into the metrics.
 //!
 //! A turn runs as its own task. It never touches the session's registry directly: the session
 //! actor owns that, so the turn asks it (through [`TurnRequest`]) to tick the LRU, prepare calls,
@@ -22,7 +21,6 @@ pub mod context;
 pub mod event;
 pub mod hooks;
 pub(crate) mod ledger;
-pub mod metered;
 pub(crate) mod turn;
 
 use std::sync::Arc;

@@ -627,7 +627,7 @@ impl<H: TurnHost> Turn<H> {
         match self.host.prepare(&call.name, &arguments).await {
             Some(Ok(ready)) => Ok((ready, arguments)),
             Some(Err(refusal)) => {
-                self.metrics.record_refusal(&call.name, &refusal);
+                self.metrics.record_refusal(refusal.refusal(&call.name));
                 Err(refusal.to_string())
             }
             None => Err("the session stopped".to_string()),

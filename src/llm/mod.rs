@@ -7,9 +7,11 @@
 //! - [`router`]: several providers behind one, by model id.
 //! - `transport`: the streamed POST with retries every adapter shares.
 //! - [`pricing`]: USD per token by model.
+//! - [`metered`]: the provider wrapper that times every model call into the metrics.
 
 pub mod anthropic;
 pub mod catalog;
+pub mod metered;
 pub mod openai;
 pub mod pricing;
 pub mod responses;
@@ -287,6 +289,17 @@ pub struct Usage {
     /// them apart).
     #[serde(default)]
     pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// The tokens the metrics count.
+    pub fn counts(&self) -> crate::metrics::TokenCounts {
+        crate::metrics::TokenCounts {
+            prompt: self.prompt_tokens,
+            completion: self.completion_tokens,
+            cached: self.cached_tokens,
+        }
+    }
 }
 
 /// One request to the model.

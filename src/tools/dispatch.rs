@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::error_kind::ErrorKind;
+use crate::metrics::Refusal;
 
 use super::args::{InvalidArguments, estimate_json_size, json_size_exceeds};
 use super::policy::HiddenReason;
@@ -83,6 +84,22 @@ impl DispatchError {
             Self::InvalidArguments { .. } => ErrorKind::InvalidArguments,
             Self::Cancelled { .. } => ErrorKind::Cancelled,
             Self::Fatal { .. } => ErrorKind::Fatal,
+        }
+    }
+
+    /// How the metrics count this refusal of a call to `tool`: a name no tool has counts as
+    /// `unknown`, so callers cannot grow the label set.
+    pub fn refusal<'a>(&'a self, tool: &'a str) -> Refusal<'a> {
+        Refusal {
+            tool: match self {
+                Self::UnknownTool { .. } => "unknown",
+                _ => tool,
+            },
+            kind: self.kind().as_str(),
+            policy_reason: match self {
+                Self::PolicyDenied { reason, .. } => Some(reason.as_str()),
+                _ => None,
+            },
         }
     }
 
@@ -247,5 +264,37 @@ impl ToolRegistry {
         args: &Value,
     ) -> Result<ToolResult, DispatchError> {
         self.prepare(name, args)?.run(ctx, args).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_counts_unknown_names_as_unknown_and_keeps_the_policys_reason() {
+        let unknown = DispatchError::UnknownTool {
+            name: "made_up_123".into(),
+        };
+        assert_eq!(
+            unknown.refusal("made_up_123"),
+            Refusal {
+                tool: "unknown",
+                kind: "unknown_tool",
+                policy_reason: None
+            }
+        );
+        let denied = DispatchError::PolicyDenied {
+            name: "shell".into(),
+            reason: HiddenReason::ProviderPolicy,
+        };
+        assert_eq!(
+            denied.refusal("shell"),
+            Refusal {
+                tool: "shell",
+                kind: "policy_denied",
+                policy_reason: Some("provider_policy")
+            }
+        );
     }
 }

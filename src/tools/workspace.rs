@@ -64,7 +64,30 @@ pub struct Workspace {
     /// The same root as an anchor and a path beneath it, opened afresh for every access.
     at: RootPath,
     journal: Mutex<Journal>,
-    shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    shared: Mutex<HashMap<TypeId, Arc<dyn SharedEntry>>>,
+}
+
+/// A value a workspace's tools share, one per type (see [`Workspace::shared`]).
+pub trait SharedState: Default + Send + Sync + 'static {
+    /// Ends what the value keeps running, when the session stops its work (an interrupt, a
+    /// close): the clean-up hook of the tools that start things outliving their call.
+    fn stop_work(&self) {}
+}
+
+/// A shared value with its type erased, kept so [`Workspace::stop_work`] can reach it.
+trait SharedEntry: Send + Sync {
+    fn stop_work(&self);
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<T: SharedState> SharedEntry for T {
+    fn stop_work(&self) {
+        SharedState::stop_work(self);
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 impl std::fmt::Debug for Workspace {
@@ -133,15 +156,23 @@ impl Workspace {
 
     /// The one value of type `T` this workspace's tools share, created on first use; it lives
     /// (and is dropped) with the workspace.
-    pub fn shared<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+    pub fn shared<T: SharedState>(&self) -> Arc<T> {
         let mut shared = lock(&self.shared);
         let entry = shared
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Arc::new(T::default()));
-        match Arc::clone(entry).downcast::<T>() {
+        match Arc::clone(entry).into_any().downcast::<T>() {
             Ok(value) => value,
             // The map is keyed by the value's own TypeId, so the downcast cannot fail.
             Err(_) => unreachable!("workspace shared state keyed by TypeId"),
+        }
+    }
+
+    /// Tells every shared value to end what it keeps running (see [`SharedState::stop_work`]).
+    pub fn stop_work(&self) {
+        let shared: Vec<Arc<dyn SharedEntry>> = lock(&self.shared).values().cloned().collect();
+        for value in shared {
+            value.stop_work();
         }
     }
 
@@ -509,6 +540,7 @@ mod tests {
     fn shared_state_is_one_value_per_type() {
         #[derive(Default)]
         struct Counter(std::sync::atomic::AtomicUsize);
+        impl SharedState for Counter {}
         let ws = Workspace::new(".");
         ws.shared::<Counter>()
             .0
@@ -526,6 +558,27 @@ mod tests {
                 .0
                 .load(std::sync::atomic::Ordering::SeqCst),
             0
+        );
+    }
+
+    #[test]
+    fn stop_work_reaches_every_shared_value_of_the_workspace() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        #[derive(Default)]
+        struct Runner(AtomicBool);
+        impl SharedState for Runner {
+            fn stop_work(&self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let ws = Workspace::new(".");
+        let other = Workspace::new(".");
+        let (mine, theirs) = (ws.shared::<Runner>(), other.shared::<Runner>());
+        ws.stop_work();
+        assert!(mine.0.load(Ordering::SeqCst));
+        assert!(
+            !theirs.0.load(Ordering::SeqCst),
+            "another workspace's state is its own"
         );
     }
 }

@@ -18,7 +18,6 @@ const LAYERS: &[(&str, u32)] = &[
     ("session", 3),
     ("agent", 4),
     ("cluster", 5),
-    ("metrics", 6),
     ("tasks", 7),
     ("tools", 8),
     ("sandbox", 9),
@@ -30,6 +29,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("telemetry", 11),
     // Below the store, which trims the heap once its caches are given back.
     ("heap", 12),
+    // Counted into from every layer, it names none of them.
+    ("metrics", 12),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -31,7 +31,7 @@ impl SessionActor {
         let prepared = match prepared {
             Ok(call) => call,
             Err(err) => {
-                self.metrics.record_refusal(&name, &err);
+                self.metrics.record_refusal(err.refusal(&name));
                 let _ = reply.send(Err(err.into()));
                 return;
             }

@@ -36,7 +36,6 @@ use crate::llm::pricing::Pricing;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
-use crate::tools::builtin::exec::ProcessTable;
 use crate::tools::mcp::{McpServer, McpServerConfig};
 use crate::tools::{ToolEvent, ToolRegistry, ToolState};
 
@@ -582,11 +581,12 @@ impl SessionActor {
         }
     }
 
-    /// Ends every `exec_command` process of the session, so interrupting a turn or closing
-    /// the session leaves no orphans (`shell` commands end with their call's cancellation).
+    /// Ends what the session's tools keep running (its `exec_command` processes), so
+    /// interrupting a turn or closing the session leaves no orphans (`shell` commands end with
+    /// their call's cancellation).
     fn kill_processes(&self) {
         if let Some(workspace) = self.registry.workspace() {
-            workspace.shared::<ProcessTable>().kill_all();
+            workspace.stop_work();
         }
     }
 }

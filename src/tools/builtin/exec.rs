@@ -285,6 +285,13 @@ impl Default for ProcessTable {
     }
 }
 
+/// Stopping a session's work ends its processes.
+impl crate::tools::workspace::SharedState for ProcessTable {
+    fn stop_work(&self) {
+        self.kill_all();
+    }
+}
+
 impl ProcessTable {
     /// A table allowing at most `max` processes at once.
     pub fn with_max(max: usize) -> Self {
@@ -968,7 +975,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn kill_all_kills_every_process_group() {
+    async fn stopping_the_workspaces_work_kills_every_process_group() {
         let (_dir, ws) = workspace();
         let mut pids = Vec::new();
         for _ in 0..2 {
@@ -986,7 +993,8 @@ mod tests {
         let table = ws.shared::<ProcessTable>();
         assert_eq!(table.len(), 2);
         assert!(pids.iter().all(|pid| !gone(*pid)));
-        assert_eq!(table.kill_all(), 2);
+        // What the session does on an interrupt or a close.
+        ws.stop_work();
         assert!(table.is_empty());
         for pid in pids {
             wait_gone(pid).await;

@@ -37,6 +37,8 @@ pub struct SkillIndex {
     skills: std::sync::Mutex<Vec<Skill>>,
 }
 
+impl crate::tools::workspace::SharedState for SkillIndex {}
+
 impl SkillIndex {
     /// Replaces the list (each turn's gathering does).
     pub fn set(&self, skills: Vec<Skill>) {
