@@ -13,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::SessionRequest;
 use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
-use super::forwarding::{ForwardedCall, Relay};
+use super::forwarding::Relay;
 use super::quota::SessionQuota;
 use super::{Caller, Command, InflightCalls, SessionError, SessionHandle, open_work};
 use crate::cluster::fenced::FencedStore;
@@ -1263,7 +1264,7 @@ impl Sessions {
         &self,
         caller: &Caller,
         session_id: &str,
-        call: ForwardedCall,
+        call: SessionRequest,
     ) -> Result<Option<Value>, SessionError> {
         self.row(caller, session_id).await?;
         let handle = match self.live_actor(session_id).await {

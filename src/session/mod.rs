@@ -8,6 +8,7 @@ pub mod hub;
 pub mod instructions;
 pub mod open_work;
 pub mod profiles;
+pub mod protocol;
 mod quota;
 pub mod retention;
 pub mod transfer;
@@ -27,6 +28,7 @@ use crate::store::{StoreError, TaskState};
 use crate::tools::{DispatchError, ToolCatalog, ToolState};
 
 pub use hub::Sessions;
+pub use protocol::{SessionReply, SessionRequest};
 
 /// Who is calling: a configured user, or nobody in particular when users are not configured.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -297,23 +299,24 @@ pub(crate) fn stamp(session_id: &str, seq: i64, params: Value) -> Value {
     Value::Object(map)
 }
 
-/// What the actor answers `session/compact` at once: where the outcome will come, or why
-/// the compaction cannot start.
-pub(crate) type CompactReply =
-    Result<oneshot::Receiver<crate::agent::compaction::CompactionOutcome>, SessionError>;
+/// Where the actor sends its answer to one [`SessionRequest`].
+pub(crate) type ReplyTx = oneshot::Sender<Result<SessionReply, SessionError>>;
 
-/// A request to a session actor, with where to send the reply.
+/// A message to a session actor: a request of the session protocol, or one of the few
+/// internal ones that never leave this node.
 #[derive(Debug)]
 pub(crate) enum Command {
+    /// A request of the session protocol, with where to send the reply. Boxed: a turn's
+    /// start would make every slot of the actor's queue larger.
+    Request {
+        request: Box<SessionRequest>,
+        reply: ReplyTx,
+    },
     Attach {
         watcher: Watcher,
         /// Where the watcher's replay starts, when it replays.
         after_seq: Option<i64>,
         reply: oneshot::Sender<(i64, SessionView)>,
-    },
-    /// What `session/open` reports.
-    Describe {
-        reply: oneshot::Sender<SessionView>,
     },
     /// Stop taking turns; answered once none runs (cluster draining).
     Drain {
@@ -322,57 +325,8 @@ pub(crate) enum Command {
     Detach {
         connection_id: u64,
     },
-    InvokeTool {
-        name: String,
-        arguments: Value,
-        options: InvokeOptions,
-        reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
-    },
-    ToolList {
-        reply: oneshot::Sender<Value>,
-    },
     Catalog {
         reply: oneshot::Sender<Arc<ToolCatalog>>,
-    },
-    StartTurn {
-        // Boxed: the rest of a turn's start would make every command larger.
-        start: Box<TurnStart>,
-        reply: oneshot::Sender<Result<String, SessionError>>,
-    },
-    SetModel {
-        choice: ModelChoice,
-        reply: oneshot::Sender<()>,
-    },
-    Interrupt {
-        reply: oneshot::Sender<bool>,
-    },
-    Steer {
-        turn_id: String,
-        input: String,
-        reply: oneshot::Sender<Result<(), SessionError>>,
-    },
-    Compact {
-        reply: oneshot::Sender<CompactReply>,
-    },
-    Revert {
-        turn_id: String,
-        dry_run: bool,
-        force: bool,
-        reply: oneshot::Sender<Result<Value, SessionError>>,
-    },
-    RespondApproval {
-        approval_id: String,
-        answer: crate::agent::approval::Answer,
-        reply: oneshot::Sender<Result<(), SessionError>>,
-    },
-    RespondUserInput {
-        request_id: String,
-        answers: Value,
-        reply: oneshot::Sender<Result<(), SessionError>>,
-    },
-    CancelTask {
-        task_id: String,
-        reply: oneshot::Sender<Option<TaskState>>,
     },
     Close,
 }
@@ -494,9 +448,52 @@ impl SessionHandle {
         self.attach_replaying(watcher, None).await
     }
 
+    /// Sends `request` to the actor and waits for its answer. A `tool/invoke` counts against
+    /// the session's in-flight limit from the moment this is called (not when the future is
+    /// first polled), so calls are admitted in the order they were made; past the limit the
+    /// future answers `Overloaded` without reaching the actor.
+    pub fn request(
+        &self,
+        request: SessionRequest,
+    ) -> impl Future<Output = Result<SessionReply, SessionError>> + Send + 'static {
+        let reserved = matches!(request, SessionRequest::InvokeTool { .. })
+            .then(|| self.inflight.reserve())
+            .transpose();
+        let handle = self.clone();
+        async move {
+            let _counted = reserved?;
+            let request = Box::new(request);
+            handle
+                .ask(|reply| Command::Request { request, reply })
+                .await?
+        }
+    }
+
+    /// [`Self::request`], for the answer `pick` takes; any other is the wrong kind.
+    async fn expect<T>(
+        &self,
+        request: SessionRequest,
+        pick: impl FnOnce(SessionReply) -> Result<T, SessionReply>,
+    ) -> Result<T, SessionError> {
+        pick(self.request(request).await?).map_err(SessionReply::unexpected)
+    }
+
+    /// [`Self::expect`] for a request answered `Done`.
+    async fn expect_done(&self, request: SessionRequest) -> Result<(), SessionError> {
+        self.expect(request, |reply| match reply {
+            SessionReply::Done => Ok(()),
+            other => Err(other),
+        })
+        .await
+    }
+
     /// What `session/open` reports of the session now.
     pub async fn describe(&self) -> Result<SessionView, SessionError> {
-        self.ask(|reply| Command::Describe { reply }).await
+        self.expect(SessionRequest::Describe, |reply| match reply {
+            SessionReply::View(view) => Ok(*view),
+            other => Err(other),
+        })
+        .await
     }
 
     /// Lets the actor take no more turns; answers once none runs.
@@ -532,10 +529,7 @@ impl SessionHandle {
         let _ = self.tx.send(Command::Detach { connection_id }).await;
     }
 
-    /// Runs a tool the way a model's call would run. The call counts against the session's
-    /// in-flight limit from the moment this is called (not when the future is first polled),
-    /// so calls are admitted in the order they were made; past the limit the future answers
-    /// `Overloaded` without reaching the actor.
+    /// Runs a tool the way a model's call would run, counted as [`Self::request`] says.
     pub fn invoke_tool(
         &self,
         name: String,
@@ -551,24 +545,22 @@ impl SessionHandle {
         arguments: Value,
         options: InvokeOptions,
     ) -> impl Future<Output = Result<InvokeResult, SessionError>> + Send + 'static {
-        let reserved = self.inflight.reserve();
-        let handle = self.clone();
+        let call = self.request(SessionRequest::invoke(name, arguments, options));
         async move {
-            let _counted = reserved?;
-            handle
-                .ask(|reply| Command::InvokeTool {
-                    name,
-                    arguments,
-                    options,
-                    reply,
-                })
-                .await?
+            match call.await? {
+                SessionReply::Invoked(result) => Ok(*result),
+                other => Err(other.unexpected()),
+            }
         }
     }
 
     /// The `tool/list` answer.
     pub async fn tool_list(&self) -> Result<Value, SessionError> {
-        self.ask(|reply| Command::ToolList { reply }).await
+        self.expect(SessionRequest::ToolList, |reply| match reply {
+            SessionReply::ToolList(list) => Ok(list),
+            other => Err(other),
+        })
+        .await
     }
 
     /// The session's tool catalog as it is now (what the model would be offered).
@@ -599,17 +591,18 @@ impl SessionHandle {
         choice: ModelChoice,
         traceparent: Option<String>,
     ) -> Result<String, SessionError> {
-        self.ask(|reply| Command::StartTurn {
-            start: Box::new(TurnStart {
-                input,
-                images,
-                turn_id,
-                choice,
-                traceparent,
-            }),
-            reply,
+        let start = TurnStart {
+            input,
+            images,
+            turn_id,
+            choice,
+            traceparent,
+        };
+        self.expect(SessionRequest::start_turn(start), |reply| match reply {
+            SessionReply::TurnStarted(turn_id) => Ok(turn_id),
+            other => Err(other),
         })
-        .await?
+        .await
     }
 
     /// [`SessionHandle::start_turn`] right after a turn was seen to end: its `turn/completed`
@@ -646,19 +639,26 @@ impl SessionHandle {
 
     /// Makes `choice` the model the session's next turns use (already stored).
     pub async fn set_model(&self, choice: ModelChoice) -> Result<(), SessionError> {
-        self.ask(|reply| Command::SetModel { choice, reply }).await
+        self.expect_done(SessionRequest::set_model(choice)).await
     }
 
     /// Interrupts the running turn; whether there was one.
     pub async fn interrupt(&self) -> Result<bool, SessionError> {
-        self.ask(|reply| Command::Interrupt { reply }).await
+        self.expect(SessionRequest::Interrupt, |reply| match reply {
+            SessionReply::Interrupted(interrupted) => Ok(interrupted),
+            other => Err(other),
+        })
+        .await
     }
 
     /// Summarises the older conversation now (see [`crate::agent::compaction`]); refused
     /// while a turn runs. Answers after `session/compacted` was sent.
     pub async fn compact(&self) -> Result<crate::agent::compaction::CompactionStats, SessionError> {
-        let outcome = self.ask(|reply| Command::Compact { reply }).await??;
-        Ok(outcome.await.map_err(|_| SessionError::ActorGone)??)
+        self.expect(SessionRequest::Compact, |reply| match reply {
+            SessionReply::Compacted(stats) => Ok(stats),
+            other => Err(other),
+        })
+        .await
     }
 
     /// Puts the workspace back as it was before the turn `turn_id` (see
@@ -671,23 +671,22 @@ impl SessionHandle {
         dry_run: bool,
         force: bool,
     ) -> Result<Value, SessionError> {
-        self.ask(|reply| Command::Revert {
+        let request = SessionRequest::Revert {
             turn_id,
             dry_run,
             force,
-            reply,
+        };
+        self.expect(request, |reply| match reply {
+            SessionReply::Reverted(files) => Ok(files),
+            other => Err(other),
         })
-        .await?
+        .await
     }
 
     /// Adds `input` to the running turn `turn_id`, read before its next model request.
     pub async fn steer(&self, turn_id: String, input: String) -> Result<(), SessionError> {
-        self.ask(|reply| Command::Steer {
-            turn_id,
-            input,
-            reply,
-        })
-        .await?
+        self.expect_done(SessionRequest::Steer { turn_id, input })
+            .await
     }
 
     /// Decides a call waiting for approval; `message` goes to the model with a decline.
@@ -697,13 +696,12 @@ impl SessionHandle {
         decision: crate::agent::approval::Decision,
         message: Option<String>,
     ) -> Result<(), SessionError> {
-        let answer = crate::agent::approval::Answer { decision, message };
-        self.ask(|reply| Command::RespondApproval {
+        self.expect_done(SessionRequest::RespondApproval {
             approval_id,
-            answer,
-            reply,
+            decision,
+            message,
         })
-        .await?
+        .await
     }
 
     /// Delivers the user's answers to a pending `request_user_input`.
@@ -712,19 +710,24 @@ impl SessionHandle {
         request_id: String,
         answers: Value,
     ) -> Result<(), SessionError> {
-        self.ask(|reply| Command::RespondUserInput {
+        self.expect_done(SessionRequest::RespondUserInput {
             request_id,
             answers,
-            reply,
         })
-        .await?
+        .await
     }
 
     /// Stops a running background task of this session and waits for it to end; its final
     /// state, or `None` when it was not running.
     pub async fn cancel_task(&self, task_id: String) -> Result<Option<TaskState>, SessionError> {
-        self.ask(|reply| Command::CancelTask { task_id, reply })
-            .await
+        self.expect(
+            SessionRequest::CancelTask { task_id },
+            |reply| match reply {
+                SessionReply::TaskCancelled(state) => Ok(state),
+                other => Err(other),
+            },
+        )
+        .await
     }
 
     /// Stops the actor (the session is being deleted or the server is stopping) and waits

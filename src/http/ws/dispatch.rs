@@ -1,5 +1,6 @@
-//! Carries out one request: each [`Request`] variant becomes calls on the session (or the task
-//! store), and its answer goes to the queue that keeps it in order with the session's events.
+//! Carries out one request: a session's method becomes its [`SessionRequest`] (answered with
+//! the [`SessionReply`]'s wire form), the others calls on the hub or the task store; the answer
+//! goes to the queue that keeps it in order with the session's events.
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -9,7 +10,7 @@ use super::request::{InvokeParams, Request, SessionParams, TaskParams};
 use super::rpc::{RequestId, RpcError, answer};
 use super::tasks::cancel_task;
 use crate::error_kind::ErrorKind;
-use crate::session::{Outbound, SessionHandle};
+use crate::session::{Outbound, SessionHandle, SessionReply, SessionRequest};
 
 /// How a request was handled.
 pub(super) enum Dispatched {
@@ -57,13 +58,12 @@ impl Connection {
             }
             Request::ToolInvoke(params) => self.invoke(params, id).await,
             Request::SessionRevert(params) => {
-                self.with_session(&params.session_id, |handle| async move {
-                    handle
-                        .revert(params.turn_id, params.dry_run, params.force)
-                        .await
-                        .map_err(RpcError::from)
-                })
-                .await
+                let request = SessionRequest::Revert {
+                    turn_id: params.turn_id,
+                    dry_run: params.dry_run,
+                    force: params.force,
+                };
+                self.session_request(&params.session_id, request).await
             }
             Request::SessionMerge(params) => {
                 let message = params
@@ -74,10 +74,8 @@ impl Connection {
             Request::SessionDiscard(params) => self.end_worktree(&params.session_id, None).await,
             Request::SessionCompact(params) => self.compact(params, id).await,
             Request::ToolList(params) => {
-                self.with_session(&params.session_id, |handle| async move {
-                    handle.tool_list().await.map_err(RpcError::from)
-                })
-                .await
+                self.session_request(&params.session_id, SessionRequest::ToolList)
+                    .await
             }
             Request::ModelList(_) => Dispatched::Now(Ok(self.model_list()), None),
             Request::AgentList(_) => Dispatched::Now(
@@ -93,61 +91,45 @@ impl Connection {
                 if let Err(err) = choice.check(self.app.agent()) {
                     return Dispatched::Now(Err(err.into()), None);
                 }
-                let turn_id = params.turn_id;
-                let traceparent = params.meta.and_then(|meta| meta.traceparent);
-                self.with_session(&params.session_id, |handle| async move {
-                    handle
-                        .start_turn_traced(input, images, turn_id, choice, traceparent)
-                        .await
-                        .map(|turn_id| json!({"turn_id": turn_id}))
-                        .map_err(RpcError::from)
-                })
-                .await
+                let request = SessionRequest::StartTurn {
+                    input,
+                    images,
+                    turn_id: params.turn_id,
+                    model: choice.model,
+                    traceparent: params.meta.and_then(|meta| meta.traceparent),
+                    reasoning_effort: choice.reasoning_effort,
+                };
+                self.session_request(&params.session_id, request).await
             }
             Request::TurnInterrupt(params) => {
-                self.with_session(&params.session_id, |handle| async move {
-                    handle
-                        .interrupt()
-                        .await
-                        .map(|interrupted| json!({"interrupted": interrupted}))
-                        .map_err(RpcError::from)
-                })
-                .await
+                self.session_request(&params.session_id, SessionRequest::Interrupt)
+                    .await
             }
             Request::TurnSteer(params) => {
                 let input = match params.text() {
                     Ok(input) => input,
                     Err(err) => return Dispatched::Now(Err(err), None),
                 };
-                let turn_id = params.turn_id;
-                self.with_session(&params.session_id, |handle| async move {
-                    handle
-                        .steer(turn_id, input)
-                        .await
-                        .map(|()| json!({}))
-                        .map_err(RpcError::from)
-                })
-                .await
+                let request = SessionRequest::Steer {
+                    turn_id: params.turn_id,
+                    input,
+                };
+                self.session_request(&params.session_id, request).await
             }
             Request::ApprovalRespond(params) => {
-                self.with_session(&params.session_id, |handle| async move {
-                    handle
-                        .respond_approval(params.approval_id, params.decision, params.message)
-                        .await
-                        .map(|()| json!({}))
-                        .map_err(RpcError::from)
-                })
-                .await
+                let request = SessionRequest::RespondApproval {
+                    approval_id: params.approval_id,
+                    decision: params.decision,
+                    message: params.message,
+                };
+                self.session_request(&params.session_id, request).await
             }
             Request::UserInputRespond(params) => {
-                self.with_session(&params.session_id, |handle| async move {
-                    handle
-                        .respond_user_input(params.request_id, params.answers)
-                        .await
-                        .map(|()| json!({}))
-                        .map_err(RpcError::from)
-                })
-                .await
+                let request = SessionRequest::RespondUserInput {
+                    request_id: params.request_id,
+                    answers: params.answers,
+                };
+                self.session_request(&params.session_id, request).await
             }
             Request::TaskList(params) => {
                 Dispatched::Now(self.task_list(&params.session_id).await, None)
@@ -176,11 +158,15 @@ impl Connection {
             skip_approval: params.skip_approval,
             ..Default::default()
         };
-        let call = handle.invoke_tool_with(params.name, params.arguments, options);
+        let call = handle.request(SessionRequest::invoke(
+            params.name,
+            params.arguments,
+            options,
+        ));
         tokio::spawn(async move {
             let outcome = call
                 .await
-                .map(|result| json!(result))
+                .map(SessionReply::into_wire)
                 .map_err(RpcError::from);
             if let Some(frame) = answer(&id, outcome) {
                 let _ = live.send(frame).await;
@@ -198,9 +184,9 @@ impl Connection {
         };
         tokio::spawn(async move {
             let outcome = handle
-                .compact()
+                .request(SessionRequest::Compact)
                 .await
-                .map(|stats| json!(stats))
+                .map(SessionReply::into_wire)
                 .map_err(RpcError::from);
             if let Some(frame) = answer(&id, outcome) {
                 let _ = live.send(frame).await;
@@ -242,6 +228,19 @@ impl Connection {
             },
             Err(err) => Dispatched::Now(Err(err.into()), None),
         }
+    }
+
+    /// Sends `request` to the session; its reply is the method's result, answered through the
+    /// session's live queue.
+    async fn session_request(&mut self, session_id: &str, request: SessionRequest) -> Dispatched {
+        self.with_session(session_id, |handle| async move {
+            handle
+                .request(request)
+                .await
+                .map(SessionReply::into_wire)
+                .map_err(RpcError::from)
+        })
+        .await
     }
 
     /// Runs `action` on the session, answering through its live queue.

@@ -2,13 +2,12 @@
 //! its own, and answered once its `tool/completed` is committed.
 
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use super::SessionActor;
 use crate::agent::call::{self, Call};
 use crate::agent::ledger::CostLabels;
 use crate::agent::{ActorLink, TurnRequest};
-use crate::session::{InvokeOptions, InvokeResult, SessionError};
+use crate::session::{InvokeOptions, InvokeResult, ReplyTx, SessionError, SessionReply};
 use crate::tools::ToolResult;
 
 impl SessionActor {
@@ -17,7 +16,7 @@ impl SessionActor {
         name: String,
         arguments: Value,
         options: InvokeOptions,
-        reply: oneshot::Sender<Result<InvokeResult, SessionError>>,
+        reply: ReplyTx,
     ) {
         if self.write_health.is_failing() {
             let _ = reply.send(Err(SessionError::StorageUnavailable(
@@ -106,12 +105,12 @@ impl SessionActor {
         self.registry.apply_activation_requests();
         self.announce_tool_changes(before).await;
         if let Some(reply) = self.invocations.remove(&tool_call_id) {
-            let _ = reply.send(Ok(InvokeResult {
+            let _ = reply.send(Ok(SessionReply::Invoked(Box::new(InvokeResult {
                 tool_call_id,
                 success: result.success,
                 structured_metadata: result.wire_metadata(),
                 output: result.output,
-            }));
+            }))));
         }
     }
 }

@@ -27,7 +27,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{Command, InvokeResult, SessionError, SessionMcp, Watcher};
+use super::{
+    Command, InvokeOptions, ModelChoice, ReplyTx, SessionError, SessionMcp, SessionReply,
+    SessionRequest, TurnStart, Watcher,
+};
 use crate::agent::call::CallScope;
 use crate::agent::ledger::{CostLabels, Ledger};
 use crate::agent::{AgentSettings, SessionEvent, TurnRequest};
@@ -94,7 +97,7 @@ struct RunningTurn {
     /// The span it runs in, the parent of its sub-agents' spans.
     span: tracing::Span,
     /// `turn/interrupt` callers, answered once the turn has ended and said so.
-    interrupters: Vec<oneshot::Sender<bool>>,
+    interrupters: Vec<ReplyTx>,
     /// `turn/steer` input not yet read by the model: it joins the history before the turn's
     /// next model request, after the tool batch in flight.
     steers: Vec<String>,
@@ -127,7 +130,7 @@ pub(crate) struct SessionActor {
     /// What turns and client calls ask of the actor, in the order they asked.
     turns: LazyChannel<TurnRequest>,
     /// Client calls (`tool/invoke`) started and not yet answered, by tool_call_id.
-    invocations: HashMap<String, oneshot::Sender<Result<InvokeResult, SessionError>>>,
+    invocations: HashMap<String, ReplyTx>,
     /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
     /// same concurrency rules as a model's batch.
     exclusivity: Arc<RwLock<()>>,
@@ -427,9 +430,6 @@ impl SessionActor {
                 self.watchers.push(watcher);
                 let _ = reply.send((self.last_seq, self.view()));
             }
-            Command::Describe { reply } => {
-                let _ = reply.send(self.view());
-            }
             Command::Drain { reply } => {
                 let waiting = self.draining.get_or_insert_with(Vec::new);
                 waiting.push(reply);
@@ -438,27 +438,70 @@ impl SessionActor {
             Command::Detach { connection_id } => {
                 self.watchers.retain(|w| w.connection_id != connection_id);
             }
-            Command::InvokeTool {
-                name,
-                arguments,
-                options,
-                reply,
-            } => self.invoke_tool(name, arguments, options, reply).await,
-            Command::ToolList { reply } => {
-                let _ = reply.send(tool_list(&self.registry));
-            }
             Command::Catalog { reply } => {
                 let _ = reply.send(self.registry.catalog());
             }
-            Command::StartTurn { start, reply } => {
-                let outcome = self.start_turn(*start).await;
-                let _ = reply.send(outcome);
+            Command::Request { request, reply } => self.handle_request(*request, reply).await,
+            Command::Close => {}
+        }
+    }
+
+    /// Carries out one request of the session protocol; `reply` hears the answer, now or when
+    /// the work it started ends.
+    async fn handle_request(&mut self, request: SessionRequest, reply: ReplyTx) {
+        match request {
+            SessionRequest::Describe => {
+                let _ = reply.send(Ok(SessionReply::View(Box::new(self.view()))));
             }
-            Command::SetModel { choice, reply } => {
-                self.choice = choice;
-                let _ = reply.send(());
+            SessionRequest::InvokeTool {
+                name,
+                arguments,
+                tool_call_id,
+                skip_approval,
+                cancel,
+            } => {
+                let options = InvokeOptions {
+                    tool_call_id,
+                    cancel,
+                    skip_approval,
+                };
+                self.invoke_tool(name, arguments, options, reply).await;
             }
-            Command::Interrupt { reply } => match &mut self.turn {
+            SessionRequest::ToolList => {
+                let _ = reply.send(Ok(SessionReply::ToolList(tool_list(&self.registry))));
+            }
+            SessionRequest::StartTurn {
+                input,
+                images,
+                turn_id,
+                model,
+                traceparent,
+                reasoning_effort,
+            } => {
+                let start = TurnStart {
+                    input,
+                    images,
+                    turn_id,
+                    choice: ModelChoice {
+                        model,
+                        reasoning_effort,
+                    },
+                    traceparent,
+                };
+                let outcome = self.start_turn(start).await;
+                let _ = reply.send(outcome.map(SessionReply::TurnStarted));
+            }
+            SessionRequest::SetModel {
+                model,
+                reasoning_effort,
+            } => {
+                self.choice = ModelChoice {
+                    model,
+                    reasoning_effort,
+                };
+                let _ = reply.send(Ok(SessionReply::Done));
+            }
+            SessionRequest::Interrupt => match &mut self.turn {
                 Some(turn) => {
                     turn.cancel.cancel();
                     turn.interrupters.push(reply);
@@ -466,61 +509,67 @@ impl SessionActor {
                     self.stop_running_children();
                 }
                 None => {
-                    let _ = reply.send(false);
+                    let _ = reply.send(Ok(SessionReply::Interrupted(false)));
                 }
             },
-            Command::RespondApproval {
+            SessionRequest::RespondApproval {
                 approval_id,
-                answer,
-                reply,
+                decision,
+                message,
             } => {
+                let answer = crate::agent::approval::Answer { decision, message };
                 let outcome = self.respond_approval(approval_id, answer).await;
-                let _ = reply.send(outcome);
+                let _ = reply.send(outcome.map(|()| SessionReply::Done));
             }
-            Command::Compact { reply } => self.start_compaction(reply).await,
-            Command::Revert {
+            SessionRequest::Compact => self.start_compaction(reply).await,
+            SessionRequest::Revert {
                 turn_id,
                 dry_run,
                 force,
-                reply,
             } => {
-                let _ = reply.send(self.revert(&turn_id, dry_run, force).await);
+                let outcome = self.revert(&turn_id, dry_run, force).await;
+                let _ = reply.send(outcome.map(SessionReply::Reverted));
             }
-            Command::Steer {
-                turn_id,
-                input,
-                reply,
-            } => {
+            SessionRequest::Steer { turn_id, input } => {
                 let outcome = match &mut self.turn {
                     Some(turn) if turn.turn_id == turn_id && !turn.cancel.is_cancelled() => {
                         turn.steers.push(input);
-                        Ok(())
+                        Ok(SessionReply::Done)
                     }
                     _ => Err(SessionError::NoActiveTurn(turn_id)),
                 };
                 let _ = reply.send(outcome);
             }
-            Command::RespondUserInput {
+            SessionRequest::RespondUserInput {
                 request_id,
                 answers,
-                reply,
             } => {
                 let outcome = match self.pending_input.remove(&request_id) {
                     Some(waiting) => waiting
                         .send(answers)
+                        .map(|()| SessionReply::Done)
                         .map_err(|_| SessionError::UnknownRequest(request_id)),
                     None => Err(SessionError::UnknownRequest(request_id)),
                 };
                 let _ = reply.send(outcome);
             }
-            Command::CancelTask { task_id, reply } => {
+            SessionRequest::CancelTask { task_id } => {
+                // The task table and the children keep typed waiters; the answer is mapped
+                // when the task has ended, off the actor.
+                let (waiter, ended) = oneshot::channel();
                 if self.children.contains_key(&task_id) {
-                    self.cancel_child_run(&task_id, reply);
+                    self.cancel_child_run(&task_id, waiter);
                 } else {
-                    self.tasks.cancel(&task_id, reply);
+                    self.tasks.cancel(&task_id, waiter);
                 }
+                self.tracker.spawn(async move {
+                    let outcome = ended
+                        .await
+                        .map(SessionReply::TaskCancelled)
+                        .map_err(|_| SessionError::ActorGone);
+                    let _ = reply.send(outcome);
+                });
             }
-            Command::Close => {}
         }
     }
 

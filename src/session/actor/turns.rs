@@ -15,7 +15,7 @@ use crate::agent::turn::Turn;
 use crate::agent::{ActorLink, HistoryError, TurnHost, TurnRequest};
 use crate::error_kind::ErrorKind;
 use crate::llm::ChatMessage;
-use crate::session::{CompactReply, SessionError};
+use crate::session::{ReplyTx, SessionError, SessionReply};
 use tokio::sync::oneshot;
 
 impl SessionActor {
@@ -197,7 +197,7 @@ impl SessionActor {
     /// Starts `session/compact`: the summary call runs in its own task and holds the turn
     /// slot, so no turn starts meanwhile and `turn/interrupt` stops it; `reply` hears the
     /// outcome after `session/compacted`.
-    pub(super) async fn start_compaction(&mut self, reply: oneshot::Sender<CompactReply>) {
+    pub(super) async fn start_compaction(&mut self, reply: ReplyTx) {
         let turn_id = format!("compact_{}", uuid::Uuid::new_v4().simple());
         let (settings, cancel) = match self.claim_turn_slot(&turn_id) {
             Ok(claimed) => claimed,
@@ -218,7 +218,17 @@ impl SessionActor {
             task_id: None,
         };
         let (outcome_tx, outcome_rx) = oneshot::channel();
-        let _ = reply.send(Ok(outcome_rx));
+        // The turn loop's side answers with the compaction's own outcome; the caller hears it
+        // as the session's.
+        self.tracker.spawn(async move {
+            let outcome = match outcome_rx.await {
+                Ok(outcome) => (outcome as crate::agent::compaction::CompactionOutcome)
+                    .map(SessionReply::Compacted)
+                    .map_err(SessionError::from),
+                Err(_) => Err(SessionError::ActorGone),
+            };
+            let _ = reply.send(outcome);
+        });
         let hooks = self.hooks.clone();
         let task = async move {
             if let Some(hooks) = hooks
@@ -357,7 +367,7 @@ impl SessionActor {
                     && let Some(turn) = self.turn.take()
                 {
                     for interrupter in turn.interrupters {
-                        let _ = interrupter.send(true);
+                        let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
                     }
                 }
                 self.answer_drain();
@@ -379,7 +389,7 @@ impl SessionActor {
                         self.stop_running_children();
                     }
                     for interrupter in turn.interrupters {
-                        let _ = interrupter.send(true);
+                        let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
                     }
                     // A steer that came after the model's last request is not lost: the next
                     // turn reads it.
