@@ -948,7 +948,8 @@ impl Config {
             return invalid("llm.base_url and llm.model must be set together".into());
         }
         self.validate_providers()?;
-        crate::session::profiles::validate(&self.agents).map_err(ConfigError::Invalid)?;
+        crate::session::profiles::validate(&self.agents)
+            .map_err(|err| ConfigError::Invalid(err.to_string()))?;
         let otlp = &self.telemetry.otlp_endpoint;
         if !(otlp.is_empty() || otlp.starts_with("http://") || otlp.starts_with("https://")) {
             return invalid(format!(

@@ -16,6 +16,7 @@ use super::event::SessionEvent;
 use super::{ActorLink, HistoryError, TurnHost};
 use crate::llm::ChatMessage;
 use crate::tasks::spool::OutputSpool;
+use crate::tasks::supervisor::RunFailure;
 use crate::tasks::supervisor::TaskReport;
 use crate::tools::{
     CatalogCell, DispatchError, PreparedCall, ToolError, ToolEvent, ToolRegistry, ToolResult,
@@ -36,8 +37,8 @@ that says what you found or did.";
 struct RunRecord {
     /// The text of its last model answer.
     last_text: Option<String>,
-    /// `Some(Ok)` after `turn/completed`, `Some(Err(message))` after `turn/error`.
-    ending: Option<Result<(), String>>,
+    /// `Some(Ok)` after `turn/completed`, `Some(Err(why))` after `turn/error`.
+    ending: Option<Result<(), RunFailure>>,
 }
 
 /// One child agent's state that outlives its runs.
@@ -130,12 +131,15 @@ impl ChildHost {
     }
 
     /// How the run that just ended finished: its answer, or why it failed.
-    pub(crate) fn take_ending(&self) -> Result<Option<String>, String> {
+    pub(crate) fn take_ending(&self) -> Result<Option<String>, RunFailure> {
         let record = std::mem::take(&mut *lock(&self.record));
         match record.ending {
             Some(Ok(())) => Ok(record.last_text),
-            Some(Err(message)) => Err(message),
-            None => Err("the run ended without saying how".into()),
+            Some(Err(why)) => Err(why),
+            None => Err(RunFailure {
+                kind: None,
+                message: "the run ended without saying how".into(),
+            }),
         }
     }
 
@@ -215,7 +219,10 @@ impl CallHost for ChildHost {
             }
             SessionEvent::TurnError { code, message, .. } => {
                 let line = format!("[turn failed ({code}): {message}]\n");
-                lock(&self.record).ending = Some(Err(message));
+                lock(&self.record).ending = Some(Err(RunFailure {
+                    kind: Some(code),
+                    message,
+                }));
                 line
             }
             // Deltas repeat what message/completed says whole; tool lists are not the story.

@@ -96,6 +96,25 @@ struct Spend {
     node_costs: Vec<CallCost>,
 }
 
+/// Why a call of the model's did not get to run; its text is the model's answer.
+#[derive(Debug, thiserror::Error)]
+enum Unprepared {
+    /// Its arguments are not JSON.
+    #[error("the arguments of {tool} are not valid JSON ({source}); send a JSON object")]
+    NotJson {
+        /// The tool called.
+        tool: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The registry refused it (unknown, denied, too large, invalid).
+    #[error("{0}")]
+    Refused(crate::tools::DispatchError),
+    /// The session stopped before it could answer.
+    #[error("the session stopped")]
+    SessionStopped,
+}
+
 impl<H: TurnHost> Turn<H> {
     /// Runs the turn to its end and reports it; never panics the session.
     pub(crate) async fn run(self) {
@@ -554,7 +573,7 @@ impl<H: TurnHost> Turn<H> {
         images: &mut Vec<ImageData>,
     ) -> Vec<String> {
         // Every call is checked first, in the model's order; refusals answer without running.
-        let mut prepared: Vec<Result<(PreparedCall, Value), String>> = Vec::new();
+        let mut prepared: Vec<Result<(PreparedCall, Value), Unprepared>> = Vec::new();
         for call in calls {
             prepared.push(self.prepare(call).await);
         }
@@ -581,7 +600,7 @@ impl<H: TurnHost> Turn<H> {
                         images.extend(shown);
                         text
                     }
-                    Err(refusal) => refusal,
+                    Err(refusal) => refusal.to_string(),
                 })
                 .collect();
         }
@@ -605,7 +624,7 @@ impl<H: TurnHost> Turn<H> {
                 }
                 Err(refusal) => {
                     failed = true;
-                    results.push(refusal);
+                    results.push(refusal.to_string());
                 }
             }
         }
@@ -613,24 +632,22 @@ impl<H: TurnHost> Turn<H> {
     }
 
     /// Parses and checks one call through the host; a refusal becomes the model's text.
-    async fn prepare(&self, call: &ToolCall) -> Result<(PreparedCall, Value), String> {
+    async fn prepare(&self, call: &ToolCall) -> Result<(PreparedCall, Value), Unprepared> {
         let arguments: Value = if call.arguments.trim().is_empty() {
             Value::Object(serde_json::Map::new())
         } else {
-            serde_json::from_str(&call.arguments).map_err(|err| {
-                format!(
-                    "the arguments of {} are not valid JSON ({err}); send a JSON object",
-                    call.name
-                )
+            serde_json::from_str(&call.arguments).map_err(|source| Unprepared::NotJson {
+                tool: call.name.clone(),
+                source,
             })?
         };
         match self.host.prepare(&call.name, &arguments).await {
             Some(Ok(ready)) => Ok((ready, arguments)),
             Some(Err(refusal)) => {
                 self.metrics.record_refusal(refusal.refusal(&call.name));
-                Err(refusal.to_string())
+                Err(Unprepared::Refused(refusal))
             }
-            None => Err("the session stopped".to_string()),
+            None => Err(Unprepared::SessionStopped),
         }
     }
 

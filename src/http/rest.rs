@@ -245,7 +245,8 @@ pub async fn import_session(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     // It creates a session, so the Origin rule of session creation applies.
     super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
-    let imported = crate::session::transfer::parse(&body).map_err(ApiError::BadRequest)?;
+    let imported = crate::session::transfer::parse(&body)
+        .map_err(|err| ApiError::BadRequest(err.to_string()))?;
     let row = app.sessions().import(&caller, imported).await?;
     let mut answer = json!(row);
     answer["session_id"] = json!(row.session_id);

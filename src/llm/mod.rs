@@ -115,6 +115,37 @@ pub struct ImageData {
     pub data: String,
 }
 
+/// Why bytes are not an image a model can be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// Over [`ImageData::MAX_BYTES`] (its size, when known before decoding).
+    #[error("{}", match bytes {
+        Some(bytes) => format!("the image is {bytes} bytes, over the limit of {} bytes", ImageData::MAX_BYTES),
+        None => format!("the image is over the limit of {} bytes", ImageData::MAX_BYTES),
+    })]
+    TooLarge {
+        /// Its size.
+        bytes: Option<usize>,
+    },
+    /// Its first bytes are none of the types taken.
+    #[error("not a PNG, JPEG, GIF or WebP image (by its first bytes)")]
+    NotAnImage,
+    /// A media type the APIs do not take.
+    #[error("mime {0:?} is not one of {list}", list = ImageData::MIME_TYPES.join(", "))]
+    UnknownMime(String),
+    /// The inline data does not decode.
+    #[error("data is not standard base64: {0}")]
+    NotBase64(base64::DecodeError),
+    /// The data is an image of another type than the one stated.
+    #[error("data is a {found} image, not {stated}")]
+    OtherType {
+        /// What the bytes are.
+        found: String,
+        /// What the caller said.
+        stated: String,
+    },
+}
+
 impl ImageData {
     /// The media types every API that takes images accepts.
     pub const MIME_TYPES: [&'static str; 4] =
@@ -129,17 +160,14 @@ impl ImageData {
 
     /// An image from a file's bytes; refused when it is too large or not a PNG, JPEG, GIF or
     /// WebP image.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ImageError> {
         use base64::Engine as _;
         if bytes.len() > Self::MAX_BYTES {
-            return Err(format!(
-                "the image is {} bytes, over the limit of {} bytes",
-                bytes.len(),
-                Self::MAX_BYTES
-            ));
+            return Err(ImageError::TooLarge {
+                bytes: Some(bytes.len()),
+            });
         }
-        let mime = Self::sniff_mime(bytes)
-            .ok_or("not a PNG, JPEG, GIF or WebP image (by its first bytes)")?;
+        let mime = Self::sniff_mime(bytes).ok_or(ImageError::NotAnImage)?;
         Ok(Self {
             mime: mime.to_string(),
             data: base64::engine::general_purpose::STANDARD.encode(bytes),
@@ -148,27 +176,24 @@ impl ImageData {
 
     /// An image sent inline as base64; refused unless `mime` is one the APIs take, `data`
     /// decodes, fits [`ImageData::MAX_BYTES`] and really is an image of that type.
-    pub fn from_base64(mime: &str, data: &str) -> Result<Self, String> {
+    pub fn from_base64(mime: &str, data: &str) -> Result<Self, ImageError> {
         use base64::Engine as _;
         if !Self::MIME_TYPES.contains(&mime) {
-            return Err(format!(
-                "mime {mime:?} is not one of {}",
-                Self::MIME_TYPES.join(", ")
-            ));
+            return Err(ImageError::UnknownMime(mime.to_string()));
         }
         // Checked before decoding, so an oversized image costs no allocation.
         if data.len() / 4 * 3 > Self::MAX_BYTES + 2 {
-            return Err(format!(
-                "the image is over the limit of {} bytes",
-                Self::MAX_BYTES
-            ));
+            return Err(ImageError::TooLarge { bytes: None });
         }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(data)
-            .map_err(|err| format!("data is not standard base64: {err}"))?;
+            .map_err(ImageError::NotBase64)?;
         let image = Self::from_bytes(&bytes)?;
         if image.mime != mime {
-            return Err(format!("data is a {} image, not {mime}", image.mime));
+            return Err(ImageError::OtherType {
+                found: image.mime,
+                stated: mime.to_string(),
+            });
         }
         Ok(image)
     }

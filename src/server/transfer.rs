@@ -22,7 +22,7 @@ impl Server {
 
     /// A new session of `user`'s from an export's JSON Lines; answers its id and a newline.
     pub async fn import_session(&self, user: Option<String>, body: &str) -> Result<String, String> {
-        let imported = crate::session::transfer::parse(body)?;
+        let imported = crate::session::transfer::parse(body).map_err(|err| err.to_string())?;
         let row = self
             .state
             .sessions()

@@ -290,7 +290,7 @@ impl Sessions {
                 .config
                 .profiles
                 .get(agent)
-                .map_err(SessionError::InvalidParams)?;
+                .map_err(|err| SessionError::InvalidParams(err.to_string()))?;
         }
         Ok(())
     }
@@ -536,7 +536,7 @@ impl Sessions {
                 })
                 .await
                 .map_err(|_| SessionError::ActorGone)?
-                .map_err(SessionError::InvalidParams)?;
+                .map_err(|err| SessionError::InvalidParams(err.to_string()))?;
             }
             Ok::<i64, SessionError>(last_seq)
         };

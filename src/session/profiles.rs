@@ -52,18 +52,14 @@ impl Profiles {
     }
 
     /// The profile `name`, or an error naming the ones there are.
-    pub fn get(&self, name: &str) -> Result<&AgentProfile, String> {
-        self.0.iter().find(|p| p.name == name).ok_or_else(|| {
-            if self.0.is_empty() {
-                format!("unknown agent {name:?}: no [[agents]] profiles are configured")
-            } else {
-                let names: Vec<&str> = self.0.iter().map(|p| p.name.as_str()).collect();
-                format!(
-                    "unknown agent {name:?}; the configured profiles are {}",
-                    names.join(", ")
-                )
-            }
-        })
+    pub fn get(&self, name: &str) -> Result<&AgentProfile, UnknownProfile> {
+        self.0
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| UnknownProfile {
+                name: name.to_string(),
+                configured: self.0.iter().map(|p| p.name.clone()).collect(),
+            })
     }
 
     /// Every profile, for `agent/list`.
@@ -84,9 +80,38 @@ impl Profiles {
     }
 }
 
+/// A profile name `[[agents]]` does not have; it says which it has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown agent {name:?}{}", match configured.as_slice() {
+    [] => ": no [[agents]] profiles are configured".to_string(),
+    names => format!("; the configured profiles are {}", names.join(", ")),
+})]
+pub struct UnknownProfile {
+    /// The name asked for.
+    pub name: String,
+    /// The names there are.
+    pub configured: Vec<String>,
+}
+
+/// Why `[[agents]]` is refused at start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidProfile {
+    /// A name that is empty, too long, or of other characters.
+    #[error("agents: the name {0:?} must be 1 to 64 letters, digits, '-' or '_'")]
+    BadName(String),
+    /// Two profiles of one name.
+    #[error("agents: the name {0:?} is used twice")]
+    Twice(String),
+    /// A profile's policy with approval rules, which are server-wide.
+    #[error(
+        "agents {0:?}: tool_policy takes allow, deny and require_tags; approval rules (ask, commands) belong in [tool_policy]"
+    )]
+    ApprovalRules(String),
+}
+
 /// Checks `[[agents]]`: names present, unique, of letters, digits, `-` and `_`, at most 64
 /// characters; a policy without approval rules (those are server-wide).
-pub fn validate(profiles: &[AgentProfile]) -> Result<(), String> {
+pub fn validate(profiles: &[AgentProfile]) -> Result<(), InvalidProfile> {
     let mut seen = std::collections::HashSet::new();
     for profile in profiles {
         let name = &profile.name;
@@ -96,20 +121,15 @@ pub fn validate(profiles: &[AgentProfile]) -> Result<(), String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !well_formed {
-            return Err(format!(
-                "agents: the name {name:?} must be 1 to 64 letters, digits, '-' or '_'"
-            ));
+            return Err(InvalidProfile::BadName(name.clone()));
         }
         if !seen.insert(name.as_str()) {
-            return Err(format!("agents: the name {name:?} is used twice"));
+            return Err(InvalidProfile::Twice(name.clone()));
         }
         if let Some(policy) = &profile.tool_policy
             && (!policy.ask.is_empty() || !policy.commands.is_empty())
         {
-            return Err(format!(
-                "agents {name:?}: tool_policy takes allow, deny and require_tags; approval rules \
-                 (ask, commands) belong in [tool_policy]"
-            ));
+            return Err(InvalidProfile::ApprovalRules(name.clone()));
         }
     }
     Ok(())
@@ -142,11 +162,17 @@ mod tests {
     #[test]
     fn names_are_checked_and_lookups_name_the_choices() {
         assert!(validate(&[profile("reviewer"), profile("docs_writer-2")]).is_ok());
-        assert!(validate(&[profile("")]).unwrap_err().contains("1 to 64"));
+        assert!(
+            validate(&[profile("")])
+                .unwrap_err()
+                .to_string()
+                .contains("1 to 64")
+        );
         assert!(validate(&[profile("a b")]).is_err());
         assert!(
             validate(&[profile("x"), profile("x")])
                 .unwrap_err()
+                .to_string()
                 .contains("twice")
         );
         let mut asking = profile("asker");
@@ -154,15 +180,21 @@ mod tests {
             ask: vec!["shell".into()],
             ..ToolPolicy::default()
         });
-        assert!(validate(&[asking]).unwrap_err().contains("[tool_policy]"));
+        assert!(
+            validate(&[asking])
+                .unwrap_err()
+                .to_string()
+                .contains("[tool_policy]")
+        );
         let profiles = Profiles::new(vec![profile("reviewer")]);
         assert_eq!(profiles.get("reviewer").unwrap().name, "reviewer");
-        assert!(profiles.get("writer").unwrap_err().contains("reviewer"));
-        assert!(
-            Profiles::default()
-                .get("x")
-                .unwrap_err()
-                .contains("no [[agents]]")
+        assert_eq!(
+            profiles.get("writer").unwrap_err().to_string(),
+            "unknown agent \"writer\"; the configured profiles are reviewer"
+        );
+        assert_eq!(
+            Profiles::default().get("x").unwrap_err().to_string(),
+            "unknown agent \"x\": no [[agents]] profiles are configured"
         );
     }
 

@@ -187,25 +187,80 @@ impl Imported {
     }
 }
 
+/// Why a body is not an export this server reads; each names the line at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportFormatError {
+    /// Nothing but blank lines.
+    #[error("the body is empty; send the JSON Lines of an export")]
+    Empty,
+    /// A line does not parse as JSON.
+    #[error("line {line} is not JSON: {source}")]
+    NotJson {
+        /// Its number.
+        line: usize,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The first line is not the export's header.
+    #[error("line 1 must be the {{\"type\": \"session\"}} header of an export")]
+    NoHeader,
+    /// The header names a format version this server does not read.
+    #[error("line 1: version {0} is not one this server reads ({FORMAT_VERSION})")]
+    Version(Value),
+    /// A record of a known type lacks what it needs.
+    #[error("line {line}: {problem}")]
+    Incomplete {
+        /// Its number.
+        line: usize,
+        /// What it lacks.
+        problem: &'static str,
+    },
+    /// A cost row or task record that does not read as one.
+    #[error("line {line}: not a {what}: {source}")]
+    NotA {
+        /// Its number.
+        line: usize,
+        /// `cost row` or `task record`.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// One task is in the export twice.
+    #[error("line {line}: task {task_id} is in the export twice")]
+    DuplicateTask {
+        /// Its number.
+        line: usize,
+        /// The task.
+        task_id: String,
+    },
+    /// A record of a type exports do not have.
+    #[error(
+        "line {line}: unknown type {kind:?} (session, message, event, cost, task, checkpoint or blob)"
+    )]
+    UnknownType {
+        /// Its number.
+        line: usize,
+        /// The type it named, if any.
+        kind: Option<String>,
+    },
+}
+
 /// Reads an export; the error names the line and what is wrong with it.
-pub fn parse(body: &str) -> Result<Imported, String> {
+pub fn parse(body: &str) -> Result<Imported, ExportFormatError> {
     let mut lines = body
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
     let Some((_, first)) = lines.next() else {
-        return Err("the body is empty; send the JSON Lines of an export".into());
+        return Err(ExportFormatError::Empty);
     };
-    let header: Value =
-        serde_json::from_str(first).map_err(|err| format!("line 1 is not JSON: {err}"))?;
+    let header: Value = serde_json::from_str(first)
+        .map_err(|source| ExportFormatError::NotJson { line: 1, source })?;
     if header["type"] != "session" {
-        return Err("line 1 must be the {\"type\": \"session\"} header of an export".into());
+        return Err(ExportFormatError::NoHeader);
     }
     if header["version"].as_u64() != Some(FORMAT_VERSION) {
-        return Err(format!(
-            "line 1: version {} is not one this server reads ({FORMAT_VERSION})",
-            header["version"]
-        ));
+        return Err(ExportFormatError::Version(header["version"].clone()));
     }
     let text = |key: &str| header[key].as_str().map(str::to_string);
     let mut imported = Imported {
@@ -218,15 +273,22 @@ pub fn parse(body: &str) -> Result<Imported, String> {
     };
     for (index, line) in lines {
         let number = index + 1;
-        let mut value: Value = serde_json::from_str(line)
-            .map_err(|err| format!("line {number} is not JSON: {err}"))?;
+        let incomplete = |problem| ExportFormatError::Incomplete {
+            line: number,
+            problem,
+        };
+        let mut value: Value =
+            serde_json::from_str(line).map_err(|source| ExportFormatError::NotJson {
+                line: number,
+                source,
+            })?;
         match value["type"].as_str() {
             Some("message") => imported.messages.push(value["message"].take()),
             Some("event") => {
                 let method = value["method"]
                     .as_str()
                     .filter(|m| !m.is_empty())
-                    .ok_or_else(|| format!("line {number}: an event needs a method"))?
+                    .ok_or_else(|| incomplete("an event needs a method"))?
                     .to_string();
                 let created_at = value["created_at"]
                     .as_str()
@@ -234,29 +296,37 @@ pub fn parse(body: &str) -> Result<Imported, String> {
                         OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
                             .ok()
                     })
-                    .ok_or_else(|| format!("line {number}: created_at must be RFC 3339"))?;
+                    .ok_or_else(|| incomplete("created_at must be RFC 3339"))?;
                 imported
                     .events
                     .push((method, value["params"].take(), created_at));
             }
             Some("cost") => {
-                let row: CostRow = serde_json::from_value(value)
-                    .map_err(|err| format!("line {number}: not a cost row: {err}"))?;
+                let row: CostRow =
+                    serde_json::from_value(value).map_err(|source| ExportFormatError::NotA {
+                        line: number,
+                        what: "cost row",
+                        source,
+                    })?;
                 imported.costs.push(row);
             }
             Some("task") => {
-                let row: TaskRow = serde_json::from_value(value)
-                    .map_err(|err| format!("line {number}: not a task record: {err}"))?;
+                let row: TaskRow =
+                    serde_json::from_value(value).map_err(|source| ExportFormatError::NotA {
+                        line: number,
+                        what: "task record",
+                        source,
+                    })?;
                 let fresh = uuid::Uuid::new_v4().simple().to_string();
                 if imported
                     .task_ids
                     .insert(row.task_id.clone(), fresh)
                     .is_some()
                 {
-                    return Err(format!(
-                        "line {number}: task {} is in the export twice",
-                        row.task_id
-                    ));
+                    return Err(ExportFormatError::DuplicateTask {
+                        line: number,
+                        task_id: row.task_id,
+                    });
                 }
                 imported.tasks.push(row);
             }
@@ -265,18 +335,18 @@ pub fn parse(body: &str) -> Result<Imported, String> {
                 use base64::Engine as _;
                 let sha256 = value["sha256"]
                     .as_str()
-                    .ok_or_else(|| format!("line {number}: a blob needs its sha256"))?;
+                    .ok_or_else(|| incomplete("a blob needs its sha256"))?;
                 let data = value["data"]
                     .as_str()
                     .and_then(|data| base64::engine::general_purpose::STANDARD.decode(data).ok())
-                    .ok_or_else(|| format!("line {number}: a blob's data must be base64"))?;
+                    .ok_or_else(|| incomplete("a blob's data must be base64"))?;
                 imported.blobs.insert(sha256.to_string(), data);
             }
             other => {
-                return Err(format!(
-                    "line {number}: unknown type {other:?} (session, message, event, cost, task, \
-                     checkpoint or blob)"
-                ));
+                return Err(ExportFormatError::UnknownType {
+                    line: number,
+                    kind: other.map(str::to_string),
+                });
             }
         }
     }
@@ -365,17 +435,18 @@ mod tests {
         assert_eq!(tasks[0].state, TaskState::Failed);
         assert!(tasks[0].finished_at.is_some());
         let twice = format!("{body}{}\n", body.lines().last().unwrap());
-        assert!(parse(&twice).unwrap_err().contains("twice"));
+        assert!(parse(&twice).unwrap_err().to_string().contains("twice"));
         assert!(parse("").is_err());
         assert!(
             parse("{\"type\":\"event\"}")
                 .unwrap_err()
+                .to_string()
                 .contains("header")
         );
         let bad = format!(
             "{}{{\"type\":\"what\"}}\n",
             body.lines().next().unwrap().to_owned() + "\n"
         );
-        assert!(parse(&bad).unwrap_err().contains("line 2"));
+        assert!(parse(&bad).unwrap_err().to_string().contains("line 2"));
     }
 }

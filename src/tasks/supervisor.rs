@@ -41,7 +41,17 @@ pub(crate) struct ChildRunEnd {
     /// Which run of the child this was; a stale one is ignored.
     pub run: u64,
     /// The answer, or why it failed.
-    pub ending: Result<Option<String>, String>,
+    pub ending: Result<Option<String>, RunFailure>,
+}
+
+/// Why a sub-agent's run failed: its turn's error, as the turn reported it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct RunFailure {
+    /// The turn's error kind; `None` when the run ended without saying how.
+    pub kind: Option<crate::error_kind::ErrorKind>,
+    /// What it said.
+    pub message: String,
 }
 
 /// How a task ended.

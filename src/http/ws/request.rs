@@ -304,7 +304,7 @@ fn image_input(
     match (mime, data, path) {
         (Some(mime), Some(data), None) => ImageData::from_base64(mime, data)
             .map(ImageInput::Inline)
-            .map_err(refuse),
+            .map_err(|err| refuse(err.to_string())),
         (None, None, Some(path)) if !path.is_empty() => Ok(ImageInput::Path {
             path: path.to_string(),
         }),

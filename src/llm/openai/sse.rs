@@ -26,9 +26,20 @@ pub struct SseParser {
     has_data: bool,
 }
 
+/// Why a stream is not a server-sent event stream the parser takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SseError {
+    /// A line is not UTF-8.
+    #[error("a line is not UTF-8")]
+    NotUtf8,
+    /// One event grew past the cap.
+    #[error("an event exceeds {MAX_EVENT_BYTES} bytes")]
+    EventTooLarge,
+}
+
 impl SseParser {
     /// Feeds bytes; returns the events they complete.
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, SseError> {
         // Taken out so `line` can borrow `self` mutably; moving a Vec copies no bytes.
         let mut pending = std::mem::take(&mut self.pending);
         pending.extend_from_slice(bytes);
@@ -41,7 +52,7 @@ impl SseParser {
             let raw = pending[start..end]
                 .strip_suffix(b"\r")
                 .unwrap_or(&pending[start..end]);
-            let line = std::str::from_utf8(raw).map_err(|_| "a line is not UTF-8".to_string())?;
+            let line = std::str::from_utf8(raw).map_err(|_| SseError::NotUtf8)?;
             self.line(line, &mut events);
             start = end + 1;
             from = start;
@@ -51,7 +62,7 @@ impl SseParser {
         self.scanned = pending.len();
         self.pending = pending;
         if self.pending.len() + self.data.len() > MAX_EVENT_BYTES {
-            return Err(format!("an event exceeds {MAX_EVENT_BYTES} bytes"));
+            return Err(SseError::EventTooLarge);
         }
         Ok(events)
     }

@@ -196,7 +196,7 @@ impl SessionActor {
             Some(name) => Some(
                 self.profiles
                     .get(name)
-                    .map_err(|err| ToolError::model("unknown_agent_type", err))?
+                    .map_err(|err| ToolError::model("unknown_agent_type", err.to_string()))?
                     .clone(),
             ),
             None => None,
@@ -678,7 +678,7 @@ impl SessionActor {
                     agent_id: end.agent_id.clone(),
                     status: AgentState::Errored,
                     answer: None,
-                    error: Some(error.clone()),
+                    error: Some(error.message.clone()),
                     worktree: None,
                 },
                 if cancelled_on_request {
@@ -689,7 +689,7 @@ impl SessionActor {
                 Some(if cancelled_on_request {
                     "cancelled on request".to_string()
                 } else {
-                    error
+                    error.message
                 }),
             ),
         };

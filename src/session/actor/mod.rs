@@ -162,8 +162,8 @@ pub(crate) struct SessionActor {
     /// any later event, and sent to nobody until stored.
     unstored: Vec<(String, Value)>,
     write_health: Arc<crate::store::WriteHealth>,
-    /// The turn stopped because the store failed it (its events, or its history), and what
-    /// failed; it ends `storage_unavailable`, not `interrupted` or `internal`.
+    /// The turn stopped because the store refused its events, and why; it ends
+    /// `storage_unavailable`, not `interrupted`. (A turn whose history fails says so itself.)
     storage_cut_turn: Option<(String, &'static str)>,
     /// The model and reasoning effort the session chose; a turn may choose its own.
     choice: crate::session::ModelChoice,

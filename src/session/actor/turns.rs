@@ -135,7 +135,7 @@ impl SessionActor {
                     let bytes = workspace
                         .read(&rel, ImageData::MAX_BYTES as u64)
                         .map_err(|e| bad(e.to_string()))?;
-                    ImageData::from_bytes(&bytes).map_err(bad)
+                    ImageData::from_bytes(&bytes).map_err(|e| bad(e.to_string()))
                 }
             })
             .collect()
@@ -417,20 +417,8 @@ impl SessionActor {
             Ok(stored) => Ok(repair(model_view(stored))),
             Err(err) => {
                 tracing::error!(%err, "history unreadable");
-                self.storage_failed_turn();
                 Err(HistoryError::Unreadable(err))
             }
-        }
-    }
-
-    /// The store failed a read or write the running turn needs: the turn's error (which it
-    /// reports itself) is `storage_unavailable`, as for its events.
-    fn storage_failed_turn(&mut self) {
-        if let Some(turn) = &self.turn {
-            self.storage_cut_turn = Some((
-                turn.turn_id.clone(),
-                "the turn was stopped: its conversation could not be read or stored",
-            ));
         }
     }
 
@@ -472,7 +460,6 @@ impl SessionActor {
             Ok(_) => Ok(()),
             Err(err) => {
                 tracing::error!(%err, "history not persisted");
-                self.storage_failed_turn();
                 Err(HistoryError::Unstored(err))
             }
         }

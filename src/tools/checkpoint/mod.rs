@@ -262,7 +262,7 @@ impl Snapshot {
         workspace: &Workspace,
         store: &CheckpointStore,
         dry_run: bool,
-    ) -> Result<Vec<FileChange>, String> {
+    ) -> Result<Vec<FileChange>, RestoreError> {
         let now = Snapshot::take(workspace, Some(self), store);
         let changes = self.changes(&now);
         if dry_run {
@@ -270,27 +270,48 @@ impl Snapshot {
         }
         for change in &changes {
             let rel = Path::new(&change.path);
-            let outcome = match change.change {
+            let failed = |cause| RestoreError {
+                path: change.path.clone(),
+                cause,
+            };
+            match change.change {
                 "added" => workspace
                     .remove("session/revert", rel)
-                    .map_err(|err| err.to_string()),
+                    .map_err(|err| failed(RestoreCause::Workspace(err)))?,
                 _ => {
                     let hash = self.files[&change.path].hash;
-                    store
+                    let bytes = store
                         .get(&hash)
-                        .map_err(|err| format!("its checkpoint copy is gone ({err})"))
-                        .and_then(|bytes| {
-                            workspace
-                                .write("session/revert", rel, &bytes)
-                                .map(drop)
-                                .map_err(|err| err.to_string())
-                        })
+                        .map_err(|err| failed(RestoreCause::CopyGone(err)))?;
+                    workspace
+                        .write("session/revert", rel, &bytes)
+                        .map_err(|err| failed(RestoreCause::Workspace(err)))?;
                 }
-            };
-            outcome.map_err(|err| format!("{}: {err}", change.path))?;
+            }
         }
         Ok(changes)
     }
+}
+
+/// Where a restore stopped: the file, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {cause}")]
+pub struct RestoreError {
+    /// The file, relative to the workspace root.
+    pub path: String,
+    /// Why it could not be put back.
+    pub cause: RestoreCause,
+}
+
+/// Why one file could not be put back.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreCause {
+    /// The workspace refused the write or removal.
+    #[error("{0}")]
+    Workspace(crate::fs_safe::FsError),
+    /// The stored copy of its contents is gone.
+    #[error("its checkpoint copy is gone ({0})")]
+    CopyGone(std::io::Error),
 }
 
 fn change(path: &str, change: &'static str) -> FileChange {

@@ -58,6 +58,29 @@ pub struct Collected {
     pub bytes_kept: u64,
 }
 
+/// Why an export's checkpoints are refused; nothing of them was written.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointImportError {
+    /// A manifest that does not read as one.
+    #[error("a checkpoint is not one this server reads: {0}")]
+    Unreadable(serde_json::Error),
+    /// A manifest of another format version.
+    #[error("checkpoint version {0} is not {MANIFEST_VERSION}")]
+    Version(u32),
+    /// A manifest naming contents by something that is not a SHA-256.
+    #[error("{0:?} is no SHA-256")]
+    NoHash(String),
+    /// A manifest naming contents neither the export nor the store has.
+    #[error("checkpoint {0} names contents the export lacks")]
+    Lacking(String),
+    /// Contents whose bytes do not hash to their name.
+    #[error("checkpoint contents {0} do not match their SHA-256")]
+    Forged(String),
+    /// The checkpoint directory refused a write.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
 impl CheckpointStore {
     /// The store at `root`, created if missing.
     pub fn open(root: &Path, limits: Limits) -> std::io::Result<Self> {
@@ -220,44 +243,37 @@ impl CheckpointStore {
         session_id: &str,
         manifests: &[serde_json::Value],
         blobs: &std::collections::HashMap<String, Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CheckpointImportError> {
+        use CheckpointImportError as Refused;
         let mut read = Vec::new();
         for value in manifests {
-            let manifest: Manifest = serde_json::from_value(value.clone())
-                .map_err(|err| format!("a checkpoint is not one this server reads: {err}"))?;
+            let manifest: Manifest =
+                serde_json::from_value(value.clone()).map_err(Refused::Unreadable)?;
             if manifest.version != MANIFEST_VERSION {
-                return Err(format!(
-                    "checkpoint version {} is not {MANIFEST_VERSION}",
-                    manifest.version
-                ));
+                return Err(Refused::Version(manifest.version));
             }
             for file in &manifest.files {
-                let hash = unhex(&file.1).ok_or_else(|| format!("{:?} is no SHA-256", file.1))?;
+                let hash = unhex(&file.1).ok_or_else(|| Refused::NoHash(file.1.clone()))?;
                 if !blobs.contains_key(&file.1) && !self.blob_path(&hash).exists() {
-                    return Err(format!(
-                        "checkpoint {} names contents the export lacks",
-                        manifest.name
-                    ));
+                    return Err(Refused::Lacking(manifest.name.clone()));
                 }
             }
             read.push(manifest);
         }
         for (name, bytes) in blobs {
             if hex(&Sha256::digest(bytes).into()) != *name {
-                return Err(format!(
-                    "checkpoint contents {name} do not match their SHA-256"
-                ));
+                return Err(Refused::Forged(name.clone()));
             }
         }
         for bytes in blobs.values() {
-            self.put(bytes).map_err(|err| err.to_string())?;
+            self.put(bytes)?;
         }
         let dir = self.session_dir(session_id);
-        std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
+        std::fs::create_dir_all(&dir)?;
         for manifest in read {
-            let text = serde_json::to_vec(&manifest).map_err(|err| err.to_string())?;
+            let text = serde_json::to_vec(&manifest).map_err(std::io::Error::other)?;
             let path = dir.join(format!("{}.json", file_name(&manifest.name)));
-            write_atomically(&dir, &path, &text).map_err(|err| err.to_string())?;
+            write_atomically(&dir, &path, &text)?;
         }
         Ok(())
     }
