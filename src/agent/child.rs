@@ -13,7 +13,7 @@ use super::call::{CallHost, EventSink, Spawn};
 use super::compaction::Compacted;
 use super::context::{cap_text, repair};
 use super::event::SessionEvent;
-use super::{ActorLink, HistoryError, TurnHost};
+use super::{HistoryError, TurnHost};
 use crate::llm::ChatMessage;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::RunFailure;
@@ -42,7 +42,7 @@ struct RunRecord {
 }
 
 /// One child agent's state that outlives its runs.
-pub(crate) struct ChildHost {
+pub(crate) struct ChildHost<P> {
     /// The sub-agent prompt, then its profile's instructions.
     system: String,
     agent_id: String,
@@ -59,7 +59,7 @@ pub(crate) struct ChildHost {
     /// The child's own Safe/Exclusive rule for its batches.
     exclusivity: Arc<RwLock<()>>,
     /// The parent session's actor, whose clients decide the child's approvals.
-    parent: ActorLink,
+    parent: P,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,7 +68,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl ChildHost {
+impl<P: CallHost> ChildHost<P> {
     /// A child with no history yet, writing its transcript to `transcript` and reporting its
     /// output on `reports`.
     pub(crate) fn new(
@@ -77,7 +77,7 @@ impl ChildHost {
         transcript: OutputSpool,
         journal: HistoryJournal,
         reports: mpsc::Sender<TaskReport>,
-        parent: ActorLink,
+        parent: P,
         instructions: Option<String>,
     ) -> Self {
         let system = match instructions {
@@ -171,7 +171,7 @@ fn first_line(text: &str) -> String {
     cap_text(text.lines().next().unwrap_or_default(), TRANSCRIPT_PREVIEW)
 }
 
-impl EventSink for ChildHost {
+impl<P: CallHost> EventSink for ChildHost<P> {
     async fn tool_event(&self, event: ToolEvent) {
         match event {
             ToolEvent::Output { text, .. } => self.write(&text).await,
@@ -186,7 +186,7 @@ impl EventSink for ChildHost {
     }
 }
 
-impl CallHost for ChildHost {
+impl<P: CallHost> CallHost for ChildHost<P> {
     async fn emit(&self, event: SessionEvent) {
         let line = match event {
             SessionEvent::MessageCompleted { text, .. } => {
@@ -250,7 +250,7 @@ impl CallHost for ChildHost {
     }
 }
 
-impl TurnHost for ChildHost {
+impl<P: CallHost + 'static> TurnHost for ChildHost<P> {
     fn system_prompt(&self) -> &str {
         &self.system
     }

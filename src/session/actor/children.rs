@@ -16,11 +16,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::SessionActor;
+use super::link::ActorLink;
+use crate::agent::AgentSettings;
 use crate::agent::child::{ChildHost, HistoryJournal};
 use crate::agent::event::TaskUpdate;
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
-use crate::agent::{ActorLink, AgentSettings};
 use crate::session::SessionError;
 use crate::session::worktree::Git;
 use crate::store::{TaskRow, TaskState};
@@ -38,7 +39,7 @@ const CHILD_EXCLUDED: &[&str] = &["group:delegated", "group:sessions"];
 
 /// One open child of the session.
 pub(super) struct ChildAgent {
-    host: Arc<ChildHost>,
+    host: Arc<ChildHost<ActorLink>>,
     settings: Arc<AgentSettings>,
     status: watch::Sender<AgentStatus>,
     /// Counts runs, so the end of a run that was superseded is ignored.

@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use super::SessionActor;
+use super::link::{ActorLink, TurnRequest};
 use crate::agent::call::{self, Call};
 use crate::agent::ledger::CostLabels;
-use crate::agent::{ActorLink, TurnRequest};
 use crate::session::{InvokeOptions, InvokeResult, ReplyTx, SessionError, SessionReply};
 use crate::tools::ToolResult;
 

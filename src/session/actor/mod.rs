@@ -3,6 +3,7 @@
 //!
 //! - [`events`](self::events): committing and streaming events, `tools/changed`, tool events.
 //! - [`invoke`](self::invoke): a client's `tool/invoke`, through the one call path.
+//! - [`link`](self::link): what a running turn or call asks of the actor, and the host that asks it.
 //! - [`tasks`](self::tasks): background tasks, from start to `turn/spawn_complete`.
 //! - [`turns`](self::turns): starting a turn and serving what it asks.
 //! - [`children`](self::children): sub-agents.
@@ -12,6 +13,7 @@ mod approvals;
 pub(crate) mod children;
 mod events;
 mod invoke;
+pub(crate) mod link;
 mod mcp;
 mod tasks;
 mod turns;
@@ -27,13 +29,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use self::link::TurnRequest;
 use super::{
     Command, InvokeOptions, ModelChoice, ReplyTx, SessionError, SessionMcp, SessionReply,
     SessionRequest, TurnStart, Watcher,
 };
 use crate::agent::call::CallScope;
 use crate::agent::ledger::{CostLabels, Ledger};
-use crate::agent::{AgentSettings, SessionEvent, TurnRequest};
+use crate::agent::{AgentSettings, SessionEvent};
 use crate::llm::ChatMessage;
 use crate::llm::pricing::Pricing;
 use crate::metrics::Metrics;

@@ -6,13 +6,14 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
+use super::link::{ActorLink, TurnRequest};
 use super::{RunningTurn, SessionActor};
 use crate::agent::compaction::{Compacted, Compaction, model_view};
 use crate::agent::context::repair;
 use crate::agent::event::{SessionEvent, ToolCompleted};
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
-use crate::agent::{ActorLink, HistoryError, TurnHost, TurnRequest};
+use crate::agent::{HistoryError, TurnHost};
 use crate::error_kind::ErrorKind;
 use crate::llm::ChatMessage;
 use crate::session::{ReplyTx, SessionError, SessionReply};
