@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Command, ReplyTx, SessionError, SessionHandle, SessionRequest};
+use super::{Command, ReplyTx, SessionError, SessionHandle, SessionReply, SessionRequest};
 
 /// The body of a forwarded request.
 #[derive(Debug, Serialize, Deserialize)]
@@ -36,13 +36,18 @@ impl Relay {
         }
     }
 
-    /// Answers the asker with the owner's reply, as the owner serialised it.
-    pub(crate) fn answer(self, outcome: Result<Value, SessionError>) {
+    /// Answers the asker.
+    pub(crate) fn answer(self, outcome: Result<SessionReply, SessionError>) {
+        let _ = self.reply.send(outcome);
+    }
+
+    /// Answers the asker with the owner's reply, as the owner's node serialised it.
+    pub(crate) fn answer_wire(self, outcome: Result<Value, SessionError>) {
         let reply = outcome.and_then(|value| {
             serde_json::from_value(value)
                 .map_err(|err| SessionError::remote("internal", format!("owner's answer: {err}")))
         });
-        let _ = self.reply.send(reply);
+        self.answer(reply);
     }
 }
 

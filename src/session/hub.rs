@@ -1216,7 +1216,7 @@ impl Sessions {
         for _ in 0..3 {
             let url = match self.route(session_id).await {
                 Ok(Route::Local(handle)) => {
-                    let outcome = super::forwarding::run(&handle, relay.call.clone()).await;
+                    let outcome = handle.request(relay.call.clone()).await;
                     let seq = match self.inner.store.get_session(session_id).await {
                         Ok(Some(row)) => row.last_seq,
                         _ => 0,
@@ -1239,7 +1239,7 @@ impl Sessions {
                     settle(seq).await;
                     let outcome = outcome
                         .map_err(|refused| SessionError::remote(&refused.kind, refused.message));
-                    return relay.answer(outcome);
+                    return relay.answer_wire(outcome);
                 }
                 Err(Undelivered::NotOwner) => {}
                 Err(Undelivered::Unreachable(err)) => {

@@ -591,14 +591,15 @@ impl SessionHandle {
         choice: ModelChoice,
         traceparent: Option<String>,
     ) -> Result<String, SessionError> {
-        let start = TurnStart {
+        let request = SessionRequest::StartTurn {
             input,
             images,
             turn_id,
-            choice,
+            model: choice.model,
             traceparent,
+            reasoning_effort: choice.reasoning_effort,
         };
-        self.expect(SessionRequest::start_turn(start), |reply| match reply {
+        self.expect(request, |reply| match reply {
             SessionReply::TurnStarted(turn_id) => Ok(turn_id),
             other => Err(other),
         })
@@ -651,38 +652,6 @@ impl SessionHandle {
         .await
     }
 
-    /// Summarises the older conversation now (see [`crate::agent::compaction`]); refused
-    /// while a turn runs. Answers after `session/compacted` was sent.
-    pub async fn compact(&self) -> Result<crate::agent::compaction::CompactionStats, SessionError> {
-        self.expect(SessionRequest::Compact, |reply| match reply {
-            SessionReply::Compacted(stats) => Ok(stats),
-            other => Err(other),
-        })
-        .await
-    }
-
-    /// Puts the workspace back as it was before the turn `turn_id` (see
-    /// [`crate::tools::checkpoint`]); answers `{files: [{path, change}]}`, what was (or with
-    /// `dry_run`, would be) undone. Files changed since the session's last turn ended are a
-    /// conflict that refuses the revert unless `force`.
-    pub async fn revert(
-        &self,
-        turn_id: String,
-        dry_run: bool,
-        force: bool,
-    ) -> Result<Value, SessionError> {
-        let request = SessionRequest::Revert {
-            turn_id,
-            dry_run,
-            force,
-        };
-        self.expect(request, |reply| match reply {
-            SessionReply::Reverted(files) => Ok(files),
-            other => Err(other),
-        })
-        .await
-    }
-
     /// Adds `input` to the running turn `turn_id`, read before its next model request.
     pub async fn steer(&self, turn_id: String, input: String) -> Result<(), SessionError> {
         self.expect_done(SessionRequest::Steer { turn_id, input })
@@ -700,19 +669,6 @@ impl SessionHandle {
             approval_id,
             decision,
             message,
-        })
-        .await
-    }
-
-    /// Delivers the user's answers to a pending `request_user_input`.
-    pub async fn respond_user_input(
-        &self,
-        request_id: String,
-        answers: Value,
-    ) -> Result<(), SessionError> {
-        self.expect_done(SessionRequest::RespondUserInput {
-            request_id,
-            answers,
         })
         .await
     }

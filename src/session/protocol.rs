@@ -7,7 +7,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::TurnStart;
 use super::{ImageInput, InvokeOptions, InvokeResult, ModelChoice, SessionError, SessionView};
 use crate::agent::approval::Decision;
 use crate::agent::compaction::CompactionStats;
@@ -70,9 +69,14 @@ pub enum SessionRequest {
         /// The input.
         input: String,
     },
-    /// `session/compact`.
+    /// `session/compact`: summarises the older conversation now (see
+    /// [`crate::agent::compaction`]); refused while a turn runs, answered after
+    /// `session/compacted` was sent.
     Compact,
-    /// `session/revert`.
+    /// `session/revert`: puts the workspace back as it was before the turn `turn_id` (see
+    /// [`crate::tools::checkpoint`]), answering `{files: [{path, change}]}`, what was (or with
+    /// `dry_run`, would be) undone. Files changed since the session's last turn ended are a
+    /// conflict that refuses it unless `force`.
     Revert {
         /// The turn whose start the workspace goes back to.
         turn_id: String,
@@ -91,7 +95,7 @@ pub enum SessionRequest {
         /// Words for the model with a decline.
         message: Option<String>,
     },
-    /// `user_input/respond`.
+    /// `user_input/respond`: the user's answers to a pending `request_user_input`.
     RespondUserInput {
         /// The question.
         request_id: String,
@@ -138,18 +142,6 @@ impl SessionRequest {
             tool_call_id: options.tool_call_id,
             skip_approval: options.skip_approval,
             cancel: options.cancel,
-        }
-    }
-
-    /// A `StartTurn` of `start`.
-    pub(crate) fn start_turn(start: TurnStart) -> Self {
-        Self::StartTurn {
-            input: start.input,
-            images: start.images,
-            turn_id: start.turn_id,
-            model: start.choice.model,
-            traceparent: start.traceparent,
-            reasoning_effort: start.choice.reasoning_effort,
         }
     }
 

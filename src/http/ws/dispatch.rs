@@ -10,7 +10,7 @@ use super::request::{InvokeParams, Request, SessionParams, TaskParams};
 use super::rpc::{RequestId, RpcError, answer};
 use super::tasks::cancel_task;
 use crate::error_kind::ErrorKind;
-use crate::session::{Outbound, SessionHandle, SessionReply, SessionRequest};
+use crate::session::{Outbound, SessionReply, SessionRequest};
 
 /// How a request was handled.
 pub(super) enum Dispatched {
@@ -233,24 +233,15 @@ impl Connection {
     /// Sends `request` to the session; its reply is the method's result, answered through the
     /// session's live queue.
     async fn session_request(&mut self, session_id: &str, request: SessionRequest) -> Dispatched {
-        self.with_session(session_id, |handle| async move {
-            handle
-                .request(request)
-                .await
-                .map(SessionReply::into_wire)
-                .map_err(RpcError::from)
-        })
-        .await
-    }
-
-    /// Runs `action` on the session, answering through its live queue.
-    async fn with_session<F, Fut>(&mut self, session_id: &str, action: F) -> Dispatched
-    where
-        F: FnOnce(SessionHandle) -> Fut,
-        Fut: std::future::Future<Output = Result<Value, RpcError>>,
-    {
         match self.attachment(session_id).await {
-            Ok((handle, live)) => Dispatched::Now(action(handle).await, Some(live)),
+            Ok((handle, live)) => {
+                let outcome = handle
+                    .request(request)
+                    .await
+                    .map(SessionReply::into_wire)
+                    .map_err(RpcError::from);
+                Dispatched::Now(outcome, Some(live))
+            }
             Err(err) => Dispatched::Now(Err(err.into()), None),
         }
     }

@@ -83,7 +83,8 @@ pub struct BuiltinDeps {
     pub workspace: Arc<Workspace>,
     /// What they may do beyond it.
     pub permissions: ToolPermissions,
-    /// The model; without one, the tools that need it are left out (see [`needing_model`]).
+    /// The model; without one, the tools that need it are left out ([`metas`] still lists
+    /// them).
     pub model: Option<BuiltinModel>,
 }
 
@@ -142,7 +143,7 @@ pub fn all(deps: &BuiltinDeps) -> Vec<Arc<dyn Tool>> {
 
 /// What the built-ins [`all`] leaves out without a model: the sub-agent tools and
 /// run_pipeline. The contract still lists them, as `unsupported`.
-pub fn needing_model() -> Vec<ToolMeta> {
+fn needing_model() -> Vec<ToolMeta> {
     let mut metas: Vec<ToolMeta> = agents::tools()
         .iter()
         .map(|tool| tool.meta().clone())
@@ -152,7 +153,7 @@ pub fn needing_model() -> Vec<ToolMeta> {
 }
 
 /// The tool the registry shows while something is deferred.
-pub fn deferral_tool() -> (&'static str, DeferralToolFactory) {
+fn deferral_tool() -> (&'static str, DeferralToolFactory) {
     ("activate_tools", discovery::ActivateTools::factory())
 }
 
@@ -187,18 +188,17 @@ pub fn registry(deps: &BuiltinDeps) -> Result<ToolRegistry, RegistryError> {
     Ok(registry)
 }
 
-/// [`registry`] over a workspace at `cwd`, with no model.
-pub fn with_builtins(
-    cwd: &Path,
-    permissions: &ToolPermissions,
-) -> Result<ToolRegistry, RegistryError> {
-    registry(&BuiltinDeps::at(cwd, permissions))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tools::{ConcurrencyClass, ToolContext, ToolState};
+
+    fn with_builtins(
+        cwd: &Path,
+        permissions: &ToolPermissions,
+    ) -> Result<ToolRegistry, RegistryError> {
+        registry(&BuiltinDeps::at(cwd, permissions))
+    }
 
     /// Tools whose calls only read; everything else writes, runs processes or keeps state.
     const SAFE: &[&str] = &[
