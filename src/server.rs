@@ -414,7 +414,7 @@ impl Server {
         } else {
             store::connect(&url).await?
         };
-        let (store, cluster) = if config.cluster.enabled {
+        let (store, writer, cluster) = if config.cluster.enabled {
             // Each actor writes through its own fence; other nodes' tasks are theirs to end.
             let settings = crate::cluster::ClusterSettings {
                 node_id: config.cluster.node_id(),
@@ -425,23 +425,27 @@ impl Server {
             };
             let cluster = crate::cluster::Cluster::join(
                 settings,
-                Arc::clone(&connected),
                 Arc::clone(&metrics),
                 cancel.clone(),
                 &tracker,
             )
             .await?;
-            (connected, Some(cluster))
+            let writer: Arc<dyn store::Writer> = connected.clone();
+            (connected, writer, Some(cluster))
         } else {
-            let store = store::journal::GroupCommit::wrap(connected, metrics.event_batches.clone());
-            let failed = store
+            let failed = connected
                 .fail_running_tasks("agentd stopped while the task was running")
                 .await?;
             if failed > 0 {
                 tracing::warn!(failed, "tasks left running by the last stop marked failed");
             }
-            end_open_work(store.as_ref(), &metrics).await?;
-            (store, None)
+            end_open_work(connected.as_ref(), &metrics).await?;
+            let writer = store::journal::GroupCommit::wrap(
+                connected.clone(),
+                connected.backend(),
+                metrics.event_batches.clone(),
+            );
+            (connected, writer, None)
         };
         let agent = agent_settings(&config, &metrics)?;
         for profile in &config.agents {
@@ -482,6 +486,7 @@ impl Server {
         })?;
         let sessions = Sessions::new(
             Arc::clone(&store),
+            writer,
             base,
             SessionsConfig {
                 workspace: config.server.workspace.clone(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::llm::Usage;
 use crate::llm::pricing::{CallCost, Pricing};
 use crate::metrics::Metrics;
-use crate::store::{CostRow, Store, timestamp_now};
+use crate::store::{CostRow, Store, Writer, timestamp_now};
 
 /// How a cost row is labelled in the session's ledger.
 #[derive(Debug, Clone)]
@@ -55,6 +55,7 @@ impl std::fmt::Display for OverBudget {
 #[derive(Clone)]
 pub(crate) struct Ledger {
     store: Arc<dyn Store>,
+    writer: Arc<dyn Writer>,
     session_id: Arc<str>,
     metrics: Arc<Metrics>,
     pricing: Pricing,
@@ -80,9 +81,11 @@ impl std::fmt::Debug for Ledger {
 }
 
 impl Ledger {
-    /// The ledger of `session_id`, capped at `cap_usd` when given.
+    /// The ledger of `session_id`, reading rows from `store` and writing them through
+    /// `writer`, capped at `cap_usd` when given.
     pub(crate) fn new(
         store: Arc<dyn Store>,
+        writer: Arc<dyn Writer>,
         session_id: Arc<str>,
         metrics: Arc<Metrics>,
         pricing: Pricing,
@@ -90,6 +93,7 @@ impl Ledger {
     ) -> Self {
         Self {
             store,
+            writer,
             session_id,
             metrics,
             pricing,
@@ -303,7 +307,7 @@ impl Ledger {
     async fn insert(&self, row: &CostRow) {
         let earlier = std::mem::take(&mut *self.unsaved());
         for row in earlier.iter().chain(std::iter::once(row)) {
-            if let Err(err) = self.store.insert_cost_row(row).await {
+            if let Err(err) = self.writer.insert_cost_row(row).await {
                 tracing::error!(%err, "cost row not stored yet; it is kept and written again with the next");
                 self.unsaved().push(row.clone());
             }

@@ -3,7 +3,7 @@
 //!
 //! - **One owner per session.** A session's actor runs on the node holding its lease (a row of
 //!   `session_leases`, renewed here every third of `lease_secs`). Every write of the actor
-//!   carries the lease's epoch ([`fenced::FencedStore`]), and a takeover bumps it, so an owner
+//!   carries the lease's epoch ([`fenced::FencedWriter`]), and a takeover bumps it, so an owner
 //!   that was paused and comes back cannot write a thing.
 //! - **Any node serves any client.** A node's clients watch a session through its follower
 //!   (`session::follower`), which reads the events from the table when a `NOTIFY` says there
@@ -16,6 +16,10 @@
 
 pub mod fenced;
 pub mod forward;
+pub mod lease;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,9 +32,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::fenced::{EVENTS_CHANNEL, FencedWriter};
+pub use self::lease::Lease;
 use crate::metrics::Metrics;
 use crate::secret::Secret;
-use crate::store::{EVENTS_CHANNEL, Lease, Store, StoreError, StoreResult, db_error};
+use crate::store::{StoreError, StoreResult, Writer, db_error};
+
+/// Connections to the shared database: the sessions' fenced writes, leases, heartbeats.
+const POOL_CONNECTIONS: u32 = 8;
 
 /// Who holds a session's lease now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +95,6 @@ pub struct Cluster {
     advertise_url: String,
     ttl: Duration,
     secret: Secret,
-    store: Arc<dyn Store>,
     pool: PgPool,
     http: reqwest::Client,
     metrics: Arc<Metrics>,
@@ -113,14 +121,13 @@ impl Cluster {
     /// notices in the background until `cancel`.
     pub async fn join(
         settings: ClusterSettings,
-        store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         cancel: CancellationToken,
         tracker: &TaskTracker,
     ) -> StoreResult<Arc<Self>> {
         let options = crate::store::postgres::parse_url(&settings.database_url)?;
         let pool = PgPoolOptions::new()
-            .max_connections(4)
+            .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await
@@ -134,7 +141,6 @@ impl Cluster {
             advertise_url: settings.advertise_url.trim_end_matches('/').to_string(),
             ttl: settings.lease_ttl,
             secret: settings.secret,
-            store,
             pool,
             http,
             metrics,
@@ -214,7 +220,7 @@ impl Cluster {
                 .map(|held| held.lease.clone())
                 .collect();
             for lease in leases {
-                match self.store.renew_lease(&lease, self.ttl).await {
+                match lease::renew(&self.pool, &lease, self.ttl).await {
                     Ok(Some(renewed)) => {
                         if let Some(held) = lock(&self.held).get_mut(&lease.session_id) {
                             held.lease = renewed;
@@ -317,9 +323,30 @@ impl Cluster {
         if self.is_draining() {
             return Ok(None);
         }
-        self.store
-            .acquire_lease(session_id, &self.node_id, self.ttl)
-            .await
+        lease::acquire(&self.pool, session_id, &self.node_id, self.ttl).await
+    }
+
+    /// The writer of the session `lease` is for: refused, and `lost` fired, once the lease is
+    /// taken over.
+    pub(crate) fn writer(&self, lease: &Lease, lost: CancellationToken) -> Arc<dyn Writer> {
+        FencedWriter::for_lease(
+            self.pool.clone(),
+            lease,
+            lost,
+            self.metrics.cluster_fenced_writes.clone(),
+        )
+    }
+
+    /// The current lease of `session_id`, lapsed or not.
+    pub async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>> {
+        lease::current(&self.pool, session_id).await
+    }
+
+    /// Lets go of a lease taken but never held (its session turned out not to exist).
+    pub(crate) async fn let_go(&self, taken: &Lease) {
+        if let Err(err) = lease::release(&self.pool, taken).await {
+            tracing::warn!(%err, session_id = %taken.session_id, "lease not released; it lapses by itself");
+        }
     }
 
     /// Keeps `lease` renewed until [`Self::release`]; `stop` ends its actor if it is lost.
@@ -344,7 +371,7 @@ impl Cluster {
         };
         self.count_held();
         if let Some(held) = held
-            && let Err(err) = self.store.release_lease(&held.lease).await
+            && let Err(err) = lease::release(&self.pool, &held.lease).await
         {
             tracing::warn!(%err, %session_id, "lease not released; it lapses by itself");
         }
@@ -359,7 +386,7 @@ impl Cluster {
 
     /// Who holds `session_id` now.
     pub async fn owner(&self, session_id: &str) -> StoreResult<Owner> {
-        let Some(lease) = self.store.lease(session_id).await? else {
+        let Some(lease) = self.lease(session_id).await? else {
             return Ok(Owner::Nobody { lost: false });
         };
         if lease.expires_at <= OffsetDateTime::now_utc() {

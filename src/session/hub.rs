@@ -18,13 +18,13 @@ use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::forwarding::Relay;
 use super::quota::SessionQuota;
 use super::{Caller, Command, InflightCalls, SessionError, SessionHandle, open_work};
-use crate::cluster::fenced::FencedStore;
+use crate::cluster::Lease;
 use crate::cluster::forward::Undelivered;
 use crate::cluster::{Cluster, Owner};
 use crate::fs_safe::{self, RootPath};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
-use crate::store::{Lease, NewSession, SessionRow, Store};
+use crate::store::{NewSession, SessionRow, Store, Writer};
 use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace, builtin};
 
 /// The coding-tool contract this server implements.
@@ -84,6 +84,8 @@ struct Live {
 
 struct Inner {
     store: Arc<dyn Store>,
+    /// Where the sessions' work is written (group-committed), outside cluster mode.
+    writer: Arc<dyn Writer>,
     base: Arc<ToolRegistry>,
     config: SessionsConfig,
     metrics: Arc<Metrics>,
@@ -115,9 +117,11 @@ impl std::fmt::Debug for Sessions {
 const TITLE_MAX_CHARS: usize = 200;
 
 impl Sessions {
-    /// A directory over `store`, giving each session a snapshot of `base`.
+    /// A directory over `store`, whose sessions write through `writer`, giving each session a
+    /// snapshot of `base`.
     pub fn new(
         store: Arc<dyn Store>,
+        writer: Arc<dyn Writer>,
         base: Arc<ToolRegistry>,
         config: SessionsConfig,
         metrics: Arc<Metrics>,
@@ -127,6 +131,7 @@ impl Sessions {
         Self {
             inner: Arc::new(Inner {
                 store,
+                writer,
                 base,
                 unsupported: config.unsupported.clone().into(),
                 write_health: Arc::default(),
@@ -851,24 +856,20 @@ impl Sessions {
         let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight, Arc::clone(&mcp));
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed);
         let cancel = self.inner.cancel.child_token();
-        let (store, epoch) = match (owned, &self.inner.config.cluster) {
+        let (writer, epoch) = match (owned, &self.inner.config.cluster) {
             (Some(lease), Some(cluster)) => {
-                let store = FencedStore::wrap(
-                    Arc::clone(&self.inner.store),
-                    &lease,
-                    cancel.clone(),
-                    self.inner.metrics.cluster_fenced_writes.clone(),
-                );
+                let writer = cluster.writer(&lease, cancel.clone());
                 let epoch = lease.epoch;
                 cluster.hold(lease, cancel.clone());
-                (store, Some(epoch))
+                (writer, Some(epoch))
             }
-            _ => (Arc::clone(&self.inner.store), None),
+            _ => (Arc::clone(&self.inner.writer), None),
         };
         let actor = SessionActor::new(ActorSetup {
             checkpoints: self.inner.config.checkpoints.clone(),
             session_id,
-            store,
+            store: Arc::clone(&self.inner.store),
+            writer,
             registry,
             last_seq: row.last_seq,
             idle_unload: self.inner.config.idle_unload,
@@ -1088,7 +1089,7 @@ impl Sessions {
         };
         // Read after the lease is ours: the lost owner's last commit is in it.
         let Some(row) = self.inner.store.get_session(session_id).await? else {
-            let _ = self.inner.store.release_lease(&lease).await;
+            cluster.let_go(&lease).await;
             return Err(SessionError::UnknownSession(session_id.to_string()));
         };
         let mut row = row;
@@ -1244,7 +1245,7 @@ impl Sessions {
                 Err(Undelivered::NotOwner) => {}
                 Err(Undelivered::Unreachable(err)) => {
                     tracing::warn!(%err, %url, %session_id, "owner unreachable; waiting for its lease");
-                    if let Ok(Some(lease)) = self.inner.store.lease(session_id).await {
+                    if let Ok(Some(lease)) = cluster.lease(session_id).await {
                         sleep_until(lease.expires_at, cluster.lease_ttl()).await;
                     }
                 }

@@ -1,9 +1,11 @@
-//! Persistence: the [`Store`] trait every other module talks to, the rows it reads and writes,
-//! and [`connect`], which picks the backend from the database URL and runs its migrations.
+//! Persistence: the [`Store`] trait every other module reads through, the [`Writer`] a
+//! session's work is written through (one method, `write_all`), the rows both carry, and
+//! [`connect`], which picks the backend from the database URL and runs its migrations.
 //!
 //! - [`sqlite`]: the default backend, one file under the data dir (WAL, one writer, few readers).
 //! - [`postgres`]: the same schema on PostgreSQL (JSONB, TIMESTAMPTZ).
-//! - [`journal`]: the group-commit writer session events go through.
+//! - `sql`: the statements both backends share, written once.
+//! - [`journal`]: the group commit a server's writes go through.
 //!
 //! Timestamps are UTC at microsecond precision in both backends: values are truncated to the
 //! microsecond when stored, so build them with [`timestamp_now`] (or [`truncate_to_micros`]) when
@@ -12,6 +14,7 @@
 pub mod journal;
 pub mod postgres;
 mod rows;
+mod sql;
 pub mod sqlite;
 
 #[cfg(test)]
@@ -270,63 +273,127 @@ impl NewEvent {
     }
 }
 
-/// One write of the turn's path that a group commit can carry, with others, in one transaction.
+/// One write of a session's work. Every such write goes through [`Writer::write_all`], which
+/// is all a group commit or a fence has to wrap.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
-    /// Events, as [`Store::append_events`].
+    /// Events, in one statement, all or none, in the order given (several of one session in
+    /// ascending `seq`). Each sets its session's `last_seq` to its `seq` and `updated_at` to
+    /// its `created_at`. The caller owns the counter and passes `last_seq + 1`; a `seq` not
+    /// greater than `last_seq` (a duplicate, a reordering) is `Conflict`, a missing session
+    /// `NotFound`, and either stores nothing of the batch.
     Events(Vec<NewEvent>),
-    /// One history message, as [`Store::append_message`].
+    /// One message of the model-facing history; answers its 0-based index in the session.
     Message {
         /// The session whose history it extends.
         session_id: String,
         /// The message.
         message: Value,
-        /// The event seq the session had reached when it was written.
+        /// The seq of the session's last event before the message (committed or about to
+        /// be), which a fork cuts the history by.
         event_seq: i64,
     },
-    /// One cost row, as [`Store::insert_cost_row`].
+    /// One cost row. `NotFound` if its session does not exist.
     Cost(CostRow),
-    /// Refuses the whole batch ([`StoreError::Fenced`]) unless the session's lease still holds
-    /// `epoch`; on PostgreSQL the lease row is locked until the batch commits, so a takeover
-    /// waits for it and no write of an old owner lands after one.
-    Fence {
+    /// A task inserted, or the mutable fields (state, exit_code, reason, total_bytes,
+    /// output_path, finished_at) of an existing one updated. `NotFound` without its session.
+    Task(TaskRow),
+    /// Marks a session as holding no open work, if its last event is still `last_seq` (an
+    /// event appended since keeps the mark).
+    NoOpenWork {
         /// The session.
         session_id: String,
-        /// The writer's lease epoch.
-        epoch: i64,
+        /// The last event's seq when its work was seen to be closed.
+        last_seq: i64,
     },
-    /// Tells the other nodes (PostgreSQL `NOTIFY` on [`EVENTS_CHANNEL`], sent at commit) that
-    /// the session's events reach `seq`; nothing on SQLite.
-    Notify {
-        /// The session.
-        session_id: String,
-        /// Its last event's seq in this batch.
+}
+
+impl Write {
+    /// How many rows it adds, for the size of a batch.
+    pub fn rows(&self) -> usize {
+        match self {
+            Self::Events(events) => events.len(),
+            Self::Message { .. } | Self::Cost(_) | Self::Task(_) | Self::NoOpenWork { .. } => 1,
+        }
+    }
+}
+
+/// Where a session's work is written: one method, [`Writer::write_all`], and the one-write
+/// forms built on it. The backends and the cluster's fence implement only `write_all`; the
+/// group commit also takes a single [`Writer::write`] by value, to queue it without a copy.
+#[async_trait]
+pub trait Writer: Send + Sync + 'static {
+    /// Does `writes` in order in one transaction, all or none, with the errors each would have
+    /// alone; answers, per write, the message index of a `Message` and 0 for the others.
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>>;
+
+    /// One write; its answer.
+    async fn write(&self, write: Write) -> StoreResult<i64> {
+        let answers = self.write_all(std::slice::from_ref(&write)).await?;
+        Ok(answers.first().copied().unwrap_or(0))
+    }
+
+    /// Appends events, all or none ([`Write::Events`]); nothing when there are none.
+    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.write(Write::Events(events.to_vec())).await.map(drop)
+    }
+
+    /// Appends one event happening now (see [`Write::Events`]) and returns it as stored.
+    async fn append_event(
+        &self,
+        session_id: &str,
         seq: i64,
-    },
-}
+        method: &str,
+        params: &Value,
+    ) -> StoreResult<EventRow> {
+        let event = NewEvent::now(Arc::from(session_id), seq, method, params);
+        let created_at = event.created_at;
+        self.write(Write::Events(vec![event])).await?;
+        Ok(EventRow {
+            session_id: session_id.to_owned(),
+            seq,
+            method: method.to_owned(),
+            params: params.clone(),
+            created_at,
+        })
+    }
 
-/// The PostgreSQL channel of event notices: `<session_id> <seq> <unix micros>`, small on
-/// purpose; listeners read the events themselves from the table.
-pub const EVENTS_CHANNEL: &str = "agentd_events";
+    /// Appends a message of the model-facing history ([`Write::Message`]); its index.
+    async fn append_message(
+        &self,
+        session_id: &str,
+        message: &Value,
+        event_seq: i64,
+    ) -> StoreResult<i64> {
+        self.write(Write::Message {
+            session_id: session_id.to_owned(),
+            message: message.clone(),
+            event_seq,
+        })
+        .await
+    }
 
-/// A node's hold on a session's actor (cluster mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Lease {
-    /// The session.
-    pub session_id: String,
-    /// The owning node.
-    pub node_id: String,
-    /// Bumped by every takeover; writes carry it (see [`Write::Fence`]).
-    pub epoch: i64,
-    /// When it lapses unless renewed; the Unix epoch once released.
-    #[serde(with = "time::serde::rfc3339")]
-    pub expires_at: OffsetDateTime,
-}
+    /// Records one cost row ([`Write::Cost`]).
+    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
+        self.write(Write::Cost(row.clone())).await.map(drop)
+    }
 
-impl Lease {
-    /// Whether its owner let it go (rather than stopping renewing it: a lost node).
-    pub fn released(&self) -> bool {
-        self.expires_at <= OffsetDateTime::UNIX_EPOCH
+    /// Inserts or updates a task ([`Write::Task`]).
+    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {
+        self.write(Write::Task(task.clone())).await.map(drop)
+    }
+
+    /// Marks a session as holding no open work ([`Write::NoOpenWork`]).
+    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()> {
+        self.write(Write::NoOpenWork {
+            session_id: session_id.to_owned(),
+            last_seq,
+        })
+        .await
+        .map(drop)
     }
 }
 
@@ -469,9 +536,10 @@ pub struct CostRow {
     pub created_at: OffsetDateTime,
 }
 
-/// Everything agentd persists. Both backends pass the same test suite.
+/// Everything agentd persists: what it reads, and the writes outside a session's work (its
+/// [`Writer`] part). Both backends pass the same test suite.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: Writer {
     /// Which backend this is: `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 
@@ -548,36 +616,6 @@ pub trait Store: Send + Sync + 'static {
     /// to look: every event appended since it was last marked clear is after that seq.
     async fn sessions_with_open_work(&self) -> StoreResult<Vec<(String, i64)>>;
 
-    /// Marks a session as holding no open work, if its last event is still `last_seq` (an
-    /// event appended since keeps the mark).
-    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()>;
-
-    /// Appends events in one statement, all or none, in the order given (several of one
-    /// session in ascending `seq`). Each sets its session's `last_seq` to its `seq` and
-    /// `updated_at` to its `created_at`. The caller owns the counter and passes `last_seq + 1`;
-    /// a `seq` not greater than `last_seq` (a duplicate, a reordering) is `Conflict`, a missing
-    /// session `NotFound`, and either stores nothing of the batch.
-    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()>;
-
-    /// Appends one event happening now (see [`Store::append_events`]) and returns it as stored.
-    async fn append_event(
-        &self,
-        session_id: &str,
-        seq: i64,
-        method: &str,
-        params: &Value,
-    ) -> StoreResult<EventRow> {
-        let event = NewEvent::now(Arc::from(session_id), seq, method, params);
-        self.append_events(std::slice::from_ref(&event)).await?;
-        Ok(EventRow {
-            session_id: session_id.to_owned(),
-            seq,
-            method: event.method,
-            params: params.clone(),
-            created_at: event.created_at,
-        })
-    }
-
     /// Up to `limit` events with `seq > after_seq`, ascending; empty when `limit <= 0`.
     async fn events_after(
         &self,
@@ -586,16 +624,6 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<EventRow>>;
 
-    /// Appends a message of the model-facing history; returns its 0-based index in the session.
-    /// `event_seq` is the seq of the session's last event before the message (committed or
-    /// about to be), which a fork cuts the history by.
-    async fn append_message(
-        &self,
-        session_id: &str,
-        message: &Value,
-        event_seq: i64,
-    ) -> StoreResult<i64>;
-
     /// The session's model-facing history, in order.
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>>;
 
@@ -603,10 +631,6 @@ pub trait Store: Send + Sync + 'static {
     /// event `up_to_seq`: its events (renumbered into nothing; the seqs stay, `session_id` in
     /// their params is the fork's) and the history messages written by then. One transaction.
     async fn fork_session(&self, new: &NewSession, up_to_seq: i64) -> StoreResult<SessionRow>;
-
-    /// Inserts a task, or updates the mutable fields (state, exit_code, reason, total_bytes,
-    /// output_path, finished_at) of an existing one. `NotFound` if its session does not exist.
-    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()>;
 
     /// One task, or `None`.
     async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>>;
@@ -621,39 +645,8 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::fail_running_tasks`] for one session's tasks (a takeover after a lost node).
     async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64>;
 
-    /// Records one cost row. `NotFound` if its session does not exist.
-    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()>;
-
     /// A session's cost rows, oldest first (insertion order among equal timestamps).
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>>;
-
-    /// Does `writes` in order in one transaction, all or none, with the errors each would have
-    /// alone; answers, per write, the message index of a `Message` and 0 for the others.
-    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>>;
-
-    /// Takes the lease of `session_id` for `node_id` for `ttl`: a new lease at epoch 1, or a
-    /// lapsed one with its epoch bumped. `None` while anyone (this node included) holds it.
-    async fn acquire_lease(
-        &self,
-        session_id: &str,
-        node_id: &str,
-        ttl: std::time::Duration,
-    ) -> StoreResult<Option<Lease>>;
-
-    /// Extends `lease` by `ttl` from now; `None` when it was taken over (its epoch is gone).
-    async fn renew_lease(
-        &self,
-        lease: &Lease,
-        ttl: std::time::Duration,
-    ) -> StoreResult<Option<Lease>>;
-
-    /// Lets `lease` lapse now (its `expires_at` becomes the Unix epoch, see
-    /// [`Lease::released`]), keeping its epoch so a later owner's is higher; whether it was
-    /// still held.
-    async fn release_lease(&self, lease: &Lease) -> StoreResult<bool>;
-
-    /// The current lease of `session_id`, lapsed or not.
-    async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>>;
 }
 
 /// Opens the backend named by the URL scheme (`sqlite://path`, `sqlite:path`, `sqlite::memory:`,

@@ -15,13 +15,12 @@ use sqlx::{Connection, Row};
 use time::OffsetDateTime;
 
 use super::rows::{
-    LEASE_COLUMNS, SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row,
-    lease_row, session_row, task_row,
+    SESSION_COLUMNS, StoredRow, cost_row, decoded_columns, event_row, session_row, task_row,
 };
 use super::{
-    CostRow, EVENTS_CHANNEL, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow,
-    SessionWorktree, Store, StoreError, StoreResult, TaskRow, Write, db_error, decode_error,
-    json_without_nul, timestamp_now, without_nul,
+    CostRow, EventRow, NewEvent, NewSession, SessionPage, SessionRow, SessionWorktree, Store,
+    StoreError, StoreResult, TaskRow, Write, Writer, db_error, decode_error, json_without_nul,
+    timestamp_now, without_nul,
 };
 
 /// Connections in the pool.
@@ -119,6 +118,20 @@ impl StoredRow for PgRow {
 }
 
 #[async_trait]
+impl Writer for PostgresStore {
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
+        // One statement needs no transaction of its own: one round trip instead of three.
+        if let [write] = writes {
+            return Ok(vec![write_one(&self.pool, write).await?]);
+        }
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let answers = write_in(&mut tx, writes).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(answers)
+    }
+}
+
+#[async_trait]
 impl Store for PostgresStore {
     fn backend(&self) -> &'static str {
         "postgres"
@@ -137,14 +150,12 @@ impl Store for PostgresStore {
     }
 
     async fn upsert_user(&self, name: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO users (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(without_nul(name))
-        .bind(timestamp_now())
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
+        sqlx::query(super::sql::UPSERT_USER)
+            .bind(without_nul(name))
+            .bind(timestamp_now())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(())
     }
 
@@ -238,8 +249,7 @@ impl Store for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(super::sql::GET_SESSION)
             .bind(without_nul(&new.session_id))
             .fetch_one(&mut *tx)
             .await
@@ -250,8 +260,7 @@ impl Store for PostgresStore {
     }
 
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(super::sql::GET_SESSION)
             .bind(without_nul(session_id))
             .fetch_optional(&self.pool)
             .await
@@ -304,7 +313,7 @@ impl Store for PostgresStore {
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
-        let done = sqlx::query("DELETE FROM sessions WHERE session_id = $1")
+        let done = sqlx::query(super::sql::DELETE_SESSION)
             .bind(without_nul(session_id))
             .execute(&self.pool)
             .await
@@ -318,7 +327,7 @@ impl Store for PostgresStore {
         model: Option<&str>,
         reasoning_effort: Option<&str>,
     ) -> StoreResult<()> {
-        sqlx::query("UPDATE sessions SET model = $1, reasoning_effort = $2 WHERE session_id = $3")
+        sqlx::query(super::sql::SET_SESSION_MODEL)
             .bind(model.map(without_nul))
             .bind(reasoning_effort.map(without_nul))
             .bind(without_nul(session_id))
@@ -338,7 +347,7 @@ impl Store for PostgresStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(decode_error)?;
-        sqlx::query("UPDATE sessions SET cwd = $1, worktree = $2 WHERE session_id = $3")
+        sqlx::query(super::sql::SET_SESSION_WORKTREE)
             .bind(without_nul(cwd))
             .bind(worktree.as_deref().map(without_nul))
             .bind(without_nul(session_id))
@@ -349,26 +358,21 @@ impl Store for PostgresStore {
     }
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
-        let done =
-            sqlx::query("UPDATE sessions SET title = $1 WHERE session_id = $2 AND title IS NULL")
-                .bind(without_nul(title))
-                .bind(without_nul(session_id))
-                .execute(&self.pool)
-                .await
-                .map_err(db_error)?;
+        let done = sqlx::query(super::sql::SET_TITLE_IF_UNSET)
+            .bind(without_nul(title))
+            .bind(without_nul(session_id))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
     }
 
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT session_id FROM sessions s WHERE updated_at < $1 AND live_from_seq IS NULL \
-             AND worktree IS NULL AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
-             AND t.state = 'running') ORDER BY session_id",
-        )
-        .bind(before)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
+        sqlx::query_scalar(super::sql::IDLE_SESSIONS)
+            .bind(before)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
     }
 
     async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
@@ -384,50 +388,31 @@ impl Store for PostgresStore {
     }
 
     async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
-        sqlx::query_scalar(
-            "DELETE FROM tasks WHERE state <> 'running' AND finished_at IS NOT NULL \
-             AND finished_at < $1 RETURNING output_path",
-        )
-        .bind(before)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
+        sqlx::query_scalar(super::sql::PRUNE_TASKS)
+            .bind(before)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
     }
 
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
-        let usd: Option<f64> =
-            sqlx::query_scalar("SELECT inherited_usd FROM sessions WHERE session_id = $1")
-                .bind(without_nul(session_id))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db_error)?;
+        let usd: Option<f64> = sqlx::query_scalar(super::sql::INHERITED_USD)
+            .bind(without_nul(session_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(usd.unwrap_or(0.0))
     }
 
     async fn sessions_with_open_work(&self) -> StoreResult<Vec<(String, i64)>> {
-        sqlx::query_as(
-            "SELECT session_id, live_from_seq FROM sessions WHERE live_from_seq IS NOT NULL \
-             ORDER BY session_id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
-    }
-
-    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE sessions SET live_from_seq = NULL WHERE session_id = $1 AND last_seq = $2",
-        )
-        .bind(without_nul(session_id))
-        .bind(last_seq)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        sqlx::query_as(super::sql::SESSIONS_WITH_OPEN_WORK)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
     }
 
     async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {
-        let done = sqlx::query("UPDATE sessions SET title = $1 WHERE session_id = $2")
+        let done = sqlx::query(super::sql::SET_SESSION_TITLE)
             .bind(without_nul(title))
             .bind(without_nul(session_id))
             .execute(&self.pool)
@@ -439,10 +424,6 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
-        insert_events(&self.pool, events).await
-    }
-
     async fn events_after(
         &self,
         session_id: &str,
@@ -452,30 +433,18 @@ impl Store for PostgresStore {
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(
-            "SELECT session_id, seq, method, params, created_at FROM events \
-             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(without_nul(session_id))
-        .bind(after_seq)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let rows = sqlx::query(super::sql::EVENTS_AFTER)
+            .bind(without_nul(session_id))
+            .bind(after_seq)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(event_row).collect()
     }
 
-    async fn append_message(
-        &self,
-        session_id: &str,
-        message: &Value,
-        event_seq: i64,
-    ) -> StoreResult<i64> {
-        insert_message(&self.pool, session_id, message, event_seq).await
-    }
-
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
-        let rows = sqlx::query("SELECT message FROM messages WHERE session_id = $1 ORDER BY idx")
+        let rows = sqlx::query(super::sql::MESSAGES)
             .bind(without_nul(session_id))
             .fetch_all(&self.pool)
             .await
@@ -483,36 +452,8 @@ impl Store for PostgresStore {
         rows.iter().map(|row| get_json(row, "message")).collect()
     }
 
-    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO tasks (task_id, session_id, tool_call_id, tool_name, state, exit_code, \
-             reason, total_bytes, output_path, created_at, finished_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-             ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, \
-             exit_code = excluded.exit_code, reason = excluded.reason, \
-             total_bytes = excluded.total_bytes, output_path = excluded.output_path, \
-             finished_at = excluded.finished_at",
-        )
-        .bind(without_nul(&task.task_id))
-        .bind(without_nul(&task.session_id))
-        .bind(without_nul(&task.tool_call_id))
-        .bind(without_nul(&task.tool_name))
-        .bind(task.state.as_str())
-        .bind(task.exit_code)
-        .bind(opt_text(&task.reason))
-        .bind(task.total_bytes)
-        .bind(without_nul(&task.output_path))
-        .bind(task.created_at)
-        .bind(task.finished_at)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
-    }
-
     async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>> {
-        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(super::sql::GET_TASK)
             .bind(without_nul(task_id))
             .fetch_optional(&self.pool)
             .await
@@ -521,10 +462,7 @@ impl Store for PostgresStore {
     }
 
     async fn list_tasks(&self, session_id: &str) -> StoreResult<Vec<TaskRow>> {
-        let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = $1 ORDER BY created_at, task_id"
-        );
-        let rows = sqlx::query(&sql)
+        let rows = sqlx::query(super::sql::LIST_TASKS)
             .bind(without_nul(session_id))
             .fetch_all(&self.pool)
             .await
@@ -533,162 +471,33 @@ impl Store for PostgresStore {
     }
 
     async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "UPDATE tasks SET state = 'failed', reason = $1, exit_code = NULL, finished_at = $2 \
-             WHERE state = 'running'",
-        )
-        .bind(without_nul(reason))
-        .bind(timestamp_now())
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let done = sqlx::query(super::sql::FAIL_RUNNING_TASKS)
+            .bind(without_nul(reason))
+            .bind(timestamp_now())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(done.rows_affected())
     }
 
     async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "UPDATE tasks SET state = 'failed', reason = $1, exit_code = NULL, finished_at = $2 \
-             WHERE state = 'running' AND session_id = $3",
-        )
-        .bind(without_nul(reason))
-        .bind(timestamp_now())
-        .bind(without_nul(session_id))
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let done = sqlx::query(super::sql::FAIL_RUNNING_TASKS_OF)
+            .bind(without_nul(reason))
+            .bind(timestamp_now())
+            .bind(without_nul(session_id))
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(done.rows_affected())
     }
 
-    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
-        insert_cost(&self.pool, row).await
-    }
-
-    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        let mut answers = Vec::with_capacity(writes.len());
-        for write in writes {
-            answers.push(match write {
-                Write::Events(events) => {
-                    insert_events(&mut *tx, events).await?;
-                    0
-                }
-                Write::Message {
-                    session_id,
-                    message,
-                    event_seq,
-                } => insert_message(&mut *tx, session_id, message, *event_seq).await?,
-                Write::Cost(row) => {
-                    insert_cost(&mut *tx, row).await?;
-                    0
-                }
-                Write::Fence { session_id, epoch } => {
-                    // FOR SHARE: a takeover's UPDATE of the row waits until this commits.
-                    let held: Option<i64> = sqlx::query_scalar(
-                        "SELECT epoch FROM session_leases WHERE session_id = $1 FOR SHARE",
-                    )
-                    .bind(without_nul(session_id))
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(db_error)?;
-                    if held != Some(*epoch) {
-                        return Err(StoreError::Fenced {
-                            session_id: session_id.clone(),
-                            epoch: *epoch,
-                        });
-                    }
-                    0
-                }
-                Write::Notify { session_id, seq } => {
-                    // Sent at commit, so a listener never hears of an event it cannot read.
-                    let micros = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1000) as i64;
-                    sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(EVENTS_CHANNEL)
-                        .bind(format!("{} {seq} {micros}", without_nul(session_id)))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(db_error)?;
-                    0
-                }
-            });
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(answers)
-    }
-
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
-        let rows = sqlx::query(
-            "SELECT session_id, node_id, model, reserved_usd, actual_usd, tokens_in, tokens_out, \
-             tokens_cached, committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = $1 \
-             ORDER BY created_at, id",
-        )
-        .bind(without_nul(session_id))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let rows = sqlx::query(super::sql::COST_ROWS)
+            .bind(without_nul(session_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(cost_row).collect()
-    }
-
-    async fn acquire_lease(
-        &self,
-        session_id: &str,
-        node_id: &str,
-        ttl: Duration,
-    ) -> StoreResult<Option<Lease>> {
-        // The database's clock decides expiry, so nodes' clocks need not agree.
-        let row = sqlx::query(&format!(
-            "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
-             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
-             ON CONFLICT (session_id) DO UPDATE SET node_id = EXCLUDED.node_id, \
-             epoch = session_leases.epoch + 1, expires_at = EXCLUDED.expires_at \
-             WHERE session_leases.expires_at <= now() RETURNING {LEASE_COLUMNS}"
-        ))
-        .bind(without_nul(session_id))
-        .bind(without_nul(node_id))
-        .bind(ttl.as_secs_f64())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?;
-        row.as_ref().map(lease_row).transpose()
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> StoreResult<Option<Lease>> {
-        let row = sqlx::query(&format!(
-            "UPDATE session_leases SET expires_at = now() + make_interval(secs => $4) \
-             WHERE session_id = $1 AND node_id = $2 AND epoch = $3 RETURNING {LEASE_COLUMNS}"
-        ))
-        .bind(without_nul(&lease.session_id))
-        .bind(without_nul(&lease.node_id))
-        .bind(lease.epoch)
-        .bind(ttl.as_secs_f64())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?;
-        row.as_ref().map(lease_row).transpose()
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE session_leases SET expires_at = to_timestamp(0) \
-             WHERE session_id = $1 AND node_id = $2 AND epoch = $3",
-        )
-        .bind(without_nul(&lease.session_id))
-        .bind(without_nul(&lease.node_id))
-        .bind(lease.epoch)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>> {
-        let row = sqlx::query(&format!(
-            "SELECT {LEASE_COLUMNS} FROM session_leases WHERE session_id = $1"
-        ))
-        .bind(without_nul(session_id))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?;
-        row.as_ref().map(lease_row).transpose()
     }
 }
 
@@ -704,7 +513,7 @@ fn json_text_without_nul(text: &str) -> StoreResult<std::borrow::Cow<'_, str>> {
     ))
 }
 
-/// Appends events in one statement of fixed text (see [`Store::append_events`]).
+/// Appends events in one statement of fixed text (see [`Write::Events`]).
 async fn insert_events<'c, E>(executor: E, events: &[NewEvent]) -> StoreResult<()>
 where
     E: sqlx::Executor<'c, Database = sqlx::Postgres>,
@@ -758,18 +567,14 @@ async fn insert_message<'c, E>(
 where
     E: sqlx::Executor<'c, Database = sqlx::Postgres>,
 {
-    sqlx::query_scalar(
-        "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
-         SELECT $1, COALESCE(MAX(idx) + 1, 0), $2, $3, $4 FROM messages WHERE session_id = $1 \
-         RETURNING idx",
-    )
-    .bind(without_nul(session_id))
-    .bind(Json(json_without_nul(message).as_ref()))
-    .bind(timestamp_now())
-    .bind(event_seq)
-    .fetch_one(executor)
-    .await
-    .map_err(db_error)
+    sqlx::query_scalar(super::sql::INSERT_MESSAGE)
+        .bind(without_nul(session_id))
+        .bind(Json(json_without_nul(message).as_ref()))
+        .bind(timestamp_now())
+        .bind(event_seq)
+        .fetch_one(executor)
+        .await
+        .map_err(db_error)
 }
 
 /// The insert of a new session's row, created (and last updated) at `now`; `user_name` and
@@ -798,25 +603,83 @@ async fn insert_cost<'c, E>(executor: E, row: &CostRow) -> StoreResult<()>
 where
     E: sqlx::Executor<'c, Database = sqlx::Postgres>,
 {
-    sqlx::query(
-        "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
-         tokens_in, tokens_out, tokens_cached, committed, turn_id, task_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-    )
-    .bind(without_nul(&row.session_id))
-    .bind(without_nul(&row.node_id))
-    .bind(without_nul(&row.model))
-    .bind(row.reserved_usd)
-    .bind(row.actual_usd)
-    .bind(row.tokens_in)
-    .bind(row.tokens_out)
-    .bind(row.tokens_cached)
-    .bind(row.committed)
-    .bind(opt_text(&row.turn_id))
-    .bind(opt_text(&row.task_id))
-    .bind(row.created_at)
-    .execute(executor)
-    .await
-    .map_err(db_error)?;
+    sqlx::query(super::sql::INSERT_COST)
+        .bind(without_nul(&row.session_id))
+        .bind(without_nul(&row.node_id))
+        .bind(without_nul(&row.model))
+        .bind(row.reserved_usd)
+        .bind(row.actual_usd)
+        .bind(row.tokens_in)
+        .bind(row.tokens_out)
+        .bind(row.tokens_cached)
+        .bind(row.committed)
+        .bind(opt_text(&row.turn_id))
+        .bind(opt_text(&row.task_id))
+        .bind(row.created_at)
+        .execute(executor)
+        .await
+        .map_err(db_error)?;
     Ok(())
+}
+
+/// Inserts `task`, or updates the fields of it that change.
+async fn upsert_task<'c, E>(executor: E, task: &TaskRow) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    sqlx::query(super::sql::UPSERT_TASK)
+        .bind(without_nul(&task.task_id))
+        .bind(without_nul(&task.session_id))
+        .bind(without_nul(&task.tool_call_id))
+        .bind(without_nul(&task.tool_name))
+        .bind(task.state.as_str())
+        .bind(task.exit_code)
+        .bind(opt_text(&task.reason))
+        .bind(task.total_bytes)
+        .bind(without_nul(&task.output_path))
+        .bind(task.created_at)
+        .bind(task.finished_at)
+        .execute(executor)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// One write on `executor`; its answer.
+async fn write_one<'c, E>(executor: E, write: &Write) -> StoreResult<i64>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    match write {
+        Write::Events(events) => insert_events(executor, events).await.map(|()| 0),
+        Write::Message {
+            session_id,
+            message,
+            event_seq,
+        } => insert_message(executor, session_id, message, *event_seq).await,
+        Write::Cost(row) => insert_cost(executor, row).await.map(|()| 0),
+        Write::Task(task) => upsert_task(executor, task).await.map(|()| 0),
+        Write::NoOpenWork {
+            session_id,
+            last_seq,
+        } => {
+            sqlx::query(super::sql::MARK_NO_OPEN_WORK)
+                .bind(without_nul(session_id))
+                .bind(*last_seq)
+                .execute(executor)
+                .await
+                .map_err(db_error)?;
+            Ok(0)
+        }
+    }
+}
+
+/// Does `writes` in order inside the transaction `tx` is in (the caller commits): what a
+/// fenced writer runs after checking its lease on the same connection.
+pub async fn write_in(tx: &mut sqlx::PgConnection, writes: &[Write]) -> StoreResult<Vec<i64>> {
+    let mut answers = Vec::with_capacity(writes.len());
+    for write in writes {
+        answers.push(write_one(&mut *tx, write).await?);
+    }
+    Ok(answers)
 }

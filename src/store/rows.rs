@@ -5,14 +5,10 @@
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::{CostRow, EventRow, Lease, SessionRow, StoreResult, TaskRow, TaskState};
+use super::{CostRow, EventRow, SessionRow, StoreResult, TaskRow, TaskState};
 
 /// The columns `session_row` reads, in every backend's `SELECT`.
-pub(crate) const SESSION_COLUMNS: &str = "session_id, user_name, title, cwd, created_at, updated_at, last_seq, parent_session_id, \
-     model, reasoning_effort, agent, worktree";
-/// The columns `task_row` reads.
-pub(crate) const TASK_COLUMNS: &str = "task_id, session_id, tool_call_id, tool_name, state, \
-     exit_code, reason, total_bytes, output_path, created_at, finished_at";
+pub(crate) const SESSION_COLUMNS: &str = super::sql::session_columns!();
 
 /// One row of a backend's result, read column by column in the types the rows use.
 pub(crate) trait StoredRow {
@@ -95,7 +91,7 @@ pub(crate) fn event_row(row: &impl StoredRow) -> StoreResult<EventRow> {
     })
 }
 
-/// A task from the columns of [`TASK_COLUMNS`].
+/// A task from the columns of `sql::task_columns!`.
 pub(crate) fn task_row(row: &impl StoredRow) -> StoreResult<TaskRow> {
     Ok(TaskRow {
         task_id: row.text("task_id")?,
@@ -109,19 +105,6 @@ pub(crate) fn task_row(row: &impl StoredRow) -> StoreResult<TaskRow> {
         output_path: row.text("output_path")?,
         created_at: row.time("created_at")?,
         finished_at: row.opt_time("finished_at")?,
-    })
-}
-
-/// The columns a [`Lease`] is read from.
-pub(crate) const LEASE_COLUMNS: &str = "session_id, node_id, epoch, expires_at";
-
-/// A lease from [`LEASE_COLUMNS`].
-pub(crate) fn lease_row(row: &impl StoredRow) -> StoreResult<Lease> {
-    Ok(Lease {
-        session_id: row.text("session_id")?,
-        node_id: row.text("node_id")?,
-        epoch: row.int("epoch")?,
-        expires_at: row.time("expires_at")?,
     })
 }
 

@@ -18,12 +18,11 @@ use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
 use super::rows::{
-    LEASE_COLUMNS, SESSION_COLUMNS, StoredRow, TASK_COLUMNS, cost_row, decoded_columns, event_row,
-    lease_row, session_row, task_row,
+    SESSION_COLUMNS, StoredRow, cost_row, decoded_columns, event_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, SessionWorktree,
-    Store, StoreError, StoreResult, TaskRow, Write, db_error, decode_error, timestamp_now,
+    CostRow, EventRow, NewEvent, NewSession, SessionPage, SessionRow, SessionWorktree, Store,
+    StoreError, StoreResult, TaskRow, Write, Writer, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -383,19 +382,14 @@ async fn insert_message<'c, E>(
 where
     E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
 {
-    sqlx::query_scalar(
-        "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
-         SELECT ?, COALESCE(MAX(idx) + 1, 0), ?, ?, ? FROM messages WHERE session_id = ? \
-         RETURNING idx",
-    )
-    .bind(session_id)
-    .bind(json_text(message)?)
-    .bind(ts(timestamp_now())?)
-    .bind(event_seq)
-    .bind(session_id)
-    .fetch_one(executor)
-    .await
-    .map_err(db_error)
+    sqlx::query_scalar(super::sql::INSERT_MESSAGE)
+        .bind(session_id)
+        .bind(json_text(message)?)
+        .bind(ts(timestamp_now())?)
+        .bind(event_seq)
+        .fetch_one(executor)
+        .await
+        .map_err(db_error)
 }
 
 /// Records one cost row.
@@ -403,26 +397,22 @@ async fn insert_cost<'c, E>(executor: E, row: &CostRow) -> StoreResult<()>
 where
     E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
 {
-    sqlx::query(
-        "INSERT INTO cost_rows (session_id, node_id, model, reserved_usd, actual_usd, \
-         tokens_in, tokens_out, tokens_cached, committed, turn_id, task_id, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&row.session_id)
-    .bind(&row.node_id)
-    .bind(&row.model)
-    .bind(row.reserved_usd)
-    .bind(row.actual_usd)
-    .bind(row.tokens_in)
-    .bind(row.tokens_out)
-    .bind(row.tokens_cached)
-    .bind(row.committed)
-    .bind(&row.turn_id)
-    .bind(&row.task_id)
-    .bind(ts(row.created_at)?)
-    .execute(executor)
-    .await
-    .map_err(db_error)?;
+    sqlx::query(super::sql::INSERT_COST)
+        .bind(&row.session_id)
+        .bind(&row.node_id)
+        .bind(&row.model)
+        .bind(row.reserved_usd)
+        .bind(row.actual_usd)
+        .bind(row.tokens_in)
+        .bind(row.tokens_out)
+        .bind(row.tokens_cached)
+        .bind(row.committed)
+        .bind(&row.turn_id)
+        .bind(&row.task_id)
+        .bind(ts(row.created_at)?)
+        .execute(executor)
+        .await
+        .map_err(db_error)?;
     Ok(())
 }
 
@@ -461,6 +451,68 @@ fn insert_events_sql(rows: usize) -> String {
     sql
 }
 
+/// Inserts `task`, or updates the fields of it that change.
+async fn upsert_task<'c, E>(executor: E, task: &TaskRow) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    let finished_at = task.finished_at.map(ts).transpose()?;
+    sqlx::query(super::sql::UPSERT_TASK)
+        .bind(&task.task_id)
+        .bind(&task.session_id)
+        .bind(&task.tool_call_id)
+        .bind(&task.tool_name)
+        .bind(task.state.as_str())
+        .bind(task.exit_code)
+        .bind(&task.reason)
+        .bind(task.total_bytes)
+        .bind(&task.output_path)
+        .bind(ts(task.created_at)?)
+        .bind(finished_at)
+        .execute(executor)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// Clears a session's open-work mark if no event came since `last_seq`.
+async fn mark_no_open_work<'c, E>(executor: E, session_id: &str, last_seq: i64) -> StoreResult<()>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    sqlx::query(super::sql::MARK_NO_OPEN_WORK)
+        .bind(session_id)
+        .bind(last_seq)
+        .execute(executor)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// One write on `executor`; its answer.
+async fn write_one<'c, E>(executor: E, write: &Write) -> StoreResult<i64>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    match write {
+        Write::Events(events) if events.is_empty() => Ok(0),
+        Write::Events(events) => insert_events(executor, events).await.map(|()| 0),
+        Write::Message {
+            session_id,
+            message,
+            event_seq,
+        } => insert_message(executor, session_id, message, *event_seq).await,
+        Write::Cost(row) => insert_cost(executor, row).await.map(|()| 0),
+        Write::Task(task) => upsert_task(executor, task).await.map(|()| 0),
+        Write::NoOpenWork {
+            session_id,
+            last_seq,
+        } => mark_no_open_work(executor, session_id, *last_seq)
+            .await
+            .map(|()| 0),
+    }
+}
+
 fn json_text(value: &Value) -> StoreResult<String> {
     serde_json::to_string(value).map_err(decode_error)
 }
@@ -483,6 +535,36 @@ impl StoredRow for SqliteRow {
     }
     fn opt_time(&self, column: &str) -> StoreResult<Option<OffsetDateTime>> {
         get_opt_ts(self, column)
+    }
+}
+
+#[async_trait]
+impl Writer for SqliteStore {
+    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
+        // One statement in autocommit is a single round trip to the connection's worker
+        // thread: the quiet server's case, and a group commit's batch of events alone. Event
+        // rows go in statements of at most ROWS_PER_INSERT, so the statement cache holds every
+        // variant; a longer batch is several in one transaction.
+        if let [write] = writes
+            && write.rows() <= ROWS_PER_INSERT
+        {
+            return Ok(vec![write_one(&self.writer, write).await?]);
+        }
+        let mut tx = self.writer.begin().await.map_err(db_error)?;
+        let mut answers = Vec::with_capacity(writes.len());
+        for write in writes {
+            answers.push(match write {
+                Write::Events(events) => {
+                    for chunk in events.chunks(ROWS_PER_INSERT) {
+                        insert_events(&mut *tx, chunk).await?;
+                    }
+                    0
+                }
+                other => write_one(&mut *tx, other).await?,
+            });
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(answers)
     }
 }
 
@@ -511,14 +593,12 @@ impl Store for SqliteStore {
     }
 
     async fn upsert_user(&self, name: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO users (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(name)
-        .bind(ts(timestamp_now())?)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
+        sqlx::query(super::sql::UPSERT_USER)
+            .bind(name)
+            .bind(ts(timestamp_now())?)
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
         Ok(())
     }
 
@@ -614,8 +694,7 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(super::sql::GET_SESSION)
             .bind(&new.session_id)
             .fetch_one(&mut *tx)
             .await
@@ -626,8 +705,7 @@ impl Store for SqliteStore {
     }
 
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
-        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(super::sql::GET_SESSION)
             .bind(session_id)
             .fetch_optional(&self.pool)
             .await
@@ -670,7 +748,7 @@ impl Store for SqliteStore {
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
-        let done = sqlx::query("DELETE FROM sessions WHERE session_id = ?")
+        let done = sqlx::query(super::sql::DELETE_SESSION)
             .bind(session_id)
             .execute(&self.writer)
             .await
@@ -684,7 +762,7 @@ impl Store for SqliteStore {
         model: Option<&str>,
         reasoning_effort: Option<&str>,
     ) -> StoreResult<()> {
-        sqlx::query("UPDATE sessions SET model = ?, reasoning_effort = ? WHERE session_id = ?")
+        sqlx::query(super::sql::SET_SESSION_MODEL)
             .bind(model)
             .bind(reasoning_effort)
             .bind(session_id)
@@ -704,7 +782,7 @@ impl Store for SqliteStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(decode_error)?;
-        sqlx::query("UPDATE sessions SET cwd = ?, worktree = ? WHERE session_id = ?")
+        sqlx::query(super::sql::SET_SESSION_WORKTREE)
             .bind(cwd)
             .bind(worktree)
             .bind(session_id)
@@ -715,26 +793,21 @@ impl Store for SqliteStore {
     }
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
-        let done =
-            sqlx::query("UPDATE sessions SET title = ? WHERE session_id = ? AND title IS NULL")
-                .bind(title)
-                .bind(session_id)
-                .execute(&self.writer)
-                .await
-                .map_err(db_error)?;
+        let done = sqlx::query(super::sql::SET_TITLE_IF_UNSET)
+            .bind(title)
+            .bind(session_id)
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
     }
 
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT session_id FROM sessions s WHERE updated_at < ? AND live_from_seq IS NULL \
-             AND worktree IS NULL AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.session_id = s.session_id \
-             AND t.state = 'running') ORDER BY session_id",
-        )
-        .bind(ts(before)?)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
+        sqlx::query_scalar(super::sql::IDLE_SESSIONS)
+            .bind(ts(before)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
     }
 
     async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
@@ -751,50 +824,31 @@ impl Store for SqliteStore {
     }
 
     async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
-        sqlx::query_scalar(
-            "DELETE FROM tasks WHERE state <> 'running' AND finished_at IS NOT NULL \
-             AND finished_at < ? RETURNING output_path",
-        )
-        .bind(ts(before)?)
-        .fetch_all(&self.writer)
-        .await
-        .map_err(db_error)
+        sqlx::query_scalar(super::sql::PRUNE_TASKS)
+            .bind(ts(before)?)
+            .fetch_all(&self.writer)
+            .await
+            .map_err(db_error)
     }
 
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
-        let usd: Option<f64> =
-            sqlx::query_scalar("SELECT inherited_usd FROM sessions WHERE session_id = ?")
-                .bind(session_id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(db_error)?;
+        let usd: Option<f64> = sqlx::query_scalar(super::sql::INHERITED_USD)
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(usd.unwrap_or(0.0))
     }
 
     async fn sessions_with_open_work(&self) -> StoreResult<Vec<(String, i64)>> {
-        sqlx::query_as(
-            "SELECT session_id, live_from_seq FROM sessions WHERE live_from_seq IS NOT NULL \
-             ORDER BY session_id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
-    }
-
-    async fn mark_no_open_work(&self, session_id: &str, last_seq: i64) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE sessions SET live_from_seq = NULL WHERE session_id = ? AND last_seq = ?",
-        )
-        .bind(session_id)
-        .bind(last_seq)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        sqlx::query_as(super::sql::SESSIONS_WITH_OPEN_WORK)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)
     }
 
     async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {
-        let done = sqlx::query("UPDATE sessions SET title = ? WHERE session_id = ?")
+        let done = sqlx::query(super::sql::SET_SESSION_TITLE)
             .bind(title)
             .bind(session_id)
             .execute(&self.writer)
@@ -806,26 +860,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
-        // One multi-row INSERT in autocommit: a single round trip to the connection's worker
-        // thread. The triggers of `0002_event_log.sql` order and count the seqs. Rows go in
-        // statements of at most ROWS_PER_INSERT, so the statement cache holds every variant; a
-        // longer batch is several in one transaction.
-        let mut chunks = events.chunks(ROWS_PER_INSERT);
-        match (chunks.next(), chunks.len()) {
-            (None, _) => Ok(()),
-            (Some(only), 0) => insert_events(&self.writer, only).await,
-            (Some(first), _) => {
-                let mut tx = self.writer.begin().await.map_err(db_error)?;
-                insert_events(&mut *tx, first).await?;
-                for chunk in chunks {
-                    insert_events(&mut *tx, chunk).await?;
-                }
-                tx.commit().await.map_err(db_error)
-            }
-        }
-    }
-
     async fn events_after(
         &self,
         session_id: &str,
@@ -835,30 +869,18 @@ impl Store for SqliteStore {
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(
-            "SELECT session_id, seq, method, params, created_at FROM events \
-             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        )
-        .bind(session_id)
-        .bind(after_seq)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let rows = sqlx::query(super::sql::EVENTS_AFTER)
+            .bind(session_id)
+            .bind(after_seq)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(event_row).collect()
     }
 
-    async fn append_message(
-        &self,
-        session_id: &str,
-        message: &Value,
-        event_seq: i64,
-    ) -> StoreResult<i64> {
-        insert_message(&self.writer, session_id, message, event_seq).await
-    }
-
     async fn messages(&self, session_id: &str) -> StoreResult<Vec<Value>> {
-        let rows = sqlx::query("SELECT message FROM messages WHERE session_id = ? ORDER BY idx")
+        let rows = sqlx::query(super::sql::MESSAGES)
             .bind(session_id)
             .fetch_all(&self.pool)
             .await
@@ -866,37 +888,8 @@ impl Store for SqliteStore {
         rows.iter().map(|row| get_json(row, "message")).collect()
     }
 
-    async fn upsert_task(&self, task: &TaskRow) -> StoreResult<()> {
-        let finished_at = task.finished_at.map(ts).transpose()?;
-        sqlx::query(
-            "INSERT INTO tasks (task_id, session_id, tool_call_id, tool_name, state, exit_code, \
-             reason, total_bytes, output_path, created_at, finished_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, \
-             exit_code = excluded.exit_code, reason = excluded.reason, \
-             total_bytes = excluded.total_bytes, output_path = excluded.output_path, \
-             finished_at = excluded.finished_at",
-        )
-        .bind(&task.task_id)
-        .bind(&task.session_id)
-        .bind(&task.tool_call_id)
-        .bind(&task.tool_name)
-        .bind(task.state.as_str())
-        .bind(task.exit_code)
-        .bind(&task.reason)
-        .bind(task.total_bytes)
-        .bind(&task.output_path)
-        .bind(ts(task.created_at)?)
-        .bind(finished_at)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(())
-    }
-
     async fn get_task(&self, task_id: &str) -> StoreResult<Option<TaskRow>> {
-        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(super::sql::GET_TASK)
             .bind(task_id)
             .fetch_optional(&self.pool)
             .await
@@ -905,10 +898,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_tasks(&self, session_id: &str) -> StoreResult<Vec<TaskRow>> {
-        let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE session_id = ? ORDER BY created_at, task_id"
-        );
-        let rows = sqlx::query(&sql)
+        let rows = sqlx::query(super::sql::LIST_TASKS)
             .bind(session_id)
             .fetch_all(&self.pool)
             .await
@@ -917,156 +907,33 @@ impl Store for SqliteStore {
     }
 
     async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "UPDATE tasks SET state = 'failed', reason = ?, exit_code = NULL, finished_at = ? \
-             WHERE state = 'running'",
-        )
-        .bind(reason)
-        .bind(ts(timestamp_now())?)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
+        let done = sqlx::query(super::sql::FAIL_RUNNING_TASKS)
+            .bind(reason)
+            .bind(ts(timestamp_now())?)
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
         Ok(done.rows_affected())
     }
 
     async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "UPDATE tasks SET state = 'failed', reason = ?, exit_code = NULL, finished_at = ? \
-             WHERE state = 'running' AND session_id = ?",
-        )
-        .bind(reason)
-        .bind(ts(timestamp_now())?)
-        .bind(session_id)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
+        let done = sqlx::query(super::sql::FAIL_RUNNING_TASKS_OF)
+            .bind(reason)
+            .bind(ts(timestamp_now())?)
+            .bind(session_id)
+            .execute(&self.writer)
+            .await
+            .map_err(db_error)?;
         Ok(done.rows_affected())
     }
 
-    async fn insert_cost_row(&self, row: &CostRow) -> StoreResult<()> {
-        insert_cost(&self.writer, row).await
-    }
-
-    async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
-        let mut tx = self.writer.begin().await.map_err(db_error)?;
-        let mut answers = Vec::with_capacity(writes.len());
-        for write in writes {
-            answers.push(match write {
-                Write::Events(events) => {
-                    for chunk in events.chunks(ROWS_PER_INSERT) {
-                        insert_events(&mut *tx, chunk).await?;
-                    }
-                    0
-                }
-                Write::Message {
-                    session_id,
-                    message,
-                    event_seq,
-                } => insert_message(&mut *tx, session_id, message, *event_seq).await?,
-                Write::Cost(row) => {
-                    insert_cost(&mut *tx, row).await?;
-                    0
-                }
-                Write::Fence { session_id, epoch } => {
-                    // The one writer connection serialises this with any takeover.
-                    let held: Option<i64> =
-                        sqlx::query_scalar("SELECT epoch FROM session_leases WHERE session_id = ?")
-                            .bind(session_id)
-                            .fetch_optional(&mut *tx)
-                            .await
-                            .map_err(db_error)?;
-                    if held != Some(*epoch) {
-                        return Err(StoreError::Fenced {
-                            session_id: session_id.clone(),
-                            epoch: *epoch,
-                        });
-                    }
-                    0
-                }
-                // No other process reads a SQLite file's events.
-                Write::Notify { .. } => 0,
-            });
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(answers)
-    }
-
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
-        let rows = sqlx::query(
-            "SELECT session_id, node_id, model, reserved_usd, actual_usd, tokens_in, tokens_out, \
-             tokens_cached, committed, turn_id, task_id, created_at FROM cost_rows WHERE session_id = ? \
-             ORDER BY created_at, id",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let rows = sqlx::query(super::sql::COST_ROWS)
+            .bind(session_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
         rows.iter().map(cost_row).collect()
-    }
-
-    async fn acquire_lease(
-        &self,
-        session_id: &str,
-        node_id: &str,
-        ttl: Duration,
-    ) -> StoreResult<Option<Lease>> {
-        let now = timestamp_now();
-        let row = sqlx::query(&format!(
-            "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
-             VALUES (?1, ?2, 1, ?3) \
-             ON CONFLICT (session_id) DO UPDATE SET node_id = excluded.node_id, \
-             epoch = session_leases.epoch + 1, expires_at = excluded.expires_at \
-             WHERE session_leases.expires_at <= ?4 RETURNING {LEASE_COLUMNS}"
-        ))
-        .bind(session_id)
-        .bind(node_id)
-        .bind(ts(now + ttl)?)
-        .bind(ts(now)?)
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(db_error)?;
-        row.as_ref().map(lease_row).transpose()
-    }
-
-    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> StoreResult<Option<Lease>> {
-        let row = sqlx::query(&format!(
-            "UPDATE session_leases SET expires_at = ?4 \
-             WHERE session_id = ?1 AND node_id = ?2 AND epoch = ?3 RETURNING {LEASE_COLUMNS}"
-        ))
-        .bind(&lease.session_id)
-        .bind(&lease.node_id)
-        .bind(lease.epoch)
-        .bind(ts(timestamp_now() + ttl)?)
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(db_error)?;
-        row.as_ref().map(lease_row).transpose()
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE session_leases SET expires_at = ?4 \
-             WHERE session_id = ?1 AND node_id = ?2 AND epoch = ?3",
-        )
-        .bind(&lease.session_id)
-        .bind(&lease.node_id)
-        .bind(lease.epoch)
-        .bind(ts(OffsetDateTime::UNIX_EPOCH)?)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn lease(&self, session_id: &str) -> StoreResult<Option<Lease>> {
-        let row = sqlx::query(&format!(
-            "SELECT {LEASE_COLUMNS} FROM session_leases WHERE session_id = ?"
-        ))
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?;
-        row.as_ref().map(lease_row).transpose()
     }
 }
 

@@ -12,8 +12,8 @@ use time::OffsetDateTime;
 
 use super::postgres::{PostgresStore, parse_url};
 use super::{
-    CostRow, Lease, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError, TaskRow,
-    TaskState, Write, connect, timestamp_now, truncate_to_micros,
+    CostRow, NewEvent, NewSession, SessionPage, SessionRow, Store, StoreError, TaskRow, TaskState,
+    connect, timestamp_now, truncate_to_micros,
 };
 
 const POSTGRES_URL_VAR: &str = "AGENTD_TEST_POSTGRES_URL";
@@ -134,8 +134,6 @@ store_cases!(
     group_commit_answers_each_write_of_a_failing_batch_alone,
     write_all_is_one_transaction,
     a_fork_copies_events_and_messages_up_to_the_cut,
-    a_lease_has_one_owner_and_fences_a_late_writer,
-    racing_nodes_take_a_lapsed_lease_once,
 );
 
 fn new_session(id: &str, user: Option<&str>) -> NewSession {
@@ -980,13 +978,9 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
     const SESSIONS: usize = 6;
     const EVENTS: i64 = 30;
     let batches = prometheus_client::metrics::counter::Counter::<u64>::default();
-    let grouped = GroupCommit::wrap(store.clone(), batches.clone());
+    let grouped = GroupCommit::wrap(store.clone(), store.backend(), batches.clone());
     let ids: Vec<String> = (0..SESSIONS).map(|n| format!("s{n}")).collect();
-    create_sessions(
-        &grouped,
-        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
+    create_sessions(&store, &ids.iter().map(String::as_str).collect::<Vec<_>>()).await;
     // Many sessions appending at once, each in order, while one appender sends only writes
     // that fail: the others' writes still land, and each failure is that write's own.
     let mut writers = tokio::task::JoinSet::new();
@@ -1129,13 +1123,28 @@ async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
             event_seq: 0,
         },
         super::Write::Cost(cost("s1", "agent", timestamp_now())),
+        super::Write::Task(task("t1", "s1", TaskState::Running, at(0))),
+        super::Write::NoOpenWork {
+            session_id: "s1".into(),
+            last_seq: 2,
+        },
     ];
     assert_eq!(
         store.write_all(&writes).await.expect("write_all"),
-        [0, 0, 1, 0]
+        [0, 0, 1, 0, 0, 0]
     );
     assert_eq!(store.messages("s1").await.expect("messages").len(), 2);
     assert_eq!(store.cost_rows("s1").await.expect("costs").len(), 1);
+    assert_eq!(store.list_tasks("s1").await.expect("tasks").len(), 1);
+    assert!(
+        !store
+            .sessions_with_open_work()
+            .await
+            .expect("open work")
+            .iter()
+            .any(|(id, _)| id == "s1"),
+        "the mark of the same transaction's last event is cleared"
+    );
     // A failing write undoes the ones before it in the same call.
     let failing = [
         super::Write::Message {
@@ -1143,6 +1152,7 @@ async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
             message: json!({"role": "user"}),
             event_seq: 0,
         },
+        super::Write::Task(task("t2", "s1", TaskState::Running, at(1))),
         super::Write::Cost(cost("missing", "agent", timestamp_now())),
     ];
     let err = store
@@ -1151,6 +1161,7 @@ async fn write_all_is_one_transaction(store: Arc<dyn Store>, _: Reopen) {
         .expect_err("missing session");
     assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
     assert_eq!(store.messages("s1").await.expect("messages").len(), 2);
+    assert_eq!(store.list_tasks("s1").await.expect("tasks").len(), 1);
     assert_eq!(
         store
             .get_session("s1")
@@ -1377,151 +1388,6 @@ async fn a_fork_copies_events_and_messages_up_to_the_cut(store: Arc<dyn Store>, 
     store.delete_session("src").await.expect("delete");
     let orphan = store.get_session("fork").await.expect("get").expect("fork");
     assert_eq!(orphan.parent_session_id, None);
-}
-
-async fn a_lease_has_one_owner_and_fences_a_late_writer(store: Arc<dyn Store>, _: Reopen) {
-    store
-        .create_session(&new_session("s1", None))
-        .await
-        .expect("create");
-    let minute = Duration::from_secs(60);
-    let a = store
-        .acquire_lease("s1", "node-a", minute)
-        .await
-        .expect("acquire")
-        .expect("a free lease is taken");
-    assert_eq!((a.node_id.as_str(), a.epoch), ("node-a", 1));
-    assert!(a.expires_at > OffsetDateTime::now_utc());
-    assert_eq!(
-        store.acquire_lease("s1", "node-b", minute).await.unwrap(),
-        None
-    );
-    assert_eq!(
-        store.acquire_lease("s1", "node-a", minute).await.unwrap(),
-        None,
-        "a held lease is renewed, not taken again"
-    );
-    let a = store
-        .renew_lease(&a, minute)
-        .await
-        .unwrap()
-        .expect("renewed");
-    let message = |text: &str| Write::Message {
-        session_id: "s1".into(),
-        message: json!({"role": "user", "content": text}),
-        event_seq: 0,
-    };
-    let fence = |epoch| Write::Fence {
-        session_id: "s1".into(),
-        epoch,
-    };
-    store
-        .write_all(&[fence(1), message("by a")])
-        .await
-        .expect("the owner writes");
-
-    // A lapses (a renewal of no time stands for a node that stopped renewing); B takes over.
-    store
-        .renew_lease(&a, Duration::ZERO)
-        .await
-        .unwrap()
-        .expect("still a's");
-    let b = store
-        .acquire_lease("s1", "node-b", minute)
-        .await
-        .unwrap()
-        .expect("a lapsed lease is taken over");
-    assert_eq!((b.node_id.as_str(), b.epoch), ("node-b", 2));
-    // The old owner, back from a pause, can neither renew nor write.
-    assert_eq!(store.renew_lease(&a, minute).await.unwrap(), None);
-    assert!(!store.release_lease(&a).await.unwrap());
-    let err = store
-        .write_all(&[fence(1), message("late by a")])
-        .await
-        .expect_err("fenced");
-    assert!(
-        matches!(err, StoreError::Fenced { epoch: 1, .. }),
-        "{err:?}"
-    );
-    store
-        .write_all(&[fence(2), message("by b")])
-        .await
-        .expect("the new owner writes");
-    let texts: Vec<Value> = store
-        .messages("s1")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m["content"].clone())
-        .collect();
-    assert_eq!(
-        texts,
-        [json!("by a"), json!("by b")],
-        "nothing of the late batch landed"
-    );
-
-    // A release lapses the lease and keeps its epoch, so the next owner's is higher.
-    assert!(store.release_lease(&b).await.unwrap());
-    let lapsed = store.lease("s1").await.unwrap().expect("kept");
-    assert_eq!(lapsed.epoch, 2);
-    assert!(lapsed.expires_at <= OffsetDateTime::now_utc());
-    let again = store
-        .acquire_lease("s1", "node-a", minute)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(again.epoch, 3);
-
-    // No lease, no fenced write; a lease needs its session, and goes with it.
-    store
-        .create_session(&new_session("s2", None))
-        .await
-        .expect("create");
-    let err = store
-        .write_all(&[Write::Fence {
-            session_id: "s2".into(),
-            epoch: 1,
-        }])
-        .await
-        .expect_err("no lease");
-    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
-    let err = store
-        .acquire_lease("missing", "node-a", minute)
-        .await
-        .expect_err("no session");
-    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
-    assert!(store.delete_session("s1").await.unwrap());
-    assert_eq!(store.lease("s1").await.unwrap(), None);
-}
-
-async fn racing_nodes_take_a_lapsed_lease_once(store: Arc<dyn Store>, _: Reopen) {
-    store
-        .create_session(&new_session("s1", None))
-        .await
-        .expect("create");
-    let first = store
-        .acquire_lease("s1", "node-0", Duration::ZERO)
-        .await
-        .unwrap()
-        .expect("taken");
-    assert_eq!(first.epoch, 1);
-    let races = (1..=8).map(|n| {
-        let store = Arc::clone(&store);
-        tokio::spawn(async move {
-            store
-                .acquire_lease("s1", &format!("node-{n}"), Duration::from_secs(60))
-                .await
-                .unwrap()
-        })
-    });
-    let won: Vec<Lease> = futures_util::future::join_all(races)
-        .await
-        .into_iter()
-        .filter_map(|joined| joined.unwrap())
-        .collect();
-    assert_eq!(won.len(), 1, "{won:?}");
-    assert_eq!(won[0].epoch, 2);
-    assert_eq!(store.lease("s1").await.unwrap().as_ref(), Some(&won[0]));
 }
 
 /// Appends `count` events of about 4 KiB to session `s1`, starting after `from`.

@@ -254,7 +254,7 @@ impl SessionActor {
             "spawn_agent",
             spool.path(),
         );
-        if let Err(err) = self.store.upsert_task(&row).await {
+        if let Err(err) = self.writer.upsert_task(&row).await {
             tracing::error!(%err, "sub-agent task not recorded");
             return Err(ToolError::Fatal(
                 "the sub-agent could not be recorded".into(),
@@ -524,7 +524,7 @@ impl SessionActor {
         match self.store.get_task(agent_id).await {
             Ok(Some(mut row)) if row.reason.as_deref() != Some(CLOSED_REASON) => {
                 row.reason = Some(CLOSED_REASON.into());
-                if let Err(err) = self.store.upsert_task(&row).await {
+                if let Err(err) = self.writer.upsert_task(&row).await {
                     tracing::error!(%err, "sub-agent close not recorded");
                 }
             }

@@ -46,14 +46,14 @@ impl SessionActor {
         held.extend(self.lingering.drain(..).map(SessionEvent::into_wire));
         let mut first = self.last_seq + 1;
         let mut events = self.stamped(first, &held);
-        if let Err(err) = self.store.append_events(&events).await {
+        if let Err(err) = self.writer.append_events(&events).await {
             // A write that committed but reported failure leaves the store ahead of us: catch
             // up once and retry, rather than refusing every later event.
             let retried = match (&err, self.store.get_session(&self.session_id).await) {
                 (crate::store::StoreError::Conflict(_), Ok(Some(row))) => {
                     first = row.last_seq + 1;
                     events = self.stamped(first, &held);
-                    self.store.append_events(&events).await
+                    self.writer.append_events(&events).await
                 }
                 _ => Err(err),
             };

@@ -40,7 +40,7 @@ use crate::agent::{AgentSettings, SessionEvent};
 use crate::llm::ChatMessage;
 use crate::llm::pricing::Pricing;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Store, Writer};
 use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
 use crate::tools::mcp::{McpServer, McpServerConfig};
 use crate::tools::{ToolEvent, ToolRegistry, ToolState};
@@ -60,6 +60,8 @@ pub(crate) struct ActorSetup {
     pub profiles: crate::session::profiles::Profiles,
     pub session_id: Arc<str>,
     pub store: Arc<dyn Store>,
+    /// Where the session's work is written: the group commit, or the lease's fence.
+    pub writer: Arc<dyn Writer>,
     pub registry: ToolRegistry,
     pub last_seq: i64,
     pub idle_unload: Duration,
@@ -111,6 +113,7 @@ pub(crate) struct SessionActor {
     profiles: crate::session::profiles::Profiles,
     session_id: Arc<str>,
     store: Arc<dyn Store>,
+    writer: Arc<dyn Writer>,
     registry: ToolRegistry,
     last_seq: i64,
     /// Events accepted but not yet committed (see `linger`), in order, and when they must be.
@@ -188,6 +191,7 @@ impl SessionActor {
         };
         let ledger = Ledger::new(
             Arc::clone(&setup.store),
+            Arc::clone(&setup.writer),
             Arc::clone(&setup.session_id),
             Arc::clone(&setup.metrics),
             pricing,
@@ -206,6 +210,7 @@ impl SessionActor {
             pending_notes: Vec::new(),
             session_id: setup.session_id,
             store: setup.store,
+            writer: setup.writer,
             registry: setup.registry,
             last_seq: setup.last_seq,
             lingering: Vec::new(),
@@ -401,7 +406,7 @@ impl SessionActor {
         self.commit_lingering().await;
         // Nothing runs: a start-up need not read this session's events.
         if let Err(err) = self
-            .store
+            .writer
             .mark_no_open_work(&self.session_id, self.last_seq)
             .await
         {

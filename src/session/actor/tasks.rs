@@ -68,7 +68,7 @@ impl SessionActor {
             }
         };
         let row = TaskRow::running(&task_id, &self.session_id, &tool_call_id, &tool_name, &path);
-        if let Err(err) = self.store.upsert_task(&row).await {
+        if let Err(err) = self.writer.upsert_task(&row).await {
             // A task nobody can look up must not run: stop it and say so.
             tracing::error!(%err, "task not recorded");
             self.tasks.cancel_unrecorded(&task_id);
@@ -236,7 +236,7 @@ impl SessionActor {
                         .map_or(row.total_bytes, |meta| meta.len() as i64),
                 };
                 row.finished_at = state.is_final().then(timestamp_now);
-                if let Err(err) = self.store.upsert_task(&row).await {
+                if let Err(err) = self.writer.upsert_task(&row).await {
                     tracing::error!(%err, task_id, "task state not recorded");
                 }
             }

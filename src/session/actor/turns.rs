@@ -454,7 +454,7 @@ impl SessionActor {
         // The events still lingering get the next seqs; the message comes after them.
         let event_seq = self.last_seq + self.lingering.len() as i64;
         match self
-            .store
+            .writer
             .append_message(&self.session_id, &value, event_seq)
             .await
         {
