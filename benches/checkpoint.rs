@@ -6,7 +6,7 @@
 use std::hint::black_box;
 use std::path::Path;
 
-use agentd::tools::checkpoint::{CheckpointStore, Limits, Snapshot};
+use agentd::checkpoint::{CheckpointStore, Limits, Snapshot};
 use agentd::tools::workspace::Workspace;
 use criterion::{Criterion, criterion_group, criterion_main};
 

@@ -8,9 +8,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use agentd::builtin::shell::Shell;
 use agentd::config::{SandboxConfig, SandboxMode};
 use agentd::sandbox::Sandbox;
-use agentd::tools::builtin::shell::Shell;
 use agentd::tools::{Tool, ToolContext, Workspace};
 use serde_json::json;
 

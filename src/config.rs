@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
+use crate::builtin::ToolPermissions;
 pub use crate::sandbox::{SandboxConfig, SandboxMode};
 use crate::tools::ToolPolicy;
-use crate::tools::builtin::ToolPermissions;
 use crate::tools::lifecycle::{DEFAULT_IDLE_THRESHOLD, DEFAULT_MAX_ACTIVE};
 
 pub use crate::secret::Secret;
@@ -28,16 +28,35 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The config file is not valid TOML for this schema.
-    #[error("invalid config file {path}: {message}")]
+    #[error("invalid config file {path}: {source}")]
     Parse {
         /// The file.
         path: PathBuf,
         /// What is wrong, with its location.
-        message: String,
+        #[source]
+        source: TomlError,
     },
     /// A value is out of range or contradicts another.
     #[error("invalid configuration: {0}")]
     Invalid(String),
+}
+
+/// Configuration text that is not valid TOML for the schema: what is wrong, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct TomlError {
+    /// The 1-based line the problem starts on, when the parser knows it.
+    pub line: Option<usize>,
+    /// What is wrong, naming the key.
+    pub message: String,
+}
+
+impl std::fmt::Display for TomlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
 }
 
 /// `[server]`: where agentd listens and keeps its data.
@@ -291,7 +310,7 @@ impl ToolsConfig {
     }
 }
 
-pub use crate::tools::plugin::PluginConfig;
+pub use crate::plugin::PluginConfig;
 
 /// `[agent]`: how the turn loop guards itself.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -412,7 +431,7 @@ pub struct Config {
     /// `[[plugins]]`.
     pub plugins: Vec<PluginConfig>,
     /// `[[mcp_servers]]`: Model Context Protocol servers whose tools the sessions get.
-    pub mcp_servers: Vec<crate::tools::mcp::McpServerConfig>,
+    pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
     /// `[budget]`.
     pub budget: BudgetConfig,
     /// `[retention]`.
@@ -510,11 +529,11 @@ impl Default for CheckpointsConfig {
 
 impl CheckpointsConfig {
     /// The limits a checkpoint is taken within.
-    pub fn limits(&self) -> crate::tools::checkpoint::Limits {
-        crate::tools::checkpoint::Limits {
+    pub fn limits(&self) -> crate::checkpoint::Limits {
+        crate::checkpoint::Limits {
             max_file_bytes: self.max_file_mb.saturating_mul(1024 * 1024),
             max_total_bytes: self.max_total_mb.saturating_mul(1024 * 1024),
-            ..crate::tools::checkpoint::Limits::default()
+            ..crate::checkpoint::Limits::default()
         }
     }
 }
@@ -810,26 +829,22 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+        Self::from_toml(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
-            message,
+            source,
         })
     }
 
     /// Parses TOML text; the error is one line naming the key and location.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|err| {
-            let message = err.message().to_string();
-            match err.span() {
-                Some(span) => {
-                    // Counting newlines, not `lines()`: a span that starts a line would
-                    // otherwise be reported on the line before it.
-                    let before = &text.as_bytes()[..span.start.min(text.len())];
-                    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-                    format!("line {line}: {message}")
-                }
-                None => message,
-            }
+    pub fn from_toml(text: &str) -> Result<Self, TomlError> {
+        toml::from_str(text).map_err(|err| TomlError {
+            // Counting newlines, not `lines()`: a span that starts a line would otherwise be
+            // reported on the line before it.
+            line: err.span().map(|span| {
+                let before = &text.as_bytes()[..span.start.min(text.len())];
+                before.iter().filter(|&&b| b == b'\n').count() + 1
+            }),
+            message: err.message().to_string(),
         })
     }
 
@@ -1267,12 +1282,18 @@ usd_per_minute = 0.5
     #[test]
     fn bad_files_and_values_are_one_clear_line() {
         let err = Config::from_toml("[server]\nbind = 12\n").unwrap_err();
+        assert_eq!(err.line, Some(2));
+        let err = err.to_string();
         assert!(err.starts_with("line 2:"), "{err}");
         assert!(!err.contains('\n'), "{err}");
-        let err = Config::from_toml("[tools]\nmax_actve = 3\n").unwrap_err();
+        let err = Config::from_toml("[tools]\nmax_actve = 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("max_actve"), "{err}");
         // An unknown key's span starts its line: it is named on that line, not the one before.
-        let err = Config::from_toml("[server]\nbind = \"127.0.0.1:1\"\nbindd = 1\n").unwrap_err();
+        let err = Config::from_toml("[server]\nbind = \"127.0.0.1:1\"\nbindd = 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("line 3:"), "{err}");
         assert!(err.contains("bindd"), "{err}");
         let mut config = Config::default();

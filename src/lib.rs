@@ -5,6 +5,10 @@
 //! - [`config`]: the one typed configuration (defaults, TOML file, environment, flags).
 //! - [`tools`]: the tool system — the `Tool` trait, the per-session registry with its policy,
 //!   LRU and argument checks.
+//! - [`builtin`]: the tools every registry offers, each family in its file.
+//! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
+//! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
+//! - [`checkpoint`]: a session's workspace snapshots, for `turn/diff` and `session/revert`.
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
 //! - [`secret`]: strings (keys, tokens) that never show in logs.
 //! - [`error_kind`]: the one vocabulary of refusals, with each kind's HTTP status, JSON-RPC code
@@ -21,6 +25,8 @@
 //!   migrations.
 
 pub mod agent;
+pub mod builtin;
+pub mod checkpoint;
 pub mod cluster;
 pub mod config;
 pub mod error_kind;
@@ -28,7 +34,9 @@ pub mod fs_safe;
 pub mod heap;
 pub mod http;
 pub mod llm;
+pub mod mcp;
 pub mod metrics;
+pub mod plugin;
 pub mod sandbox;
 pub mod secret;
 pub mod server;

@@ -256,7 +256,9 @@ fn quiet_start(
 
 /// Starts OpenTelemetry export when `[telemetry]` or the `OTEL_*` variables ask for it;
 /// before any runtime, since the exporters send from threads of their own.
-fn start_telemetry(config: &Config) -> Result<Option<agentd::telemetry::Telemetry>, String> {
+fn start_telemetry(
+    config: &Config,
+) -> Result<Option<agentd::telemetry::Telemetry>, agentd::telemetry::TelemetryError> {
     let settings = config.telemetry.settings();
     if !settings.wanted(&|name| std::env::var(name).ok()) {
         return Ok(None);

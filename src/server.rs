@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::AgentSettings;
+use crate::builtin::{self, BuiltinDeps, BuiltinModel};
 use crate::config::Config;
 use crate::http::accept::{self, ConnectionLimits};
 use crate::http::{self, AppState};
@@ -22,13 +23,12 @@ use crate::llm::pricing::Pricing;
 use crate::llm::responses::ResponsesProvider;
 use crate::llm::router::{DEFAULT_PROVIDER, ModelRoute, ModelRouter};
 use crate::metrics::Metrics;
+use crate::plugin::PluginTool;
 use crate::sandbox::Sandbox;
 use crate::session::Sessions;
 use crate::session::hub::SessionsConfig;
 use crate::store::{self, Store};
 use crate::tasks::tools::{CheckBackgroundTasks, ReadTaskOutput};
-use crate::tools::builtin::{self, BuiltinDeps, BuiltinModel};
-use crate::tools::plugin::PluginTool;
 use crate::tools::policy::provider_policy_for;
 use crate::tools::{RegistryError, Tool, ToolRegistry, Workspace};
 
@@ -37,7 +37,7 @@ use crate::tools::{RegistryError, Tool, ToolRegistry, Workspace};
 pub enum StartupError {
     /// `[instructions] file` cannot be read.
     #[error("{0}")]
-    Instructions(String),
+    Instructions(#[from] crate::session::instructions::InstructionsError),
     /// An agent profile names a model no provider serves.
     #[error("agents {0:?}: {1}")]
     Profile(String, String),
@@ -305,7 +305,7 @@ impl Server {
         config: Config,
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
-        crate::tools::builtin::exec::forbid_env_var(&config.llm.api_key_env);
+        crate::builtin::exec::forbid_env_var(&config.llm.api_key_env);
         if !config.server.bind.ip().is_loopback()
             && config.server.auth_token.is_none()
             && config.server.users.is_empty()
@@ -393,27 +393,17 @@ impl Server {
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let url = config.server.database_url();
-        let connected = if config.cluster.enabled {
-            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-                let scheme = if url.starts_with("sqlite") {
-                    "sqlite"
-                } else {
-                    "not a postgres:// URL"
-                };
-                return Err(StartupError::ClusterNeedsPostgres(scheme));
-            }
-            // A node paused in the middle of a transaction holds its lease row's lock, and a
-            // takeover would wait on it for as long as the pause lasts: PostgreSQL ends such a
-            // transaction after a lease, so the takeover waits at most that long once more.
-            let options = store::postgres::parse_url(&url)?.options([(
-                "idle_in_transaction_session_timeout",
-                format!("{}s", config.cluster.lease_secs),
-            )]);
-            Arc::new(store::postgres::PostgresStore::connect_with(options).await?)
-                as Arc<dyn store::Store>
-        } else {
-            store::connect(&url).await?
-        };
+        if config.cluster.enabled
+            && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        {
+            let scheme = if url.starts_with("sqlite") {
+                "sqlite"
+            } else {
+                "not a postgres:// URL"
+            };
+            return Err(StartupError::ClusterNeedsPostgres(scheme));
+        }
+        let connected = store::connect(&url).await?;
         let (store, writer, cluster) = if config.cluster.enabled {
             // Each actor writes through its own fence; other nodes' tasks are theirs to end.
             let settings = crate::cluster::ClusterSettings {
@@ -455,7 +445,7 @@ impl Server {
                 })?;
             }
         }
-        let mcp = crate::tools::mcp::start_servers(
+        let mcp = crate::mcp::start_servers(
             &config.mcp_servers,
             &config.server.data_dir,
             sandbox.as_ref(),
@@ -469,21 +459,20 @@ impl Server {
         for server in mcp.iter().filter(|server| server.defers()) {
             base.defer_group(&format!("group:mcp:{}", server.name()));
         }
+        let tool_groups = base.tool_groups();
         let base = Arc::new(base);
         let mut unsupported = vec!["image_generation".to_string()];
         if config.tools.web_search_url.is_none() {
             unsupported.push("web_search".to_string());
         }
         let checkpoints_dir = config.server.data_dir.join("checkpoints");
-        let checkpoints = crate::tools::checkpoint::CheckpointStore::open(
-            &checkpoints_dir,
-            config.checkpoints.limits(),
-        )
-        .map_err(|source| StartupError::Directory {
-            what: "checkpoints",
-            path: checkpoints_dir.display().to_string(),
-            source,
-        })?;
+        let checkpoints =
+            crate::checkpoint::CheckpointStore::open(&checkpoints_dir, config.checkpoints.limits())
+                .map_err(|source| StartupError::Directory {
+                    what: "checkpoints",
+                    path: checkpoints_dir.display().to_string(),
+                    source,
+                })?;
         let sessions = Sessions::new(
             Arc::clone(&store),
             writer,
@@ -505,12 +494,13 @@ impl Server {
                         config.llm.model.as_deref().unwrap_or_default(),
                         &config.llm.provider,
                     )),
+                    tool_groups,
                 ),
                 approval_timeout: Duration::from_secs(config.tools.approval_timeout_secs),
                 mcp_per_session: config
                     .mcp_servers
                     .iter()
-                    .filter(|server| server.scope == crate::tools::mcp::Scope::Session)
+                    .filter(|server| server.scope == crate::mcp::Scope::Session)
                     .cloned()
                     .collect(),
                 cluster,

@@ -82,11 +82,23 @@ impl std::fmt::Debug for Telemetry {
     }
 }
 
+/// Why export could not start: an exporter refused its settings (a malformed endpoint or
+/// header variable).
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// The span exporter.
+    #[error("[telemetry] the OTLP span exporter: {0}")]
+    Spans(#[source] opentelemetry_otlp::ExporterBuildError),
+    /// The metric exporter.
+    #[error("[telemetry] the OTLP metric exporter: {0}")]
+    Metrics(#[source] opentelemetry_otlp::ExporterBuildError),
+}
+
 impl Telemetry {
     /// Builds the span and metric exporters and turns export on; an error names what was
     /// wrong (a malformed endpoint or header variable). Call it outside any async runtime:
     /// the exporters send from threads of their own with a blocking HTTP client.
-    pub fn start(settings: &TelemetrySettings) -> Result<Self, String> {
+    pub fn start(settings: &TelemetrySettings) -> Result<Self, TelemetryError> {
         let signal_url = |path: &str| {
             settings
                 .endpoint
@@ -98,16 +110,12 @@ impl Telemetry {
         if let Some(url) = signal_url("/v1/traces") {
             spans = spans.with_endpoint(url);
         }
-        let spans = spans
-            .build()
-            .map_err(|err| format!("[telemetry] the OTLP span exporter: {err}"))?;
+        let spans = spans.build().map_err(TelemetryError::Spans)?;
         let mut metrics = opentelemetry_otlp::MetricExporter::builder().with_http();
         if let Some(url) = signal_url("/v1/metrics") {
             metrics = metrics.with_endpoint(url);
         }
-        let metrics = metrics
-            .build()
-            .map_err(|err| format!("[telemetry] the OTLP metric exporter: {err}"))?;
+        let metrics = metrics.build().map_err(TelemetryError::Metrics)?;
         let mut resource = opentelemetry_sdk::Resource::builder();
         if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
             resource = resource.with_service_name("agentd");

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use agentd::tools::builtin::patch::{FileOp, HunkLine, apply_update, parse_patch};
+use agentd::builtin::patch::{FileOp, HunkLine, apply_update, parse_patch};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

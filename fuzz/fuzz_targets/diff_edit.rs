@@ -2,7 +2,7 @@
 //! implementation: a diff that `similar` writes from A to B, parsed and applied to A, gives B.
 #![no_main]
 
-use agentd::tools::builtin::diff_edit::{apply_to_bytes, parse_unified_diff};
+use agentd::builtin::diff_edit::{apply_to_bytes, parse_unified_diff};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

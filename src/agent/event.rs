@@ -77,7 +77,7 @@ pub enum SessionEvent {
         /// A unified diff of the changed text files (cut at 256 KiB).
         diff: String,
         /// Every changed file.
-        files: Vec<crate::tools::checkpoint::FileChange>,
+        files: Vec<crate::checkpoint::FileChange>,
         /// Files past `[checkpoints]` limits before or after the turn, whose changes are
         /// neither seen nor reverted (at most 100).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
+use crate::builtin::process::{kill_group, shell_command};
 use crate::secret::Secret;
-use crate::tools::builtin::process::{kill_group, shell_command};
 use crate::tools::workspace::Workspace;
 
 /// Tries of a URL hook before it is reported as failed.
@@ -119,12 +119,13 @@ impl HookConfig {
             .unwrap_or_default()
     }
 
-    fn matches(&self, tool: Option<&str>) -> bool {
+    /// Whether it runs for `tool` (in `groups`); hooks of events without a tool always do.
+    fn matches(&self, tool: Option<&str>, groups: &[&str]) -> bool {
         match (&self.matcher, tool) {
             (None, _) | (_, None) => true,
             (Some(matcher), Some(tool)) => matcher
                 .split('|')
-                .any(|entry| crate::tools::policy::entry_matches(entry.trim(), tool)),
+                .any(|entry| crate::tools::policy::entry_matches(entry.trim(), tool, groups)),
         }
     }
 }
@@ -182,6 +183,8 @@ pub struct Outcome {
 /// The hooks of one session: they run in its sandbox, in its cwd.
 pub struct SessionHooks {
     hooks: Arc<[HookConfig]>,
+    /// The groups of the session's tools, for `group:` matchers.
+    groups: crate::tools::policy::ToolGroups,
     workspace: Arc<Workspace>,
     session_id: String,
     client: reqwest::Client,
@@ -200,6 +203,7 @@ impl SessionHooks {
     /// there are none.
     pub fn new(
         hooks: &Arc<[HookConfig]>,
+        groups: crate::tools::policy::ToolGroups,
         workspace: Arc<Workspace>,
         session_id: &str,
     ) -> Option<Arc<Self>> {
@@ -208,17 +212,22 @@ impl SessionHooks {
         }
         Some(Arc::new(Self {
             hooks: Arc::clone(hooks),
+            groups,
             workspace,
             session_id: session_id.to_string(),
             client: reqwest::Client::new(),
         }))
     }
 
+    fn groups_of(&self, tool: Option<&str>) -> &[&'static str] {
+        tool.map_or(&[], |tool| self.groups.of(tool))
+    }
+
     /// Whether any hook runs for `event` (and `tool`, for tool events).
     pub fn any(&self, event: HookEvent, tool: Option<&str>) -> bool {
         self.hooks
             .iter()
-            .any(|hook| hook.event == event && hook.matches(tool))
+            .any(|hook| hook.event == event && hook.matches(tool, self.groups_of(tool)))
     }
 
     /// Runs the hooks of `event` (for `tool`, when given) one after the other with the
@@ -235,7 +244,7 @@ impl SessionHooks {
         let body = payload.to_string();
         let mut outcome = Outcome::default();
         for hook in self.hooks.iter() {
-            if hook.event != event || !hook.matches(tool) {
+            if hook.event != event || !hook.matches(tool, self.groups_of(tool)) {
                 continue;
             }
             let started = Instant::now();
@@ -538,12 +547,13 @@ mod tests {
             timeout_secs: 5,
             secret: None,
         };
-        assert!(hook(None).matches(Some("shell")));
-        assert!(hook(Some("shell")).matches(Some("shell")));
-        assert!(!hook(Some("shell")).matches(Some("read_file")));
-        assert!(hook(Some("web_*")).matches(Some("web_fetch")));
-        assert!(hook(Some("group:fs")).matches(Some("write_file")));
-        assert!(hook(Some("shell|write_file")).matches(Some("write_file")));
+        assert!(hook(None).matches(Some("shell"), &[]));
+        assert!(hook(Some("shell")).matches(Some("shell"), &[]));
+        assert!(!hook(Some("shell")).matches(Some("read_file"), &[]));
+        assert!(hook(Some("web_*")).matches(Some("web_fetch"), &[]));
+        assert!(hook(Some("group:fs")).matches(Some("write_file"), &["fs"]));
+        assert!(!hook(Some("group:fs")).matches(Some("grep"), &["search"]));
+        assert!(hook(Some("shell|write_file")).matches(Some("write_file"), &["fs"]));
         assert!(hook(Some("shell")).invalid().is_none());
         let mut both = hook(None);
         both.url = Some("http://127.0.0.1:1/".into());

@@ -125,7 +125,13 @@ impl Cluster {
         cancel: CancellationToken,
         tracker: &TaskTracker,
     ) -> StoreResult<Arc<Self>> {
-        let options = crate::store::postgres::parse_url(&settings.database_url)?;
+        // A node paused in the middle of a fenced write holds its lease row's lock, and a
+        // takeover would wait on it for as long as the pause lasts: PostgreSQL ends such a
+        // transaction after a lease, so the takeover waits at most that long once more.
+        let options = crate::store::postgres::parse_url(&settings.database_url)?.options([(
+            "idle_in_transaction_session_timeout",
+            format!("{}s", settings.lease_ttl.as_secs().max(1)),
+        )]);
         let pool = PgPoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(5))

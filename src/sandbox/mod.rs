@@ -265,9 +265,37 @@ pub enum SandboxError {
          commands unconfined knowingly"
     )]
     NoLandlock,
-    /// The launcher could not be run or failed its start-up check.
+    /// The launcher could not be found or set up.
     #[error("sandbox: {0}; set [sandbox] mode = \"off\" to run commands unconfined knowingly")]
     Launcher(String),
+    /// A confined `sh -c true` failed at start-up.
+    #[error("sandbox: {0}; set [sandbox] mode = \"off\" to run commands unconfined knowingly")]
+    SelfTest(#[from] SelfTestError),
+}
+
+/// Why the start-up check's confined command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SelfTestError {
+    /// Its directory, or its launch spec, could not be made.
+    #[error("cannot prepare the self-test: {0}")]
+    Prepare(#[source] std::io::Error),
+    /// The launcher could not be started.
+    #[error("cannot run {}: {source}", launcher.display())]
+    Spawn {
+        /// The launcher.
+        launcher: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The command ran and failed.
+    #[error("a confined command failed ({status}): {stderr}")]
+    Failed {
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// What it said.
+        stderr: String,
+    },
 }
 
 /// How the sandbox runs on this machine, for `/readyz` and `session/open`.
@@ -416,11 +444,11 @@ impl Sandbox {
         }
         if let Err(first) = sandbox.self_test().await {
             if !sandbox.namespaces {
-                return Err(SandboxError::Launcher(first));
+                return Err(first.into());
             }
             tracing::warn!(error = %first, "sandboxed commands fail inside namespaces; using the other layers");
             sandbox.namespaces = false;
-            sandbox.self_test().await.map_err(SandboxError::Launcher)?;
+            sandbox.self_test().await?;
         }
         let report = sandbox.report();
         tracing::info!(mode = report.mode, network = report.network, layers = ?report.layers, "sandbox enforced");
@@ -513,12 +541,12 @@ impl Sandbox {
 
     /// Runs `sh -c true` confined as a session's command would be, so that a layer the
     /// probe believed in but that fails for real is found now, not at the first command.
-    async fn self_test(&self) -> Result<(), String> {
+    async fn self_test(&self) -> Result<(), SelfTestError> {
         // One per process: nodes of a cluster may share the data directory and start together.
         let dir = self
             .tmp_root
             .join(format!("self-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&dir).map_err(SelfTestError::Prepare)?;
         let spec = self.spec(&[], Path::new("/"), Some(dir.clone()), &[], Vec::new());
         let output = self
             .command(
@@ -526,19 +554,21 @@ impl Sandbox {
                 OsStr::new("sh"),
                 &[OsStr::new("-c"), OsStr::new("true")],
             )
-            .map_err(|e| e.to_string())?
+            .map_err(SelfTestError::Prepare)?
             .output()
             .await
-            .map_err(|err| format!("cannot run {}: {err}", self.launcher.display()))?;
+            .map_err(|source| SelfTestError::Spawn {
+                launcher: self.launcher.clone(),
+                source,
+            })?;
         let _ = std::fs::remove_dir_all(&dir);
         if output.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "a confined command failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
+            Err(SelfTestError::Failed {
+                status: output.status,
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            })
         }
     }
 

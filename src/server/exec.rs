@@ -19,7 +19,7 @@ use super::Server;
 use crate::agent::approval::Decision;
 use crate::agent::event::TurnCompletion;
 use crate::error_kind::ErrorKind;
-use crate::session::{Caller, ModelChoice, Outbound, SessionHandle, Watcher};
+use crate::session::{Caller, ModelChoice, Outbound, SessionError, SessionHandle, Watcher};
 
 /// The version of the `--json` line format; bumped when a line changes shape.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -57,17 +57,78 @@ struct Ending {
     summary: String,
 }
 
+/// Why `--output-schema`'s file is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaFileError {
+    /// It cannot be read.
+    #[error("--output-schema {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is not JSON.
+    #[error("--output-schema {}: not JSON: {source}", path.display())]
+    NotJson {
+        /// The file.
+        path: PathBuf,
+        /// Where the JSON breaks.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// It is JSON but no JSON Schema.
+    #[error("--output-schema {}: not a JSON Schema: {reason}", path.display())]
+    NotSchema {
+        /// The file.
+        path: PathBuf,
+        /// What the schema compiler refused.
+        reason: String,
+    },
+}
+
+/// Why `agentd exec` could not run its turn to an end (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The session refused: an unknown model, a store that cannot write, a cwd outside.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The session's events stopped before its turn ended.
+    #[error("the session stopped before the turn ended")]
+    Stopped,
+}
+
+/// Why a final answer is not what `--output-schema` asks for.
+#[derive(Debug, thiserror::Error)]
+enum AnswerProblem {
+    /// The answer is not JSON.
+    #[error("it is not JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    /// The schema does not compile (checked at start-up, so only if it changed meaning).
+    #[error("{0}")]
+    BadSchema(String),
+    /// The JSON breaks the schema, at these places.
+    #[error("{}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// The turn asked to correct the answer did not complete.
+    #[error("the retry did not complete")]
+    RetryIncomplete,
+}
+
 /// Reads `--output-schema`'s file as a JSON Schema.
-pub fn read_schema(path: &PathBuf) -> Result<Value, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("--output-schema {}: {err}", path.display()))?;
-    let schema: Value = serde_json::from_str(&text)
-        .map_err(|err| format!("--output-schema {}: not JSON: {err}", path.display()))?;
-    jsonschema::validator_for(&schema).map_err(|err| {
-        format!(
-            "--output-schema {}: not a JSON Schema: {err}",
-            path.display()
-        )
+pub fn read_schema(path: &PathBuf) -> Result<Value, SchemaFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SchemaFileError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let schema: Value = serde_json::from_str(&text).map_err(|source| SchemaFileError::NotJson {
+        path: path.clone(),
+        source,
+    })?;
+    jsonschema::validator_for(&schema).map_err(|err| SchemaFileError::NotSchema {
+        path: path.clone(),
+        reason: err.to_string(),
     })?;
     Ok(schema)
 }
@@ -91,30 +152,24 @@ impl Server {
         &self,
         task: &ExecTask,
         out: &mut (dyn Write + Send),
-    ) -> Result<u8, String> {
+    ) -> Result<u8, ExecError> {
         let sessions = self.state.sessions();
         let choice = ModelChoice {
             model: task.model.clone(),
             reasoning_effort: None,
         };
         if let Some(agent) = self.state.agent() {
-            choice.check(Some(agent)).map_err(|err| err.to_string())?;
+            choice.check(Some(agent))?;
         }
         let caller = Caller { user: None };
-        let (handle, row) = sessions
-            .create(&caller, task.cwd.as_deref())
-            .await
-            .map_err(|err| err.to_string())?;
+        let (handle, row) = sessions.create(&caller, task.cwd.as_deref()).await?;
         let (tx, mut rx) = mpsc::channel(4096);
         let watcher = Watcher {
             connection_id: u64::MAX,
             tx,
             lagged: CancellationToken::new(),
         };
-        handle
-            .attach_replaying(watcher, None)
-            .await
-            .map_err(|err| err.to_string())?;
+        handle.attach_replaying(watcher, None).await?;
         if task.json {
             line(
                 out,
@@ -146,7 +201,7 @@ impl Server {
                 problems = if ending.code == EXIT_COMPLETED {
                     check_answer(schema, &ending.final_text)
                 } else {
-                    Err("the retry did not complete".into())
+                    Err(AnswerProblem::RetryIncomplete)
                 };
             }
             match problems {
@@ -180,12 +235,11 @@ impl Server {
         choice: &ModelChoice,
         task: &ExecTask,
         out: &mut (dyn Write + Send),
-    ) -> Result<Ending, String> {
+    ) -> Result<Ending, ExecError> {
         // A retry follows the previous turn's end at once.
         let turn_id = handle
             .start_turn_after_end(prompt, Vec::new(), None, choice.clone(), None)
-            .await
-            .map_err(|err| err.to_string())?;
+            .await?;
         let mut final_text = String::new();
         let streams = !task.json && task.output_schema.is_none();
         while let Some(frame) = rx.recv().await {
@@ -231,7 +285,7 @@ impl Server {
                 _ => {}
             }
         }
-        Err("the session stopped before the turn ended".into())
+        Err(ExecError::Stopped)
     }
 }
 
@@ -272,7 +326,7 @@ fn ending_of(method: &str, params: &Value, final_text: String) -> Ending {
 }
 
 /// The final answer as JSON valid against `schema`, or what is wrong with it.
-fn check_answer(schema: &Value, text: &str) -> Result<Value, String> {
+fn check_answer(schema: &Value, text: &str) -> Result<Value, AnswerProblem> {
     let trimmed = text.trim();
     // A fenced answer is taken for its content: models add fences whatever they are told.
     let inner = trimmed
@@ -280,9 +334,9 @@ fn check_answer(schema: &Value, text: &str) -> Result<Value, String> {
         .or_else(|| trimmed.strip_prefix("```"))
         .and_then(|rest| rest.strip_suffix("```"))
         .unwrap_or(trimmed);
-    let value: Value =
-        serde_json::from_str(inner.trim()).map_err(|err| format!("it is not JSON ({err})"))?;
-    let validator = jsonschema::validator_for(schema).map_err(|err| err.to_string())?;
+    let value: Value = serde_json::from_str(inner.trim()).map_err(AnswerProblem::NotJson)?;
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|err| AnswerProblem::BadSchema(err.to_string()))?;
     let errors: Vec<String> = validator
         .iter_errors(&value)
         .map(|err| format!("{} at {}", err, err.instance_path()))
@@ -290,7 +344,7 @@ fn check_answer(schema: &Value, text: &str) -> Result<Value, String> {
     if errors.is_empty() {
         Ok(value)
     } else {
-        Err(errors.join("; "))
+        Err(AnswerProblem::Invalid(errors))
     }
 }
 
@@ -314,16 +368,18 @@ mod tests {
             check_answer(&schema, "```json\n{\"ok\": false}\n```").unwrap(),
             json!({"ok": false})
         );
+        let invalid = check_answer(&schema, "{\"ok\": 1}").unwrap_err();
         assert!(
-            check_answer(&schema, "{\"ok\": 1}")
-                .unwrap_err()
-                .contains("ok")
+            matches!(&invalid, AnswerProblem::Invalid(places) if places.len() == 1),
+            "{invalid:?}"
         );
+        assert!(invalid.to_string().contains("ok"), "{invalid}");
+        let not_json = check_answer(&schema, "done!").unwrap_err();
         assert!(
-            check_answer(&schema, "done!")
-                .unwrap_err()
-                .contains("not JSON")
+            matches!(not_json, AnswerProblem::NotJson(_)),
+            "{not_json:?}"
         );
+        assert!(not_json.to_string().contains("not JSON"), "{not_json}");
     }
 
     #[test]

@@ -2,7 +2,19 @@
 //! from the command line, through the same hub calls as the REST routes.
 
 use super::Server;
-use crate::session::Caller;
+use crate::session::transfer::ExportFormatError;
+use crate::session::{Caller, SessionError};
+
+/// Why a session could not be carried out of or into the store.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// The hub refused (no such session, a quota, the store).
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The text to import is not an export.
+    #[error(transparent)]
+    Format(#[from] ExportFormatError),
+}
 
 impl Server {
     /// The session `session_id` of `user` as JSON Lines (see `session::transfer`), with its
@@ -12,23 +24,26 @@ impl Server {
         user: Option<String>,
         session_id: &str,
         with_checkpoints: bool,
-    ) -> Result<String, String> {
-        self.state
+    ) -> Result<String, TransferError> {
+        Ok(self
+            .state
             .sessions()
             .export(&Caller { user }, session_id, with_checkpoints)
-            .await
-            .map_err(|err| err.to_string())
+            .await?)
     }
 
     /// A new session of `user`'s from an export's JSON Lines; answers its id and a newline.
-    pub async fn import_session(&self, user: Option<String>, body: &str) -> Result<String, String> {
-        let imported = crate::session::transfer::parse(body).map_err(|err| err.to_string())?;
+    pub async fn import_session(
+        &self,
+        user: Option<String>,
+        body: &str,
+    ) -> Result<String, TransferError> {
+        let imported = crate::session::transfer::parse(body)?;
         let row = self
             .state
             .sessions()
             .import(&Caller { user }, imported)
-            .await
-            .map_err(|err| err.to_string())?;
+            .await?;
         Ok(format!("{}\n", row.session_id))
     }
 

@@ -18,6 +18,7 @@ use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
 use super::forwarding::Relay;
 use super::quota::SessionQuota;
 use super::{Caller, Command, InflightCalls, SessionError, SessionHandle, open_work};
+use crate::builtin;
 use crate::cluster::Lease;
 use crate::cluster::forward::Undelivered;
 use crate::cluster::{Cluster, Owner};
@@ -25,7 +26,7 @@ use crate::fs_safe::{self, RootPath};
 use crate::metrics::Metrics;
 use crate::sandbox::{Sandbox, SandboxReport};
 use crate::store::{NewSession, SessionRow, Store, Writer};
-use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace, builtin};
+use crate::tools::{ToolCatalog, ToolRegistry, ToolState, Workspace};
 
 /// The coding-tool contract this server implements.
 pub const CODING_TOOL_CONTRACT: &str = "codex-compatible-coding-v1";
@@ -52,9 +53,9 @@ pub struct SessionsConfig {
     /// `tool/invoke` calls one session may have running or queued.
     pub max_inflight_per_session: usize,
     /// The configured `scope = "server"` MCP servers, whose tools are in the base registry.
-    pub mcp: Vec<Arc<crate::tools::mcp::McpServer>>,
+    pub mcp: Vec<Arc<crate::mcp::McpServer>>,
     /// The `scope = "session"` MCP servers every session starts for itself.
-    pub mcp_per_session: Vec<crate::tools::mcp::McpServerConfig>,
+    pub mcp_per_session: Vec<crate::mcp::McpServerConfig>,
     /// The `ask` lists and command rules of the hard and the model's soft policy.
     pub approval_rules: crate::tools::approval::ApprovalRules,
     /// How long a call waits for an approval.
@@ -74,7 +75,7 @@ pub struct SessionsConfig {
     pub profiles: super::profiles::Profiles,
     /// Where checkpoints are kept (`<data_dir>/checkpoints`); `None`: no `turn/diff` nor
     /// `session/revert`.
-    pub checkpoints: Option<Arc<crate::tools::checkpoint::CheckpointStore>>,
+    pub checkpoints: Option<Arc<crate::checkpoint::CheckpointStore>>,
 }
 
 struct Live {
@@ -254,7 +255,7 @@ impl Sessions {
         &self,
         caller: &Caller,
         cwd: Option<&str>,
-        mcp: Vec<crate::tools::mcp::McpServerConfig>,
+        mcp: Vec<crate::mcp::McpServerConfig>,
     ) -> Result<(SessionHandle, SessionRow), SessionError> {
         self.create_as(caller, cwd, None, mcp).await
     }
@@ -266,7 +267,7 @@ impl Sessions {
         caller: &Caller,
         cwd: Option<&str>,
         agent: Option<&str>,
-        mcp: Vec<crate::tools::mcp::McpServerConfig>,
+        mcp: Vec<crate::mcp::McpServerConfig>,
     ) -> Result<(SessionHandle, SessionRow), SessionError> {
         self.check_profile(agent)?;
         if !mcp.is_empty() && self.inner.config.cluster.is_some() {
@@ -697,7 +698,7 @@ impl Sessions {
         &self,
         caller: &Caller,
         session_id: &str,
-        mcp: Vec<crate::tools::mcp::McpServerConfig>,
+        mcp: Vec<crate::mcp::McpServerConfig>,
     ) -> Result<SessionHandle, SessionError> {
         if mcp.is_empty() {
             return self.handle(caller, session_id).await;
@@ -817,7 +818,7 @@ impl Sessions {
         &self,
         row: &SessionRow,
         owned: Option<Lease>,
-        extra_mcp: Vec<crate::tools::mcp::McpServerConfig>,
+        extra_mcp: Vec<crate::mcp::McpServerConfig>,
     ) -> Result<SessionHandle, SessionError> {
         let mut live = self.inner.live.lock().await;
         if let Some(existing) = live.get(&row.session_id)

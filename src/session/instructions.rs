@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::builtin::skill::{MAX_SKILL_BYTES, Skill, split_front_matter};
 use crate::fs_safe;
-use crate::tools::builtin::skill::{MAX_SKILL_BYTES, Skill, split_front_matter};
 
 /// The file a directory's instructions are read from, unless the override is there.
 pub const AGENTS_FILE: &str = "AGENTS.md";
@@ -54,13 +54,26 @@ pub struct OperatorInstructions {
     pub max_bytes: usize,
 }
 
+/// `[instructions] file` could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("instructions.file {}: {source}", file.display())]
+pub struct InstructionsError {
+    /// The file.
+    pub file: std::path::PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
 impl InstructionsConfig {
     /// The operator's instructions, `file` read now; an unreadable file is an error.
-    pub fn load(&self) -> Result<OperatorInstructions, String> {
+    pub fn load(&self) -> Result<OperatorInstructions, InstructionsError> {
         let mut text = self.text.clone().unwrap_or_default();
         if let Some(file) = &self.file {
-            let read = std::fs::read_to_string(file)
-                .map_err(|err| format!("instructions.file {}: {err}", file.display()))?;
+            let read = std::fs::read_to_string(file).map_err(|source| InstructionsError {
+                file: file.clone(),
+                source,
+            })?;
             if !text.is_empty() {
                 text.push_str("\n\n");
             }

@@ -375,7 +375,7 @@ pub struct SessionMcp(std::sync::Mutex<std::collections::BTreeMap<String, String
 
 impl SessionMcp {
     /// Records that server `name` is now in `state`.
-    pub fn set(&self, name: &str, state: &crate::tools::mcp::McpState) {
+    pub fn set(&self, name: &str, state: &crate::mcp::McpState) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -74,7 +74,7 @@ pub enum SessionRequest {
     /// `session/compacted` was sent.
     Compact,
     /// `session/revert`: puts the workspace back as it was before the turn `turn_id` (see
-    /// [`crate::tools::checkpoint`]), answering `{files: [{path, change}]}`, what was (or with
+    /// [`crate::checkpoint`]), answering `{files: [{path, change}]}`, what was (or with
     /// `dry_run`, would be) undone. Files changed since the session's last turn ended are a
     /// conflict that refuses it unless `force`.
     Revert {

@@ -33,7 +33,7 @@ pub fn export(
     events: &[EventRow],
     costs: &[CostRow],
     tasks: &[TaskRow],
-    checkpoints: Option<&crate::tools::checkpoint::ExportedCheckpoints>,
+    checkpoints: Option<&crate::checkpoint::ExportedCheckpoints>,
 ) -> String {
     let mut out = String::new();
     let mut push = |value: Value| {

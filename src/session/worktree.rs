@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::SessionError;
+use crate::builtin::process::sandboxed_command;
 use crate::store::SessionWorktree;
-use crate::tools::builtin::process::sandboxed_command;
 use crate::tools::workspace::Workspace;
 
 /// How a new session is kept apart from others working in the same checkout.

@@ -84,7 +84,7 @@ impl Tool for ReadTaskOutput {
     }
 
     async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
-        let args: ReadArgs = crate::tools::builtin::parse_args(&self.meta().name, args)?;
+        let args: ReadArgs = crate::tools::args::parse_args(&self.meta().name, args)?;
         let query = match args.mode {
             Some(mode) => mode
                 .to_query()

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::command_line::{self, Concern, Seen, Source};
-use super::policy::{ToolPolicy, entry_matches};
+use super::policy::{ToolGroups, ToolPolicy, entry_matches};
 
 /// What a command rule does with a matching command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -96,6 +96,8 @@ const PATCH_TARGETS: &[&str] = &[
 #[derive(Debug, Clone, Default)]
 pub struct ApprovalRules {
     policies: Vec<ToolPolicy>,
+    /// The groups of the tools a call may name, for `group:` entries of `ask`.
+    groups: ToolGroups,
 }
 
 /// What the rules say about one command of a line.
@@ -109,15 +111,16 @@ enum Verdict {
 }
 
 impl ApprovalRules {
-    /// The rules of the policies that apply; policies without ask entries or command rules are
-    /// left out.
-    pub fn new<'a>(policies: impl IntoIterator<Item = &'a ToolPolicy>) -> Self {
+    /// The rules of the policies that apply, for tools in `groups`; policies without ask
+    /// entries or command rules are left out.
+    pub fn new<'a>(policies: impl IntoIterator<Item = &'a ToolPolicy>, groups: ToolGroups) -> Self {
         Self {
             policies: policies
                 .into_iter()
                 .filter(|p| !p.ask.is_empty() || !p.commands.is_empty())
                 .cloned()
                 .collect(),
+            groups,
         }
     }
 
@@ -127,9 +130,11 @@ impl ApprovalRules {
     }
 
     fn asked_by_name(&self, tool: &str) -> bool {
-        self.policies
-            .iter()
-            .any(|p| p.ask.iter().any(|entry| entry_matches(entry, tool)))
+        self.policies.iter().any(|p| {
+            p.ask
+                .iter()
+                .any(|entry| entry_matches(entry, tool, self.groups.of(tool)))
+        })
     }
 
     fn rules(&self) -> impl Iterator<Item = &CommandRule> {
@@ -424,7 +429,12 @@ mod tests {
                 .collect(),
             ..ToolPolicy::default()
         };
-        ApprovalRules::new([&policy])
+        let groups = ToolGroups::new([
+            ("write_file", &["fs"][..]),
+            ("shell", &["runtime", "delegated"][..]),
+            ("grep", &["search"][..]),
+        ]);
+        ApprovalRules::new([&policy], groups)
     }
 
     fn shell(command: &str) -> Value {
@@ -437,7 +447,7 @@ mod tests {
 
     #[test]
     fn without_ask_entries_or_rules_everything_runs() {
-        let empty = ApprovalRules::new([&ToolPolicy::default()]);
+        let empty = ApprovalRules::new([&ToolPolicy::default()], ToolGroups::default());
         assert!(empty.is_empty());
         assert_eq!(empty.gate("shell", &shell("rm -rf /"), &[]), Gate::Run);
     }

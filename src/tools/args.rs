@@ -268,6 +268,16 @@ impl fmt::Write for CappedWriter {
     }
 }
 
+/// Decodes a tool's arguments into its typed form; a mismatch is the model's to fix.
+pub fn parse_args<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    args: &Value,
+) -> Result<T, super::ToolError> {
+    T::deserialize(args).map_err(|err| {
+        super::ToolError::model("invalid_input", format!("{tool}: invalid arguments: {err}"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

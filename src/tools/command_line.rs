@@ -605,9 +605,13 @@ impl Parsed {
     }
 }
 
+/// An option word a wrapper's spec does not know, as written.
+#[derive(Debug, PartialEq, Eq)]
+struct UnknownOption(String);
+
 /// Reads options from the front of `words` (each `-x` cluster, `--long[=value]`, up to `--` or
 /// the first word that is no option); `Err` names an option `spec` does not know.
-fn parse_options(words: &[Word], spec: &Options) -> Result<Parsed, String> {
+fn parse_options(words: &[Word], spec: &Options) -> Result<Parsed, UnknownOption> {
     let mut parsed = Parsed {
         taken: 0,
         used: Vec::new(),
@@ -658,7 +662,7 @@ fn parse_options(words: &[Word], spec: &Options) -> Result<Parsed, String> {
                     parsed.used.push((full.to_string(), attached));
                     parsed.stopped = true;
                 }
-                None => return Err(text.to_string()),
+                None => return Err(UnknownOption(text.to_string())),
             }
             continue;
         }
@@ -692,7 +696,7 @@ fn parse_options(words: &[Word], spec: &Options) -> Result<Parsed, String> {
                     .push((c.to_string(), (!rest.is_empty()).then(|| rest.to_string())));
                 break;
             } else {
-                return Err(text.to_string());
+                return Err(UnknownOption(text.to_string()));
             }
         }
     }
@@ -1369,7 +1373,7 @@ impl Reader {
     fn options(&mut self, at: usize, args: &[Word], spec: &Options) -> Option<Parsed> {
         match parse_options(args, spec) {
             Ok(parsed) => Some(parsed),
-            Err(option) => {
+            Err(UnknownOption(option)) => {
                 self.concern(at, Concern::UnknownOption(option));
                 None
             }

@@ -192,7 +192,7 @@ impl ToolRegistry {
             .iter()
             .filter(|(name, entry)| {
                 entry.tool.meta().groups.contains(&bare)
-                    || super::mcp::group_names(bare, name) == Some(true)
+                    || super::policy::mcp_group_names(bare, name) == Some(true)
             })
             .map(|(name, _)| name.to_string())
             .collect()
@@ -201,7 +201,7 @@ impl ToolRegistry {
     /// Shows the deferral tool while anything is deferred, describing exactly what is.
     pub(super) fn sync_deferral_tool(&mut self) {
         let refused = match &self.deferral_tool {
-            Some(deferral) => self.hard_refuses(&deferral.name, &[]),
+            Some(deferral) => self.hard_refuses(&deferral.name, &[], &[]),
             None => return,
         };
         let Some(deferral) = self.deferral_tool.as_mut() else {

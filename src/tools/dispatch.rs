@@ -211,9 +211,9 @@ impl ToolRegistry {
             .tools
             .get(name)
             .or_else(|| self.removed.get(name))
-            .map(|entry| entry.tool.tags());
-        if let Some(tags) = known
-            && let Some(reason) = self.provider_refusal(name, tags)
+            .map(|entry| (&entry.tool.meta().groups, entry.tool.tags()));
+        if let Some((groups, tags)) = known
+            && let Some(reason) = self.provider_refusal(name, groups, tags)
         {
             return Err(DispatchError::PolicyDenied {
                 name: name.to_string(),

@@ -10,22 +10,20 @@
 //! - [`catalog`]: the live list of every tool and why it is or is not visible.
 //! - [`args`]: the argument size cap and schema validation.
 //! - [`workspace`]: a session's directory, the journal of its changes, its tools' shared state.
-//! - [`builtin`]: the tools every registry offers.
-//! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
-//! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
+//! - [`delegation`]: what sub-agent tools ask of their session.
+//!
+//! The tools themselves live beside the framework: `crate::builtin`, `crate::plugin` and
+//! `crate::mcp`.
 
 pub mod approval;
 pub mod args;
-pub mod builtin;
 pub mod catalog;
-pub mod checkpoint;
 /// What a command line runs, seen through wrappers: the reading command rules judge.
 pub mod command_line;
 pub mod deferral;
+pub mod delegation;
 pub mod dispatch;
 pub mod lifecycle;
-pub mod mcp;
-pub mod plugin;
 pub mod policy;
 #[cfg(test)]
 pub(crate) mod process_probe;
@@ -220,7 +218,7 @@ pub enum ToolEvent {
     },
     /// A sub-agent tool asks the session, which owns the children, to act; it answers
     /// through the request's reply.
-    SubAgent(builtin::agents::SubAgentRequest),
+    SubAgent(delegation::SubAgentRequest),
 }
 
 /// Everything a tool may know about the call it is serving.

@@ -1,6 +1,11 @@
 //! Which tools may be used: allow / deny / require_tags, where deny always wins.
+//!
+//! A policy names tools by name, by `prefix*`, or by `group:NAME`. A tool is in a group when its
+//! [`ToolMeta::groups`](super::ToolMeta::groups) says so, so every check is given the tool's
+//! groups; MCP tools are in `group:mcp` and `group:mcp:<server>` by their names.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,25 +16,55 @@ use serde::{Deserialize, Serialize};
 /// [`ToolMeta::groups`]: super::ToolMeta::groups
 pub const PRIMARY_GROUPS: &[&str] = &["fs", "search", "runtime", "web", "sessions"];
 
-/// The built-in members of `group` (with or without the `group:` prefix), from the tools' own
-/// metas; empty for an unknown group.
-pub fn group_members(group: &str) -> impl Iterator<Item = &'static str> + '_ {
+/// How every MCP tool's name starts: `mcp__<server>__<tool>`.
+pub const MCP_TOOL_PREFIX: &str = "mcp__";
+
+/// Whether `group` (bare or `group:` prefixed) is an MCP group and names `tool`: `mcp` holds
+/// every MCP tool, `mcp:<server>` one server's; `None` for any other group.
+pub fn mcp_group_names(group: &str, tool: &str) -> Option<bool> {
     let bare = group.strip_prefix("group:").unwrap_or(group);
-    super::builtin::metas()
-        .iter()
-        .filter(move |meta| meta.groups.contains(&bare))
-        .map(|meta| meta.name.as_str())
+    if bare == "mcp" {
+        return Some(tool.starts_with(MCP_TOOL_PREFIX));
+    }
+    let server = bare.strip_prefix("mcp:")?;
+    Some(
+        tool.strip_prefix(MCP_TOOL_PREFIX)
+            .and_then(|rest| rest.strip_prefix(server))
+            .is_some_and(|rest| rest.starts_with("__")),
+    )
 }
 
-/// Whether one policy entry names `tool`: `group:NAME`, then a trailing-`*` prefix, then exact.
-pub fn entry_matches(entry: &str, tool: &str) -> bool {
-    if entry.starts_with("group:") {
-        return super::mcp::group_names(entry, tool)
-            .unwrap_or_else(|| group_members(entry).any(|member| member == tool));
+/// Whether one policy entry names the tool `name` in `groups`: `group:NAME`, then a
+/// trailing-`*` prefix, then exact.
+pub fn entry_matches(entry: &str, name: &str, groups: &[&str]) -> bool {
+    if let Some(group) = entry.strip_prefix("group:") {
+        return mcp_group_names(group, name).unwrap_or_else(|| groups.contains(&group));
     }
     match entry.strip_suffix('*') {
-        Some(prefix) => tool.starts_with(prefix),
-        None => entry == tool,
+        Some(prefix) => name.starts_with(prefix),
+        None => entry == name,
+    }
+}
+
+/// The groups of a set of tools by name, for checks that know a call's tool only by its name
+/// (approval rules, hooks); taken from the session's registry. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ToolGroups(Arc<HashMap<String, Vec<&'static str>>>);
+
+impl ToolGroups {
+    /// The groups of each `(name, groups)`.
+    pub fn new<'a>(tools: impl IntoIterator<Item = (&'a str, &'a [&'static str])>) -> Self {
+        Self(Arc::new(
+            tools
+                .into_iter()
+                .map(|(name, groups)| (name.to_string(), groups.to_vec()))
+                .collect(),
+        ))
+    }
+
+    /// The groups of the tool `name`; none for a tool not in the set.
+    pub fn of(&self, name: &str) -> &[&'static str] {
+        self.0.get(name).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -96,17 +131,19 @@ impl ToolPolicy {
             && self.commands.is_empty()
     }
 
-    /// Whether the allow and deny lists let `tool` through, ignoring tags.
-    pub fn is_allowed(&self, tool: &str) -> bool {
-        if self.deny.iter().any(|entry| entry_matches(entry, tool)) {
+    /// Whether the allow and deny lists let the tool `name` in `groups` through, ignoring tags.
+    pub fn is_allowed(&self, name: &str, groups: &[&str]) -> bool {
+        let named = |entry: &String| entry_matches(entry, name, groups);
+        if self.deny.iter().any(named) {
             return false;
         }
-        self.allow.is_empty() || self.allow.iter().any(|entry| entry_matches(entry, tool))
+        self.allow.is_empty() || self.allow.iter().any(named)
     }
 
-    /// The full verdict for a tool with `tags`: names first (deny wins), then tags.
-    pub fn verdict(&self, tool: &str, tags: &[&str]) -> Verdict {
-        if !self.is_allowed(tool) {
+    /// The full verdict for the tool `name` in `groups` with `tags`: names first (deny wins),
+    /// then tags.
+    pub fn verdict(&self, name: &str, groups: &[&str], tags: &[&str]) -> Verdict {
+        if !self.is_allowed(name, groups) {
             return Verdict::DeniedByName;
         }
         if !tags_pass(&self.require_tags, tags) {
@@ -153,139 +190,104 @@ mod tests {
     fn empty_policy_allows_everything() {
         let p = ToolPolicy::default();
         assert!(p.is_empty());
-        assert!(p.is_allowed("shell"));
-        assert_eq!(p.verdict("shell", &["runtime"]), Verdict::Allowed);
+        assert!(p.is_allowed("shell", &["runtime"]));
+        assert_eq!(
+            p.verdict("shell", &["runtime"], &["runtime"]),
+            Verdict::Allowed
+        );
     }
 
     #[test]
     fn deny_wins_over_allow_for_a_tool_in_both_lists() {
         let p = policy(&["shell", "read_file"], &["shell"], &[]);
-        assert!(!p.is_allowed("shell"));
-        assert!(p.is_allowed("read_file"));
+        assert!(!p.is_allowed("shell", &[]));
+        assert!(p.is_allowed("read_file", &[]));
         // Deny by group still beats an exact allow.
         let p = policy(&["web_fetch"], &["group:web"], &[]);
-        assert!(!p.is_allowed("web_fetch"));
+        assert!(!p.is_allowed("web_fetch", &["web"]));
     }
 
     #[test]
     fn non_empty_allow_list_refuses_everything_else() {
         let p = policy(&["read_file"], &[], &[]);
-        assert!(p.is_allowed("read_file"));
-        assert!(!p.is_allowed("write_file"));
+        assert!(p.is_allowed("read_file", &["fs"]));
+        assert!(!p.is_allowed("write_file", &["fs"]));
     }
 
     #[test]
     fn wildcards_match_prefixes_only() {
         let p = policy(&[], &["web_*"], &[]);
-        assert!(!p.is_allowed("web_search"));
-        assert!(!p.is_allowed("web_fetch"));
-        assert!(p.is_allowed("read_file"));
-        assert!(p.is_allowed("my_web_tool"));
-        assert!(entry_matches("*", "anything"));
-        assert!(!entry_matches("web_", "web_fetch"), "no star means exact");
+        assert!(!p.is_allowed("web_search", &[]));
+        assert!(!p.is_allowed("web_fetch", &[]));
+        assert!(p.is_allowed("read_file", &[]));
+        assert!(p.is_allowed("my_web_tool", &[]));
+        assert!(entry_matches("*", "anything", &[]));
+        assert!(
+            !entry_matches("web_", "web_fetch", &[]),
+            "no star means exact"
+        );
     }
 
     #[test]
-    fn groups_expand_to_their_members() {
+    fn a_group_names_the_tools_whose_groups_hold_it() {
         let p = policy(&["group:fs", "group:search"], &[], &[]);
-        for tool in [
-            "read_file",
-            "write_file",
-            "edit_file",
-            "diff_edit",
-            "apply_patch",
-        ] {
-            assert!(p.is_allowed(tool), "{tool}");
-        }
-        for tool in ["glob", "grep", "list_dir"] {
-            assert!(p.is_allowed(tool), "{tool}");
-        }
-        assert!(!p.is_allowed("shell"));
+        assert!(p.is_allowed("read_file", &["fs"]));
+        assert!(p.is_allowed("my_plugin", &["search", "web"]));
+        assert!(!p.is_allowed("shell", &["runtime", "delegated"]));
+        assert!(
+            !p.is_allowed("read_file", &[]),
+            "a name alone is in no group: membership is the tool's to say"
+        );
         let delegated = policy(&[], &["group:delegated"], &[]);
-        for tool in [
-            "spawn_agent",
-            "shell",
-            "exec_command",
-            "write_stdin",
-            "request_user_input",
-        ] {
-            assert!(!delegated.is_allowed(tool), "{tool}");
-        }
-        assert!(delegated.is_allowed("wait_agent"));
-        assert!(!entry_matches("group:nope", "read_file"));
+        assert!(!delegated.is_allowed("spawn_agent", &["sessions", "delegated"]));
+        assert!(delegated.is_allowed("wait_agent", &["sessions"]));
+        assert!(!entry_matches("group:nope", "read_file", &["fs"]));
+    }
+
+    #[test]
+    fn mcp_groups_go_by_the_tool_name() {
+        let tool = format!("{MCP_TOOL_PREFIX}everything__echo");
+        assert_eq!(mcp_group_names("group:mcp", &tool), Some(true));
+        assert_eq!(mcp_group_names("group:mcp:everything", &tool), Some(true));
+        assert_eq!(mcp_group_names("group:mcp:every", &tool), Some(false));
+        assert_eq!(mcp_group_names("group:mcp:other", &tool), Some(false));
+        assert_eq!(mcp_group_names("group:mcp", "read_file"), Some(false));
+        assert_eq!(mcp_group_names("group:fs", &tool), None);
+        assert!(entry_matches("group:mcp:everything", &tool, &[]));
+        // A tool cannot claim an MCP group by its meta.
+        assert!(!entry_matches("group:mcp", "read_file", &["mcp"]));
+    }
+
+    #[test]
+    fn tool_groups_answer_by_name() {
+        let groups = ToolGroups::new([
+            ("shell", &["runtime", "delegated"][..]),
+            ("grep", &["search"][..]),
+        ]);
+        assert_eq!(groups.of("shell"), ["runtime", "delegated"]);
+        assert_eq!(groups.of("grep"), ["search"]);
+        assert!(groups.of("unknown").is_empty());
     }
 
     #[test]
     fn require_tags_lets_through_sharing_and_untagged_tools() {
         let p = policy(&[], &[], &["code"]);
-        assert_eq!(p.verdict("grep", &["search", "code"]), Verdict::Allowed);
-        assert_eq!(p.verdict("web_fetch", &["web"]), Verdict::DeniedByTags);
         assert_eq!(
-            p.verdict("plain", &[]),
+            p.verdict("grep", &["search"], &["search", "code"]),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            p.verdict("web_fetch", &["web"], &["web"]),
+            Verdict::DeniedByTags
+        );
+        assert_eq!(
+            p.verdict("plain", &[], &[]),
             Verdict::Allowed,
             "untagged is universal"
         );
         // Names are judged before tags.
         let p = policy(&[], &["grep"], &["code"]);
-        assert_eq!(p.verdict("grep", &["code"]), Verdict::DeniedByName);
-    }
-
-    #[test]
-    fn groups_are_the_contract_groups() {
-        let members = |group: &str| {
-            let mut names: Vec<&str> = group_members(group).collect();
-            names.sort_unstable();
-            names
-        };
-        assert_eq!(
-            members("group:fs"),
-            [
-                "apply_patch",
-                "diff_edit",
-                "edit_file",
-                "read_file",
-                "view_image",
-                "write_file"
-            ]
-        );
-        assert_eq!(members("search"), ["glob", "grep", "list_dir"]);
-        assert_eq!(members("runtime"), ["exec_command", "shell", "write_stdin"]);
-        assert_eq!(members("web"), ["web_fetch", "web_search"]);
-        assert_eq!(
-            members("sessions"),
-            [
-                "close_agent",
-                "resume_agent",
-                "send_input",
-                "spawn_agent",
-                "wait_agent"
-            ]
-        );
-        assert_eq!(
-            members("delegated"),
-            [
-                "exec_command",
-                "request_user_input",
-                "shell",
-                "spawn_agent",
-                "write_stdin"
-            ]
-        );
-        assert!(members("nope").is_empty());
-        let primary = |tool: &str| {
-            crate::tools::builtin::metas()
-                .iter()
-                .find(|meta| meta.name == tool)
-                .unwrap()
-                .primary_group()
-        };
-        assert_eq!(primary("spawn_agent"), Some("sessions"));
-        assert_eq!(
-            primary("request_user_input"),
-            None,
-            "delegated is policy-only"
-        );
-        assert_eq!(primary("tool_search"), None);
+        assert_eq!(p.verdict("grep", &[], &["code"]), Verdict::DeniedByName);
     }
 
     #[test]

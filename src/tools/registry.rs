@@ -153,7 +153,7 @@ impl ToolRegistry {
             tool,
         };
 
-        let refused = self.hard_refuses(&name, entry.tool.tags());
+        let refused = self.hard_refuses(&name, &entry.tool.meta().groups, entry.tool.tags());
         if refused {
             self.tools.remove(name.as_str());
             self.deferred.remove(&name);
@@ -313,7 +313,10 @@ impl ToolRegistry {
         let refused: Vec<String> = self
             .tools
             .iter()
-            .filter(|(name, entry)| policy.verdict(name, entry.tool.tags()) != Verdict::Allowed)
+            .filter(|(name, entry)| {
+                policy.verdict(name, &entry.tool.meta().groups, entry.tool.tags())
+                    != Verdict::Allowed
+            })
             .map(|(name, _)| name.to_string())
             .collect();
         for name in &refused {
@@ -336,12 +339,12 @@ impl ToolRegistry {
         refused
     }
 
-    /// Whether the hard policy or a narrowing one refuses the tool `name`.
-    pub(super) fn hard_refuses(&self, name: &str, tags: &[&str]) -> bool {
+    /// Whether the hard policy or a narrowing one refuses the tool `name` in `groups`.
+    pub(super) fn hard_refuses(&self, name: &str, groups: &[&str], tags: &[&str]) -> bool {
         self.hard_policy
             .iter()
             .chain(&self.narrowed)
-            .any(|p| p.verdict(name, tags) != Verdict::Allowed)
+            .any(|p| p.verdict(name, groups, tags) != Verdict::Allowed)
     }
 
     /// The system-wide policy applied to this registry, if any.
@@ -363,9 +366,14 @@ impl ToolRegistry {
         self.changed();
     }
 
-    /// Why the provider policy refuses `name` with `tags`, if it does.
-    pub(super) fn provider_refusal(&self, name: &str, tags: &[&str]) -> Option<HiddenReason> {
-        match self.provider_policy.as_ref()?.verdict(name, tags) {
+    /// Why the provider policy refuses the tool `name` in `groups` with `tags`, if it does.
+    pub(super) fn provider_refusal(
+        &self,
+        name: &str,
+        groups: &[&str],
+        tags: &[&str],
+    ) -> Option<HiddenReason> {
+        match self.provider_policy.as_ref()?.verdict(name, groups, tags) {
             Verdict::Allowed => None,
             Verdict::DeniedByName => Some(HiddenReason::ProviderPolicy),
             Verdict::DeniedByTags => Some(HiddenReason::RequireTags),
@@ -374,7 +382,7 @@ impl ToolRegistry {
 
     /// Where a registered tool stands.
     fn state_of(&self, name: &str, tool: &dyn Tool) -> ToolState {
-        if let Some(reason) = self.provider_refusal(name, tool.tags()) {
+        if let Some(reason) = self.provider_refusal(name, &tool.meta().groups, tool.tags()) {
             return ToolState::Hidden(reason);
         }
         if !policy::tags_pass(&self.context_filter, tool.tags()) {
@@ -437,14 +445,33 @@ impl ToolRegistry {
         self.catalog.clone()
     }
 
+    /// The groups of every tool registered here, by name, for checks that know a call's tool
+    /// only by its name.
+    pub fn tool_groups(&self) -> policy::ToolGroups {
+        policy::ToolGroups::new(
+            self.tools
+                .iter()
+                .map(|(name, entry)| (name.as_ref(), &entry.tool.meta().groups[..]))
+                .chain(
+                    self.removed
+                        .iter()
+                        .map(|(name, entry)| (name.as_str(), &entry.tool.meta().groups[..])),
+                ),
+        )
+    }
+
     /// A child registry sharing the tool objects but with its own LRU counters, spec cache and
     /// catalog. Names in `excluded` (exact, `group:NAME` or `prefix*`) are left out. Policy,
     /// context filter, deferred set and spawn_only marks are copied; base tools and limits kept.
     pub fn snapshot_excluding(&self, excluded: &[&str]) -> ToolRegistry {
         let keep = |name: &str| {
+            let groups = self
+                .tools
+                .get(name)
+                .map_or(&[][..], |entry| &entry.tool.meta().groups[..]);
             !excluded
                 .iter()
-                .any(|entry| policy::entry_matches(entry, name))
+                .any(|entry| policy::entry_matches(entry, name, groups))
         };
         let child = ToolRegistry {
             tools: self

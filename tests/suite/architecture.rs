@@ -19,18 +19,23 @@ const LAYERS: &[(&str, u32)] = &[
     ("agent", 4),
     ("cluster", 5),
     ("tasks", 7),
-    ("tools", 8),
-    ("sandbox", 9),
-    ("llm", 10),
-    ("store", 11),
-    ("error_kind", 11),
-    ("fs_safe", 11),
-    ("secret", 11),
-    ("telemetry", 11),
+    // The tools beside the framework: MCP and plugins run their programs as built-ins do.
+    ("mcp", 8),
+    ("plugin", 8),
+    ("builtin", 9),
+    ("checkpoint", 9),
+    ("tools", 10),
+    ("sandbox", 11),
+    ("llm", 12),
+    ("store", 13),
+    ("error_kind", 13),
+    ("fs_safe", 13),
+    ("secret", 13),
+    ("telemetry", 13),
     // Below the store, which trims the heap once its caches are given back.
-    ("heap", 12),
+    ("heap", 14),
     // Counted into from every layer, it names none of them.
-    ("metrics", 12),
+    ("metrics", 14),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use agentd::config::Config;
-use agentd::tools::mcp::{McpServerConfig, Scope};
+use agentd::mcp::{McpServerConfig, Scope};
 use serde_json::{Value, json};
 
 use crate::support::mock_llm::{MockLlm, Reply, Script, ScriptedCall};

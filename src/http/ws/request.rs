@@ -257,10 +257,10 @@ impl TurnParams {
 
 /// `turn/start`'s `input` read from JSON, for a caller other than the WebSocket (REST turns);
 /// the error is the message `turn/start` would give.
-pub(crate) fn read_turn_input(input: Value) -> Result<(String, Vec<ImageInput>), String> {
+pub(crate) fn read_turn_input(input: Value) -> Result<(String, Vec<ImageInput>), RpcError> {
     let items: Vec<InputItem> =
-        serde_json::from_value(input).map_err(|err| format!("input: {err}"))?;
-    turn_input(&items).map_err(|err| err.message().to_string())
+        serde_json::from_value(input).map_err(|err| RpcError::params(format!("input: {err}")))?;
+    turn_input(&items)
 }
 
 /// The text items, one per line, and the images of a turn's input; refused when it has

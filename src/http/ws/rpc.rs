@@ -10,7 +10,7 @@ use crate::session::{Outbound, SessionError};
 
 /// A JSON-RPC error answer: its code comes from its kind's row in [`ErrorKind`]'s table.
 #[derive(Debug)]
-pub(super) struct RpcError {
+pub(crate) struct RpcError {
     kind: ErrorKind,
     message: String,
 }
@@ -35,7 +35,7 @@ impl RpcError {
     }
 
     /// The message.
-    pub(super) fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         &self.message
     }
 

@@ -15,6 +15,8 @@
 
 mod remote;
 
+pub use remote::BridgeError;
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,11 +35,11 @@ use crate::error_kind::{
     ErrorKind, RPC_INVALID_PARAMS, RPC_INVALID_REQUEST, RPC_METHOD_NOT_FOUND, RPC_PARSE_ERROR,
     RPC_SERVER_ERROR,
 };
+use crate::mcp::McpServerConfig;
 use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
 };
 use crate::store::Store;
-use crate::tools::mcp::McpServerConfig;
 
 /// The ACP version spoken.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -355,7 +357,7 @@ pub async fn bridge<R, W>(
     workspace: &Path,
     input: R,
     output: W,
-) -> Result<u8, String>
+) -> Result<u8, BridgeError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,

@@ -45,18 +45,65 @@ pub(super) struct Remote {
     gone: CancellationToken,
 }
 
+/// Why the bridge cannot reach the server its `--url` names.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// A `wss://` URL: the bridge speaks plain WebSocket only.
+    #[error(
+        "--url {0}: wss:// is not supported; reach the server over ws:// (on loopback, or \
+         through an SSH tunnel)"
+    )]
+    Tls(String),
+    /// Not a WebSocket URL at all.
+    #[error("--url {0} is not a WebSocket URL; give ws://HOST:PORT/api/ws")]
+    NotWebSocket(String),
+    /// A URL without its host.
+    #[error("--url {0} names no host")]
+    NoHost(String),
+    /// A URL the WebSocket client cannot make a request of.
+    #[error("--url {url}: {source}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: tokio_tungstenite::tungstenite::Error,
+    },
+    /// The token cannot be sent as a header.
+    #[error("the token file holds characters a header cannot carry")]
+    BadToken,
+    /// The server refused the token.
+    #[error("{0} refused the token (401): check --token-file")]
+    Refused(String),
+    /// The server could not be reached.
+    #[error("cannot reach agentd at {url}: {source}")]
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: tokio_tungstenite::tungstenite::Error,
+    },
+}
+
 impl Remote {
     /// Connects to the WebSocket at `url` (`ws://host:port/api/ws`), with `token` as the
     /// bearer token when the server asks for one.
-    pub(super) async fn connect(url: &str, token: Option<String>) -> Result<Arc<Self>, String> {
+    pub(super) async fn connect(
+        url: &str,
+        token: Option<String>,
+    ) -> Result<Arc<Self>, BridgeError> {
         let base = http_base(url)?;
         let mut request = url
             .into_client_request()
-            .map_err(|err| format!("--url {url}: {err}"))?;
+            .map_err(|source| BridgeError::BadUrl {
+                url: url.to_string(),
+                source,
+            })?;
         if let Some(token) = &token {
             let value = format!("Bearer {token}")
                 .parse()
-                .map_err(|_| "the token file holds characters a header cannot carry".to_string())?;
+                .map_err(|_| BridgeError::BadToken)?;
             request.headers_mut().insert("authorization", value);
         }
         let (socket, _) =
@@ -66,9 +113,12 @@ impl Remote {
                     tokio_tungstenite::tungstenite::Error::Http(response)
                         if response.status() == 401 =>
                     {
-                        format!("{url} refused the token (401): check --token-file")
+                        BridgeError::Refused(url.to_string())
                     }
-                    err => format!("cannot reach agentd at {url}: {err}"),
+                    source => BridgeError::Unreachable {
+                        url: url.to_string(),
+                        source,
+                    },
                 })?;
         let (mut sink, mut stream) = socket.split();
         let (out, mut frames) = mpsc::unbounded_channel::<String>();
@@ -253,22 +303,17 @@ fn kind_word(kind: Option<&str>) -> ErrorKind {
 }
 
 /// `http://host:port` for the WebSocket URL `ws://host:port/…`.
-fn http_base(url: &str) -> Result<String, String> {
+fn http_base(url: &str) -> Result<String, BridgeError> {
     let rest = if let Some(rest) = url.strip_prefix("ws://") {
         rest
     } else if url.starts_with("wss://") {
-        return Err(format!(
-            "--url {url}: wss:// is not supported; reach the server over ws:// (on loopback, \
-             or through an SSH tunnel)"
-        ));
+        return Err(BridgeError::Tls(url.to_string()));
     } else {
-        return Err(format!(
-            "--url {url} is not a WebSocket URL; give ws://HOST:PORT/api/ws"
-        ));
+        return Err(BridgeError::NotWebSocket(url.to_string()));
     };
     let host = rest.split('/').next().unwrap_or_default();
     if host.is_empty() {
-        return Err(format!("--url {url} names no host"));
+        return Err(BridgeError::NoHost(url.to_string()));
     }
     Ok(format!("http://{host}"))
 }
@@ -283,13 +328,19 @@ mod tests {
             http_base("ws://127.0.0.1:8080/api/ws").unwrap(),
             "http://127.0.0.1:8080"
         );
+        let refused = |url: &str| http_base(url).unwrap_err();
+        assert!(matches!(refused("wss://a/api/ws"), BridgeError::Tls(_)));
         assert!(
-            http_base("wss://a/api/ws")
-                .unwrap_err()
+            refused("wss://a/api/ws")
+                .to_string()
                 .contains("not supported")
         );
-        assert!(http_base("http://a/api/ws").unwrap_err().contains("ws://"));
-        assert!(http_base("ws:///api/ws").unwrap_err().contains("no host"));
+        assert!(matches!(
+            refused("http://a/api/ws"),
+            BridgeError::NotWebSocket(_)
+        ));
+        assert!(refused("http://a/api/ws").to_string().contains("ws://"));
+        assert!(matches!(refused("ws:///api/ws"), BridgeError::NoHost(_)));
     }
 
     #[test]

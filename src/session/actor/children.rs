@@ -22,13 +22,13 @@ use crate::agent::child::{ChildHost, HistoryJournal};
 use crate::agent::event::TaskUpdate;
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
+use crate::builtin::agents::{AgentState, AgentStatus, SubAgentRequest};
 use crate::session::SessionError;
 use crate::session::worktree::Git;
 use crate::store::{TaskRow, TaskState};
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::{ChildRunEnd, TaskReport};
 use crate::tools::ToolError;
-use crate::tools::builtin::agents::{AgentState, AgentStatus, SubAgentRequest};
 use crate::tools::workspace::Workspace;
 
 /// The task reason of a child closed with `close_agent`; such a child never comes back.

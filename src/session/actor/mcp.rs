@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::SessionActor;
-use crate::tools::mcp::{McpServer, McpState, tool_name};
+use crate::mcp::{McpServer, McpState, tool_name};
 
 impl SessionActor {
     /// Starts every pending server in a task of its own; each reports back when it is up or

@@ -42,7 +42,7 @@ use crate::llm::pricing::Pricing;
 use crate::metrics::Metrics;
 use crate::store::{Store, Writer};
 use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
-use crate::tools::mcp::{McpServer, McpServerConfig};
+use crate::mcp::{McpServer, McpServerConfig};
 use crate::tools::{ToolEvent, ToolRegistry, ToolState};
 
 /// How long an event may wait for the next one to share its commit (see `SessionActor::linger`).
@@ -55,7 +55,7 @@ pub(crate) const COMMAND_QUEUE: usize = 64;
 /// Everything an actor needs from the server when it starts.
 pub(crate) struct ActorSetup {
     /// Where checkpoints are kept; `None`: no `turn/diff` nor `session/revert`.
-    pub checkpoints: Option<Arc<crate::tools::checkpoint::CheckpointStore>>,
+    pub checkpoints: Option<Arc<crate::checkpoint::CheckpointStore>>,
     /// `[[agents]]`, for `spawn_agent {agent_type}`.
     pub profiles: crate::session::profiles::Profiles,
     pub session_id: Arc<str>,
@@ -200,6 +200,7 @@ impl SessionActor {
         let hooks = setup.registry.workspace().and_then(|workspace| {
             crate::agent::hooks::SessionHooks::new(
                 &setup.hooks,
+                setup.registry.tool_groups(),
                 Arc::clone(workspace),
                 &setup.session_id,
             )
@@ -283,7 +284,7 @@ impl SessionActor {
     /// instructions and the skills list, read again (the `skill` tool serves the list).
     pub(super) fn gather_instructions(&self) -> crate::session::instructions::Gathered {
         use crate::session::instructions::gather;
-        use crate::tools::builtin::skill::SkillIndex;
+        use crate::builtin::skill::SkillIndex;
         let Some(workspace) = self.registry.workspace() else {
             return crate::session::instructions::Gathered {
                 prompt: crate::agent::SYSTEM_PROMPT.into(),

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{SessionActor, SessionError};
 use crate::agent::SessionEvent;
-use crate::tools::checkpoint::{CheckpointStore, FileChange, KEPT, Snapshot};
+use crate::checkpoint::{CheckpointStore, FileChange, KEPT, Snapshot};
 use crate::tools::workspace::Workspace;
 
 /// The name of the checkpoint of the workspace as the last turn (or revert) left it.

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::{MAX_REDIRECTS, WebFetch, WebSearch, host_addresses};
-use crate::tools::builtin::ToolPermissions;
+use crate::builtin::ToolPermissions;
 use crate::tools::{ConcurrencyClass, Tool, ToolContext, ToolError, ToolResult};
 
 const WAIT: Duration = Duration::from_secs(20);

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::{excerpt, read_capped};
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, describe_error};
-use crate::tools::builtin::{ToolPermissions, parse_args};
+use crate::builtin::{ToolPermissions, parse_args};
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Search results shown to the model.

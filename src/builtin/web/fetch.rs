@@ -14,7 +14,7 @@ use super::body::{
 };
 use super::guard::AddressGuard;
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, request_error};
-use crate::tools::builtin::{ToolPermissions, parse_args};
+use crate::builtin::{ToolPermissions, parse_args};
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Body bytes read from an error response, of which an excerpt is shown.

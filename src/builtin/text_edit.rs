@@ -16,6 +16,27 @@ pub enum HunkLine {
     Add(String),
 }
 
+/// Why an edit cannot be made to a file's text; the words are for the model, which is told
+/// the file was not changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    /// The file is not UTF-8 text.
+    #[error("the file is not UTF-8 text")]
+    NotText,
+    /// A hunk (its number, from 1) is not in the file where it may go: what was sought and
+    /// what the file holds nearest.
+    #[error("{explanation}")]
+    NoMatch {
+        /// The hunk.
+        hunk: usize,
+        /// Where it was sought and what is there.
+        explanation: String,
+    },
+    /// Two edits claim the same lines: a fault of the engine, never of the model's input.
+    #[error("internal error: overlapping edits at line {0}")]
+    Overlap(usize),
+}
+
 /// Shortens a line quoted in a message.
 pub(crate) fn clip(line: &str) -> String {
     const MAX: usize = 160;
@@ -87,7 +108,7 @@ impl TextFile {
         &self,
         mut replacements: Vec<Replacement>,
         final_newline: Option<bool>,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, EditError> {
         replacements.sort_by_key(|r| r.start);
         // (text, ending, index of the original line it is)
         let mut out: Vec<(&str, &str, Option<usize>)> = Vec::with_capacity(self.lines.len());
@@ -95,10 +116,7 @@ impl TextFile {
         let mut next = 0;
         for r in &replacements {
             if r.start < next || r.start + r.old_len > self.lines.len() {
-                return Err(format!(
-                    "internal error: overlapping edits at line {}",
-                    r.start + 1
-                ));
+                return Err(EditError::Overlap(r.start + 1));
             }
             out.extend((next..r.start).map(original));
             for line in &r.new_lines {

@@ -14,7 +14,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::PluginTool;
 use super::output::{Capture, STDOUT_CAP_BYTES, StderrCapture, Tail};
-use crate::tools::builtin::exec::{kill_group, sandboxed_command, signal_name};
+use crate::builtin::exec::{kill_group, sandboxed_command, signal_name};
 use crate::tools::{ToolContext, ToolError, ToolResult};
 
 /// How long output may keep arriving once the program exited (and its group was killed),

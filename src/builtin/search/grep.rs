@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::walk::{FileWalk, PathFilter, compile_glob};
 use super::{TAGS, blocking, cancelled, display, resolve_start};
+use crate::builtin::parse_args;
 use crate::fs_safe::Beneath;
-use crate::tools::builtin::parse_args;
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Matching lines `grep` shows unless asked otherwise.

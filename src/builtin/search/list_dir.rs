@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::{TAGS, blocking, cancelled, display, resolve_start};
+use crate::builtin::parse_args;
 use crate::fs_safe::{Beneath, DirEntryInfo, EntryKind};
-use crate::tools::builtin::parse_args;
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Deepest `list_dir` listing.

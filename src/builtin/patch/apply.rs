@@ -8,23 +8,23 @@ use serde_json::{Value, json};
 
 use super::TOOL;
 use super::parse::{FileOp, Hunk, Patch};
-use crate::fs_safe::FsError;
-use crate::tools::builtin::text_edit::{
-    MAX_FILE_BYTES, Replacement, TextFile, clip, describe_miss, old_lines, seek,
+use crate::builtin::text_edit::{
+    EditError, MAX_FILE_BYTES, Replacement, TextFile, clip, describe_miss, old_lines, seek,
     without_trailing_blanks,
 };
+use crate::fs_safe::FsError;
 use crate::tools::{ToolError, ToolResult, Workspace};
 
 /// Applies an Update's hunks to a file's bytes in memory, exactly as `apply_patch` computes a
 /// file's new content before it writes anything: the new bytes, or why they cannot be made
 /// (not UTF-8, or which hunk failed and why).
-pub fn apply_update(bytes: &[u8], hunks: &[Hunk]) -> Result<Vec<u8>, String> {
-    let file = TextFile::parse(bytes).ok_or_else(|| "the file is not UTF-8 text".to_string())?;
+pub fn apply_update(bytes: &[u8], hunks: &[Hunk]) -> Result<Vec<u8>, EditError> {
+    let file = TextFile::parse(bytes).ok_or(EditError::NotText)?;
     apply_hunks(&file, hunks)
 }
 
 /// Applies an Update's hunks to a file's text; the error says which hunk failed and why.
-fn apply_hunks(file: &TextFile, hunks: &[Hunk]) -> Result<Vec<u8>, String> {
+fn apply_hunks(file: &TextFile, hunks: &[Hunk]) -> Result<Vec<u8>, EditError> {
     let texts = file.texts();
     let mut cursor = 0;
     let mut replacements = Vec::with_capacity(hunks.len());
@@ -41,7 +41,10 @@ fn apply_hunks(file: &TextFile, hunks: &[Hunk]) -> Result<Vec<u8>, String> {
                         message.push_str(&format!(" at or after line {}", cursor + 1));
                     }
                     message.push_str(". The anchor must be a whole line of the file.");
-                    return Err(message);
+                    return Err(EditError::NoMatch {
+                        hunk: number,
+                        explanation: message,
+                    });
                 }
             }
         }
@@ -71,10 +74,13 @@ fn apply_hunks(file: &TextFile, hunks: &[Hunk]) -> Result<Vec<u8>, String> {
             } else {
                 ""
             };
-            return Err(format!(
-                "{label} did not match{end}.\n{}",
-                describe_miss(&texts, &old, cursor)
-            ));
+            return Err(EditError::NoMatch {
+                hunk: number,
+                explanation: format!(
+                    "{label} did not match{end}.\n{}",
+                    describe_miss(&texts, &old, cursor)
+                ),
+            });
         };
         let replacement = Replacement::from_hunk(at, lines);
         cursor = at + replacement.old_len();

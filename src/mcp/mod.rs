@@ -24,7 +24,7 @@ use crate::sandbox::Sandbox;
 use crate::tools::Workspace;
 
 /// Prefix of every MCP tool's registry name.
-pub const TOOL_PREFIX: &str = "mcp__";
+pub const TOOL_PREFIX: &str = crate::tools::policy::MCP_TOOL_PREFIX;
 
 /// Where one server's process lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -170,21 +170,6 @@ pub fn tool_name(server: &str, tool: &str) -> String {
     format!("{TOOL_PREFIX}{server}__{tool}")
 }
 
-/// Whether a `group:` policy entry names the MCP tool `tool`: `group:mcp` names every MCP tool,
-/// `group:mcp:<server>` those of one server. `None` when `group` is not an MCP group.
-pub fn group_names(group: &str, tool: &str) -> Option<bool> {
-    let bare = group.strip_prefix("group:").unwrap_or(group);
-    if bare == "mcp" {
-        return Some(tool.starts_with(TOOL_PREFIX));
-    }
-    let server = bare.strip_prefix("mcp:")?;
-    Some(
-        tool.strip_prefix(TOOL_PREFIX)
-            .and_then(|rest| rest.strip_prefix(server))
-            .is_some_and(|rest| rest.starts_with("__")),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,11 +242,9 @@ mod tests {
     fn mcp_groups_name_tools_by_server() {
         let tool = tool_name("everything", "echo");
         assert_eq!(tool, "mcp__everything__echo");
-        assert_eq!(group_names("group:mcp", &tool), Some(true));
-        assert_eq!(group_names("group:mcp:everything", &tool), Some(true));
-        assert_eq!(group_names("group:mcp:every", &tool), Some(false));
-        assert_eq!(group_names("group:mcp:other", &tool), Some(false));
-        assert_eq!(group_names("group:mcp", "read_file"), Some(false));
-        assert_eq!(group_names("group:fs", &tool), None);
+        assert_eq!(
+            crate::tools::policy::mcp_group_names("group:mcp:everything", &tool),
+            Some(true)
+        );
     }
 }

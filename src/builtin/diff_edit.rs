@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 use super::text_edit::{
-    HunkLine, MAX_FILE_BYTES, Matching, Replacement, TextFile, clip, describe_miss, old_lines,
-    seek_near, without_trailing_blanks,
+    EditError, HunkLine, MAX_FILE_BYTES, Matching, Replacement, TextFile, clip, describe_miss,
+    old_lines, seek_near, without_trailing_blanks,
 };
 use crate::fs_safe::FsError;
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
@@ -193,8 +193,9 @@ fn header_name(raw: &str) -> String {
         .to_string()
 }
 
-/// Parses `@@ -a,b +c,d @@ …`; a bare `@@` (or `@@ @@`) has no numbers.
-fn parse_header(line: &str) -> Result<Option<HunkRange>, String> {
+/// Parses `@@ -a,b +c,d @@ …` (the diff's line `number`); a bare `@@` (or `@@ @@`) has no
+/// numbers.
+fn parse_header(line: &str, number: usize) -> Result<Option<HunkRange>, DiffError> {
     let rest = line.strip_prefix("@@").unwrap_or(line).trim_start();
     if rest.is_empty() || rest.starts_with("@@") {
         return Ok(None);
@@ -219,16 +220,19 @@ fn parse_header(line: &str) -> Result<Option<HunkRange>, String> {
             new_start,
             new_len,
         })),
-        _ => Err(format!(
-            "expected a hunk header like `@@ -12,3 +12,4 @@`, found `{}`",
-            clip(line)
+        _ => Err(diff_error(
+            number,
+            format!(
+                "expected a hunk header like `@@ -12,3 +12,4 @@`, found `{}`",
+                clip(line)
+            ),
         )),
     }
 }
 
 fn parse_hunk(lines: &[&str], at: &mut usize, number: usize) -> Result<UnifiedHunk, DiffError> {
     let header_line = *at + 1;
-    let range = parse_header(lines[*at]).map_err(|m| diff_error(header_line, m))?;
+    let range = parse_header(lines[*at], header_line)?;
     *at += 1;
     let mut body = Vec::new();
     let (mut old_seen, mut new_seen, mut blank_tail) = (0, 0, 0);
@@ -331,13 +335,13 @@ impl Placement {
 
 /// Applies a parsed diff to a file's bytes in memory, as `diff_edit` computes the new content
 /// before it writes: the new bytes, or why they cannot be made.
-pub fn apply_to_bytes(bytes: &[u8], diff: &UnifiedDiff) -> Result<Vec<u8>, String> {
-    let file = TextFile::parse(bytes).ok_or_else(|| "the file is not UTF-8 text".to_string())?;
+pub fn apply_to_bytes(bytes: &[u8], diff: &UnifiedDiff) -> Result<Vec<u8>, EditError> {
+    let file = TextFile::parse(bytes).ok_or(EditError::NotText)?;
     apply_diff(&file, diff).map(|(after, _)| after)
 }
 
 /// Applies every hunk to the file's text, or explains which hunk failed and why.
-fn apply_diff(file: &TextFile, diff: &UnifiedDiff) -> Result<(Vec<u8>, Vec<Placement>), String> {
+fn apply_diff(file: &TextFile, diff: &UnifiedDiff) -> Result<(Vec<u8>, Vec<Placement>), EditError> {
     let texts = file.texts();
     let mut min_start = 0;
     let mut shift: i64 = 0;
@@ -384,15 +388,18 @@ fn apply_diff(file: &TextFile, diff: &UnifiedDiff) -> Result<(Vec<u8>, Vec<Place
                             ),
                             None => "@@".to_string(),
                         };
-                        return Err(format!(
-                            "hunk {number} (`{header}`, diff line {}) does not apply: its context \
-                             and removed lines are not in the file at or after line {} (searched \
-                             nearest to line {} first).\n{}",
-                            hunk.line,
-                            min_start + 1,
-                            hint.max(min_start) + 1,
-                            describe_miss(&texts, &old_lines(&hunk.lines), min_start)
-                        ));
+                        return Err(EditError::NoMatch {
+                            hunk: number,
+                            explanation: format!(
+                                "hunk {number} (`{header}`, diff line {}) does not apply: its \
+                                 context and removed lines are not in the file at or after line \
+                                 {} (searched nearest to line {} first).\n{}",
+                                hunk.line,
+                                min_start + 1,
+                                hint.max(min_start) + 1,
+                                describe_miss(&texts, &old_lines(&hunk.lines), min_start)
+                            ),
+                        });
                     }
                 }
             }

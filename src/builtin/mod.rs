@@ -39,13 +39,10 @@ pub mod web;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
-use serde::de::DeserializeOwned;
-use serde_json::Value;
-
-use super::deferral::DeferralToolFactory;
-use super::registry::{RegistryError, ToolRegistry};
-use super::workspace::Workspace;
-use super::{Tool, ToolError, ToolMeta};
+use crate::tools::deferral::DeferralToolFactory;
+use crate::tools::registry::{RegistryError, ToolRegistry};
+use crate::tools::workspace::Workspace;
+use crate::tools::{Tool, ToolMeta};
 
 /// What the built-in tools may do beyond the workspace; from the config's `[tools]` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,12 +53,7 @@ pub struct ToolPermissions {
     pub web_search_url: Option<String>,
 }
 
-/// Decodes a tool's arguments into its typed form; a mismatch is the model's to fix.
-pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: &Value) -> Result<T, ToolError> {
-    T::deserialize(args).map_err(|err| {
-        ToolError::model("invalid_input", format!("{tool}: invalid arguments: {err}"))
-    })
-}
+pub(crate) use crate::tools::args::parse_args;
 
 /// The model run_pipeline and the sub-agent tools work with.
 #[derive(Clone)]
@@ -192,6 +184,7 @@ pub fn registry(deps: &BuiltinDeps) -> Result<ToolRegistry, RegistryError> {
 mod tests {
     use super::*;
     use crate::tools::{ConcurrencyClass, ToolContext, ToolState};
+    use serde_json::Value;
 
     fn with_builtins(
         cwd: &Path,
@@ -217,6 +210,79 @@ mod tests {
         "skill",
     ];
     const TAGS: &[&str] = &["fs", "search", "runtime", "web", "plan", "agents", "meta"];
+
+    #[test]
+    fn the_groups_of_the_builtins_are_the_contract_groups() {
+        let members = |group: &str| {
+            let mut names: Vec<&str> = metas()
+                .iter()
+                .filter(|meta| meta.groups.contains(&group))
+                .map(|meta| meta.name.as_str())
+                .collect();
+            names.sort_unstable();
+            names
+        };
+        assert_eq!(
+            members("fs"),
+            [
+                "apply_patch",
+                "diff_edit",
+                "edit_file",
+                "read_file",
+                "view_image",
+                "write_file"
+            ]
+        );
+        assert_eq!(members("search"), ["glob", "grep", "list_dir"]);
+        assert_eq!(members("runtime"), ["exec_command", "shell", "write_stdin"]);
+        assert_eq!(members("web"), ["web_fetch", "web_search"]);
+        assert_eq!(
+            members("sessions"),
+            [
+                "close_agent",
+                "resume_agent",
+                "send_input",
+                "spawn_agent",
+                "wait_agent"
+            ]
+        );
+        assert_eq!(
+            members("delegated"),
+            [
+                "exec_command",
+                "request_user_input",
+                "shell",
+                "spawn_agent",
+                "write_stdin"
+            ]
+        );
+        let primary = |tool: &str| {
+            metas()
+                .iter()
+                .find(|meta| meta.name == tool)
+                .unwrap()
+                .primary_group()
+        };
+        assert_eq!(primary("spawn_agent"), Some("sessions"));
+        assert_eq!(
+            primary("request_user_input"),
+            None,
+            "delegated is policy-only"
+        );
+        assert_eq!(primary("tool_search"), None);
+        // A registry answers the same groups by name, for approvals and hooks.
+        let dir = tempfile::tempdir().unwrap();
+        let groups = with_builtins(dir.path(), &ToolPermissions::default())
+            .unwrap()
+            .tool_groups();
+        assert_eq!(groups.of("shell"), ["runtime", "delegated"]);
+        let deny_fs = crate::tools::ToolPolicy {
+            deny: vec!["group:fs".into()],
+            ..Default::default()
+        };
+        assert!(!deny_fs.is_allowed("write_file", groups.of("write_file")));
+        assert!(deny_fs.is_allowed("grep", groups.of("grep")));
+    }
 
     #[test]
     fn every_builtin_is_registered_with_a_tag_group_and_concurrency_class() {

@@ -84,7 +84,7 @@ fn request_error(tool: &str, err: &reqwest::Error) -> ToolError {
 }
 
 /// Builds a client with the fetch limits; `guard` is `None` for the operator's own endpoints.
-fn build_client(guard: Option<Arc<AddressGuard>>) -> Result<Client, String> {
+fn build_client(guard: Option<Arc<AddressGuard>>) -> reqwest::Result<Client> {
     let mut builder = Client::builder()
         .user_agent(USER_AGENT)
         .timeout(TOTAL_TIMEOUT)
@@ -93,20 +93,21 @@ fn build_client(guard: Option<Arc<AddressGuard>>) -> Result<Client, String> {
         Some(guard) => guard::guarded(builder, guard),
         None => builder.redirect(Policy::limited(MAX_REDIRECTS)),
     };
-    builder.build().map_err(|err| describe_error(&err))
+    builder.build()
 }
 
 /// A client built on first use and kept; building loads the TLS roots, which not every
 /// registry that lists the tool will need.
 #[derive(Default)]
-struct LazyClient(OnceLock<Result<Client, String>>);
+struct LazyClient(OnceLock<reqwest::Result<Client>>);
 
 impl LazyClient {
     fn get(&self, tool: &str, guard: Option<&Arc<AddressGuard>>) -> Result<&Client, ToolError> {
         self.0
             .get_or_init(|| build_client(guard.cloned()))
             .as_ref()
-            .map_err(|why| {
+            .map_err(|err| {
+                let why = describe_error(err);
                 ToolError::unsupported(tool, &format!("the HTTP client could not start: {why}"))
             })
     }

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServerConfig, result, tool_name};
-use crate::tools::builtin::process::sandboxed_command_with_network;
+use crate::builtin::process::sandboxed_command_with_network;
 use crate::tools::{
     ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult, Workspace,
 };
@@ -46,6 +46,48 @@ impl std::fmt::Display for McpState {
             Self::Failed(reason) => write!(f, "failed: {reason}"),
         }
     }
+}
+
+/// Why a server could not be connected to, or its tools not listed; its words become the
+/// `failed` state's reason.
+#[derive(Debug, thiserror::Error)]
+pub enum McpStartError {
+    /// The entry's `startup_timeout_secs` passed.
+    #[error("it did not start within {0} s")]
+    Timeout(u64),
+    /// `tools/list` was refused or broke.
+    #[error("tools/list failed: {0}")]
+    ListTools(#[source] Box<ServiceError>),
+    /// The sandboxed command could not be built.
+    #[error("cannot prepare `{program}`: {source}")]
+    Prepare {
+        /// The entry's command.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be started.
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        /// The entry's command.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The variable `bearer_token_env` names is not set.
+    #[error("the environment variable {0} (bearer_token_env) is not set")]
+    MissingToken(String),
+    /// The MCP handshake failed (over HTTP: at `url`).
+    #[error("the MCP handshake{} failed: {source}", url.as_deref().map(|url| format!(" with {url}")).unwrap_or_default())]
+    Handshake {
+        /// The endpoint, for an HTTP server.
+        url: Option<String>,
+        /// Why.
+        #[source]
+        source: Box<rmcp::service::ClientInitializeError>,
+    },
 }
 
 /// The first wait before a crashed server is started again; it doubles up to [`MAX_BACKOFF`].
@@ -171,9 +213,9 @@ impl McpServer {
                     ));
                     McpState::Ready
                 }
-                Err(reason) => McpState::Failed(reason),
+                Err(reason) => McpState::Failed(reason.to_string()),
             },
-            Err(reason) => McpState::Failed(reason),
+            Err(reason) => McpState::Failed(reason.to_string()),
         };
         if let McpState::Failed(reason) = &state {
             tracing::warn!(server = %server.config.name, %reason, "MCP server not connected");
@@ -195,7 +237,7 @@ impl McpServer {
     }
 
     /// A new connection, within the entry's startup timeout.
-    async fn connect_in_time(&self) -> Result<Connection, String> {
+    async fn connect_in_time(&self) -> Result<Connection, McpStartError> {
         let timeout = Duration::from_secs(self.config.startup_timeout_secs);
         let connecting = async {
             match &self.config.url {
@@ -205,17 +247,17 @@ impl McpServer {
         };
         match tokio::time::timeout(timeout, connecting).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(format!("it did not start within {} s", timeout.as_secs())),
+            Err(_) => Err(McpStartError::Timeout(timeout.as_secs())),
         }
     }
 
     /// Lists the server's tools once and makes each a registry tool that calls it through
     /// whatever connection is current.
-    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<(), String> {
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<(), McpStartError> {
         let listed = peer
             .list_all_tools()
             .await
-            .map_err(|err| format!("tools/list failed: {err}"))?;
+            .map_err(|err| McpStartError::ListTools(Box::new(err)))?;
         let tools = listed
             .into_iter()
             .map(|tool| {
@@ -234,7 +276,7 @@ impl McpServer {
     }
 
     /// Starts the server's program in the sandbox and speaks MCP over its stdin and stdout.
-    async fn connect_stdio(&self) -> Result<Connection, String> {
+    async fn connect_stdio(&self) -> Result<Connection, McpStartError> {
         let workspace = &self.workspace;
         let program = self.config.command.as_deref().unwrap_or_default();
         let args: Vec<&std::ffi::OsStr> = self.config.args.iter().map(|a| a.as_ref()).collect();
@@ -246,7 +288,10 @@ impl McpServer {
             &[],
             self.config.network,
         )
-        .map_err(|err| format!("cannot prepare `{program}`: {err}"))?;
+        .map_err(|source| McpStartError::Prepare {
+            program: program.to_string(),
+            source,
+        })?;
         // Only what the entry names reaches the server, beside what finding programs and
         // printing text need.
         command.env_clear();
@@ -262,7 +307,10 @@ impl McpServer {
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .map_err(|err| format!("cannot start `{program}`: {err}"))?;
+            .map_err(|source| McpStartError::Spawn {
+                program: program.to_string(),
+                source,
+            })?;
         // What the server says on stderr is its log, not the client's business.
         if let Some(stderr) = stderr {
             let name = self.config.name.clone();
@@ -278,17 +326,19 @@ impl McpServer {
             .clone()
             .serve(transport)
             .await
-            .map_err(|err| format!("the MCP handshake failed: {err}"))
+            .map_err(|source| McpStartError::Handshake {
+                url: None,
+                source: Box::new(source),
+            })
     }
 
     /// Speaks MCP to a streamable-HTTP endpoint, with the bearer token read from the
     /// environment when the entry names a variable.
-    async fn connect_http(&self, url: &str) -> Result<Connection, String> {
+    async fn connect_http(&self, url: &str) -> Result<Connection, McpStartError> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
         if let Some(variable) = &self.config.bearer_token_env {
-            let token = std::env::var(variable).map_err(|_| {
-                format!("the environment variable {variable} (bearer_token_env) is not set")
-            })?;
+            let token = std::env::var(variable)
+                .map_err(|_| McpStartError::MissingToken(variable.clone()))?;
             config = config.auth_header(token);
         }
         // A server starting beside agentd, or one busy enough to drop a connection, refuses
@@ -307,7 +357,12 @@ impl McpServer {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Err(err) => return Err(format!("the MCP handshake with {url} failed: {err}")),
+                Err(source) => {
+                    return Err(McpStartError::Handshake {
+                        url: Some(url.to_string()),
+                        source: Box::new(source),
+                    });
+                }
             }
         }
     }
@@ -401,7 +456,7 @@ async fn supervise(server: Weak<McpServer>, mut service: Connection, stop: Cance
                     tracing::info!(server = %server.config.name, "MCP server restarted");
                     break service;
                 }
-                Err(failed) => reason = failed,
+                Err(failed) => reason = failed.to_string(),
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
@@ -562,7 +617,7 @@ impl Tool for McpTool {
                     .await
                     .map(|slot| slot.clone());
                 let Ok((generation, Some(peer))) = connected else {
-                    return Err("the server is gone".to_string());
+                    return Err(CallFailure::Gone);
                 };
                 match self.send(&peer, ctx, params.clone()).await {
                     Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))
@@ -571,7 +626,7 @@ impl Tool for McpTool {
                         attempt += 1;
                         newer_than = generation;
                     }
-                    outcome => return outcome.map_err(|err| err.to_string()),
+                    outcome => return outcome.map_err(CallFailure::Service),
                 }
             }
         };
@@ -599,6 +654,17 @@ impl Tool for McpTool {
             )),
         }
     }
+}
+
+/// Why a call got no answer from its server.
+#[derive(Debug, thiserror::Error)]
+enum CallFailure {
+    /// The server stopped for good (its entry was removed, or agentd is stopping).
+    #[error("the server is gone")]
+    Gone,
+    /// The request or its answer failed.
+    #[error(transparent)]
+    Service(ServiceError),
 }
 
 /// How long an HTTP handshake whose requests cannot be sent is tried again.

@@ -1,8 +1,8 @@
 //! The Codex patch grammar: `*** Begin Patch` … `*** End Patch` with Add, Delete and Update
 //! (optionally Move to) operations, parsed into a [`Patch`] without touching any file.
 
-use crate::tools::builtin::text_edit::HunkLine;
-use crate::tools::builtin::text_edit::clip;
+use crate::builtin::text_edit::HunkLine;
+use crate::builtin::text_edit::clip;
 
 const BEGIN_PATCH: &str = "*** Begin Patch";
 const END_PATCH: &str = "*** End Patch";
