@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::SessionActor;
-use super::link::{ActorLink, TurnRequest};
+use super::link::{ActorLink, ActorRequest};
 use crate::agent::call::{self, Call};
 use crate::agent::ledger::CostLabels;
 use crate::session::{InvokeOptions, InvokeResult, ReplyTx, SessionError, SessionReply};
@@ -82,7 +82,7 @@ impl SessionActor {
             };
             let _ = link
                 .actor
-                .send(TurnRequest::Invoked(Box::new((tool_call_id, result))))
+                .send(ActorRequest::Invoked(Box::new((tool_call_id, result))))
                 .await;
         });
     }

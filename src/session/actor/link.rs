@@ -1,6 +1,7 @@
-//! The way from a session's own turn, or a client's call, back to its actor: the messages a
-//! running turn sends ([`TurnRequest`]) and the host that sends them ([`ActorLink`]), which
-//! gives the agent's loop the host traits it is written against.
+//! The way back to a session's actor from the work it started — its turns, clients' calls, its
+//! MCP servers: the messages they send on one ordered queue ([`ActorRequest`]), the host that
+//! sends a turn's and a call's ([`ActorLink`], which gives the agent's loop the host traits it
+//! is written against), and the routing of each message to the part of the actor it concerns.
 
 use std::sync::Arc;
 
@@ -14,10 +15,14 @@ use crate::agent::{HistoryError, SYSTEM_PROMPT, SessionEvent, TurnHost};
 use crate::llm::{ChatMessage, ToolSpec};
 use crate::tools::{DispatchError, PreparedCall, ToolEvent, ToolResult};
 
-/// What a running turn, or a client's call, asks of its session actor. Sent on one ordered
-/// channel, so events and registry changes happen in the order the caller made them.
+/// What a running turn, a client's call or an MCP server of the session tells its actor. Sent on
+/// one ordered queue, so events and registry changes happen in the order they were made.
 #[derive(Debug)]
-pub(crate) enum TurnRequest {
+pub(crate) enum ActorRequest {
+    /// One of the session's own MCP servers is up (or failed to start).
+    McpStarted(Arc<crate::mcp::McpServer>),
+    /// An MCP server the session follows listed its tools again.
+    McpRelisted(Arc<crate::mcp::McpServer>),
     /// Persist and stream one notification.
     Emit(SessionEvent),
     /// Tick the LRU, evict at a turn's first call (`turn_start`), announce changes, and answer
@@ -80,10 +85,60 @@ pub(crate) enum TurnRequest {
     Finished { turn_id: String },
 }
 
+impl super::SessionActor {
+    /// Hands one message of the queue to the part of the actor it concerns: the turn, the
+    /// call that ended, approvals, background tasks, the tool events, MCP.
+    pub(super) async fn on_request(&mut self, request: ActorRequest) {
+        match request {
+            ActorRequest::Emit(event) => self.on_turn_event(event),
+            ActorRequest::BeginIteration { turn_start, reply } => {
+                self.on_begin_iteration(turn_start, reply).await;
+            }
+            ActorRequest::Prepare {
+                name,
+                arguments,
+                reply,
+            } => self.on_prepare(name, arguments, reply).await,
+            ActorRequest::SpawnTask(spawn) => {
+                let (spawn, reply) = *spawn;
+                self.on_spawn_asked(spawn, reply).await;
+            }
+            ActorRequest::ToolEvent(event) => self.on_tool_event(event).await,
+            ActorRequest::History { reply } => self.on_history_asked(reply).await,
+            ActorRequest::Remember { message, reply } => self.on_remember(&message, reply).await,
+            ActorRequest::Compacted {
+                turn_id,
+                compacted,
+                reply,
+            } => self.on_compacted(turn_id, *compacted, reply).await,
+            ActorRequest::CompactionDone(done) => {
+                let (turn_id, outcome, reply) = *done;
+                self.on_compaction_done(turn_id, outcome, reply);
+            }
+            ActorRequest::Invoked(invoked) => {
+                let (tool_call_id, result) = *invoked;
+                self.on_invoked(tool_call_id, result).await;
+            }
+            ActorRequest::Approval(asked) => {
+                let (ask, reply) = *asked;
+                self.on_approval_asked(ask, reply).await;
+            }
+            ActorRequest::ApprovalWithdrawn {
+                approval_id,
+                reason,
+            } => self.on_approval_withdrawn(approval_id, reason).await,
+            ActorRequest::Settle { turn_id, reply } => self.settle(&turn_id, reply),
+            ActorRequest::Finished { turn_id } => self.on_turn_finished(turn_id).await,
+            ActorRequest::McpStarted(server) => self.on_mcp_started(server).await,
+            ActorRequest::McpRelisted(server) => self.on_mcp_relisted(server).await,
+        }
+    }
+}
+
 /// The way from a session's own turn, or a client's call, to its session actor.
 #[derive(Clone)]
 pub(crate) struct ActorLink {
-    pub actor: mpsc::Sender<TurnRequest>,
+    pub actor: mpsc::Sender<ActorRequest>,
     /// The session's system prompt for this turn: the built-in one with the operator's and
     /// the repository's instructions.
     pub system: Arc<str>,
@@ -91,7 +146,7 @@ pub(crate) struct ActorLink {
 
 impl ActorLink {
     /// A link to `actor` whose turns are told only the built-in prompt.
-    pub(crate) fn new(actor: mpsc::Sender<TurnRequest>) -> Self {
+    pub(crate) fn new(actor: mpsc::Sender<ActorRequest>) -> Self {
         static BUILT_IN: std::sync::LazyLock<Arc<str>> =
             std::sync::LazyLock::new(|| SYSTEM_PROMPT.into());
         Self {
@@ -100,7 +155,7 @@ impl ActorLink {
         }
     }
 
-    async fn ask<T>(&self, request: impl FnOnce(oneshot::Sender<T>) -> TurnRequest) -> Option<T> {
+    async fn ask<T>(&self, request: impl FnOnce(oneshot::Sender<T>) -> ActorRequest) -> Option<T> {
         let (reply, answer) = oneshot::channel();
         self.actor.send(request(reply)).await.ok()?;
         answer.await.ok()
@@ -109,30 +164,30 @@ impl ActorLink {
 
 impl EventSink for ActorLink {
     async fn tool_event(&self, event: ToolEvent) {
-        let _ = self.actor.send(TurnRequest::ToolEvent(event)).await;
+        let _ = self.actor.send(ActorRequest::ToolEvent(event)).await;
     }
 }
 
 impl CallHost for ActorLink {
     async fn emit(&self, event: SessionEvent) {
-        let _ = self.actor.send(TurnRequest::Emit(event)).await;
+        let _ = self.actor.send(ActorRequest::Emit(event)).await;
     }
 
     async fn spawn(&self, spawn: Spawn) -> ToolResult {
-        self.ask(|reply| TurnRequest::SpawnTask(Box::new((spawn, reply))))
+        self.ask(|reply| ActorRequest::SpawnTask(Box::new((spawn, reply))))
             .await
             .unwrap_or_else(|| ToolResult::failure("the session stopped"))
     }
 
     async fn ask_approval(&self, ask: ApprovalAsk) -> Option<Answer> {
-        self.ask(|reply| TurnRequest::Approval(Box::new((ask, reply))))
+        self.ask(|reply| ActorRequest::Approval(Box::new((ask, reply))))
             .await
     }
 
     async fn withdraw_approval(&self, approval_id: String, reason: Unanswered) {
         let _ = self
             .actor
-            .send(TurnRequest::ApprovalWithdrawn {
+            .send(ActorRequest::ApprovalWithdrawn {
                 approval_id,
                 reason,
             })
@@ -146,7 +201,7 @@ impl TurnHost for ActorLink {
     }
 
     async fn begin_iteration(&self, turn_start: bool) -> Option<Arc<[ToolSpec]>> {
-        self.ask(|reply| TurnRequest::BeginIteration { turn_start, reply })
+        self.ask(|reply| ActorRequest::BeginIteration { turn_start, reply })
             .await
     }
 
@@ -155,7 +210,7 @@ impl TurnHost for ActorLink {
         name: &str,
         arguments: &Value,
     ) -> Option<Result<PreparedCall, DispatchError>> {
-        self.ask(|reply| TurnRequest::Prepare {
+        self.ask(|reply| ActorRequest::Prepare {
             name: name.to_string(),
             arguments: arguments.clone(),
             reply,
@@ -164,13 +219,13 @@ impl TurnHost for ActorLink {
     }
 
     async fn history(&self) -> Result<Vec<ChatMessage>, HistoryError> {
-        self.ask(|reply| TurnRequest::History { reply })
+        self.ask(|reply| ActorRequest::History { reply })
             .await
             .unwrap_or(Err(HistoryError::SessionStopped))
     }
 
     async fn remember(&self, message: &ChatMessage) -> Result<(), HistoryError> {
-        self.ask(|reply| TurnRequest::Remember {
+        self.ask(|reply| ActorRequest::Remember {
             message: Box::new(message.clone()),
             reply,
         })
@@ -183,7 +238,7 @@ impl TurnHost for ActorLink {
         turn_id: Option<&str>,
         compacted: Compacted,
     ) -> Result<(), HistoryError> {
-        self.ask(|reply| TurnRequest::Compacted {
+        self.ask(|reply| ActorRequest::Compacted {
             turn_id: turn_id.map(str::to_string),
             compacted: Box::new(compacted),
             reply,
@@ -195,7 +250,7 @@ impl TurnHost for ActorLink {
     async fn settle(&self, turn_id: &str) -> Option<SessionEvent> {
         let (reply, answer) = oneshot::channel();
         self.actor
-            .send(TurnRequest::Settle {
+            .send(ActorRequest::Settle {
                 turn_id: turn_id.to_string(),
                 reply,
             })
@@ -207,7 +262,7 @@ impl TurnHost for ActorLink {
     async fn finished(&self, turn_id: &str) {
         let _ = self
             .actor
-            .send(TurnRequest::Finished {
+            .send(ActorRequest::Finished {
                 turn_id: turn_id.to_string(),
             })
             .await;

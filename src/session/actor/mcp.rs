@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::SessionActor;
+use super::link::ActorRequest;
 use crate::mcp::{McpServer, McpState, tool_name};
 
 impl SessionActor {
@@ -31,12 +32,12 @@ impl SessionActor {
         };
         for config in std::mem::take(&mut self.mcp_pending) {
             self.mcp_states.set(&config.name, &McpState::Starting);
-            let started = self.mcp_started.sender();
+            let started = self.turns.sender();
             let workspace = Arc::clone(&workspace);
             self.tracker.spawn(async move {
                 let server = McpServer::start(config, &workspace).await;
                 // A session that stopped meanwhile drops it, which ends its process.
-                let _ = started.send(server).await;
+                let _ = started.send(ActorRequest::McpStarted(server)).await;
             });
         }
     }
@@ -71,7 +72,7 @@ impl SessionActor {
         let mut listings = server.listings();
         listings.mark_unchanged();
         let server = Arc::downgrade(server);
-        let relisted = self.mcp_relisted.sender();
+        let relisted = self.turns.sender();
         let stopped = self.cancel.clone();
         self.tracker.spawn(async move {
             loop {
@@ -84,7 +85,11 @@ impl SessionActor {
                 let Some(server) = server.upgrade() else {
                     return;
                 };
-                if relisted.send(server).await.is_err() {
+                if relisted
+                    .send(ActorRequest::McpRelisted(server))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use self::link::TurnRequest;
+use self::link::ActorRequest;
 use super::{
     Command, InvokeOptions, ModelChoice, ReplyTx, SessionError, SessionMcp, SessionReply,
     SessionRequest, TurnStart, Watcher,
@@ -39,10 +39,10 @@ use crate::agent::ledger::{CostLabels, Ledger};
 use crate::agent::{AgentSettings, SessionEvent};
 use crate::llm::ChatMessage;
 use crate::llm::pricing::Pricing;
+use crate::mcp::{McpServer, McpServerConfig};
 use crate::metrics::Metrics;
 use crate::store::{Store, Writer};
 use crate::tasks::supervisor::{TaskReport, TaskSupervisor};
-use crate::mcp::{McpServer, McpServerConfig};
 use crate::tools::{ToolEvent, ToolRegistry, ToolState};
 
 /// How long an event may wait for the next one to share its commit (see `SessionActor::linger`).
@@ -133,8 +133,8 @@ pub(crate) struct SessionActor {
     reports: LazyChannel<TaskReport>,
     /// Results of background tasks that ended during a turn, added to the history after it.
     pending_notes: Vec<ChatMessage>,
-    /// What turns and client calls ask of the actor, in the order they asked.
-    turns: LazyChannel<TurnRequest>,
+    /// What turns, client calls and MCP servers tell the actor, in the order they told it.
+    turns: LazyChannel<ActorRequest>,
     /// Client calls (`tool/invoke`) started and not yet answered, by tool_call_id.
     invocations: HashMap<String, ReplyTx>,
     /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
@@ -152,9 +152,6 @@ pub(crate) struct SessionActor {
     mcp_pending: Vec<McpServerConfig>,
     mcp_servers: Vec<Arc<McpServer>>,
     mcp_states: Arc<SessionMcp>,
-    mcp_started: LazyChannel<Arc<McpServer>>,
-    /// Servers whose tools were listed again.
-    mcp_relisted: LazyChannel<Arc<McpServer>>,
     shared_mcp: Vec<Arc<McpServer>>,
     approvals: Arc<crate::agent::approval::Approvals>,
     /// Calls waiting for a person's decision, by approval id.
@@ -236,8 +233,6 @@ impl SessionActor {
             mcp_pending: setup.mcp_servers,
             mcp_servers: Vec::new(),
             mcp_states: setup.mcp_states,
-            mcp_started: LazyChannel::default(),
-            mcp_relisted: LazyChannel::default(),
             shared_mcp: setup.shared_mcp,
             approvals: setup.approvals,
             pending_approvals: HashMap::new(),
@@ -283,8 +278,8 @@ impl SessionActor {
     /// What the session's turns are told now: the operator's and the repository's
     /// instructions and the skills list, read again (the `skill` tool serves the list).
     pub(super) fn gather_instructions(&self) -> crate::session::instructions::Gathered {
-        use crate::session::instructions::gather;
         use crate::builtin::skill::SkillIndex;
+        use crate::session::instructions::gather;
         let Some(workspace) = self.registry.workspace() else {
             return crate::session::instructions::Gathered {
                 prompt: crate::agent::SYSTEM_PROMPT.into(),
@@ -352,10 +347,8 @@ impl SessionActor {
                     Some(command) => Box::pin(self.handle(command)).instrument(span()).await,
                 },
                 Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).instrument(span()).await,
-                Some(request) = self.turns.recv() => Box::pin(self.on_turn_request(request)).instrument(span()).await,
+                Some(request) = self.turns.recv() => Box::pin(self.on_request(request)).instrument(span()).await,
                 Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).instrument(span()).await,
-                Some(server) = self.mcp_started.recv() => Box::pin(self.on_mcp_started(server)).instrument(span()).await,
-                Some(server) = self.mcp_relisted.recv() => Box::pin(self.on_mcp_relisted(server)).instrument(span()).await,
                 () = idle_timer, if idle => {
                     ending = "idle_unload";
                     // Thousands of sessions unload at once after a burst, each waiting on the

@@ -20,6 +20,29 @@ const SPAWN_CONTENT_BYTES: usize = 4096;
 impl SessionActor {
     /// Starts a spawn_only call as a background task and answers with its envelope: the JSON
     /// task_handle when the model can read it with `read_task_output`, else a plain sentence.
+    /// A turn's spawn_only call starts in the background; its `tool/completed` is emitted
+    /// here, before any report of the task can be handled, so the call's completion always
+    /// precedes the task's own events.
+    pub(super) async fn on_spawn_asked(
+        &mut self,
+        spawn: Spawn,
+        reply: tokio::sync::oneshot::Sender<ToolResult>,
+    ) {
+        let started = std::time::Instant::now();
+        let (tool_call_id, tool_name) = (spawn.tool_call_id.clone(), spawn.call.name().to_string());
+        let turn_id = spawn.turn_id.clone();
+        let result = self.spawn_task(spawn).await;
+        self.emit(crate::agent::event::ToolCompleted::of(
+            turn_id,
+            &tool_call_id,
+            &tool_name,
+            &result,
+            started.elapsed(),
+        ))
+        .await;
+        let _ = reply.send(result);
+    }
+
     pub(super) async fn spawn_task(&mut self, spawn: Spawn) -> ToolResult {
         let Spawn {
             call,

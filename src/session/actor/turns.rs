@@ -2,15 +2,14 @@
 //! the LRU tick, call preparation, spawned tasks, the history and its end.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tracing::Instrument;
 
-use super::link::{ActorLink, TurnRequest};
+use super::link::{ActorLink, ActorRequest};
 use super::{RunningTurn, SessionActor};
 use crate::agent::compaction::{Compacted, Compaction, model_view};
 use crate::agent::context::repair;
-use crate::agent::event::{SessionEvent, ToolCompleted};
+use crate::agent::event::SessionEvent;
 use crate::agent::ledger::CostLabels;
 use crate::agent::turn::Turn;
 use crate::agent::{HistoryError, TurnHost};
@@ -261,7 +260,7 @@ impl SessionActor {
             .await;
             let _ = host
                 .actor
-                .send(TurnRequest::CompactionDone(Box::new((
+                .send(ActorRequest::CompactionDone(Box::new((
                     turn_id, outcome, outcome_tx,
                 ))))
                 .await;
@@ -270,146 +269,141 @@ impl SessionActor {
             .spawn(task.instrument(tracing::info_span!("compaction")));
     }
 
-    pub(super) async fn on_turn_request(&mut self, request: TurnRequest) {
-        match request {
-            TurnRequest::Emit(event) => {
-                let event = match event {
-                    SessionEvent::TurnError { turn_id, .. }
-                        if self
-                            .storage_cut_turn
-                            .as_ref()
-                            .is_some_and(|(cut, _)| *cut == turn_id) =>
-                    {
-                        let (_, message) = self.storage_cut_turn.take().unwrap_or_default();
-                        SessionEvent::TurnError {
-                            turn_id,
-                            code: ErrorKind::StorageUnavailable,
-                            message: message.into(),
-                        }
-                    }
-                    other => other,
-                };
-                self.linger(event);
-            }
-            TurnRequest::BeginIteration { turn_start, reply } => {
-                let before = self.registry.catalog();
-                let (specs, evicted) = self.registry.next_request(turn_start);
-                self.metrics.evictions.inc_by(evicted.len() as u64);
-                self.announce_tool_changes(before).await;
-                let _ = reply.send(specs);
-            }
-            TurnRequest::Prepare {
-                name,
-                arguments,
-                reply,
-            } => {
-                let before = self.registry.catalog();
-                let prepared = self.registry.prepare(&name, &arguments);
-                self.announce_tool_changes(before).await;
-                let _ = reply.send(prepared);
-            }
-            TurnRequest::ToolEvent(event) => self.on_tool_event(event).await,
-            TurnRequest::SpawnTask(spawn) => {
-                let (spawn, reply) = *spawn;
-                let started = Instant::now();
-                let (tool_call_id, tool_name) =
-                    (spawn.tool_call_id.clone(), spawn.call.name().to_string());
-                let turn_id = spawn.turn_id.clone();
-                let result = self.spawn_task(spawn).await;
-                // Emitted here, before any report of the task can be handled, so the call's
-                // completion always precedes the task's own events.
-                self.emit(ToolCompleted::of(
+    /// A turn's event, in order with what it asked; a turn cut because the store refused its
+    /// events ends `storage_unavailable`, not `interrupted`.
+    pub(super) fn on_turn_event(&mut self, event: SessionEvent) {
+        let event = match event {
+            SessionEvent::TurnError { turn_id, .. }
+                if self
+                    .storage_cut_turn
+                    .as_ref()
+                    .is_some_and(|(cut, _)| *cut == turn_id) =>
+            {
+                let (_, message) = self.storage_cut_turn.take().unwrap_or_default();
+                SessionEvent::TurnError {
                     turn_id,
-                    &tool_call_id,
-                    &tool_name,
-                    &result,
-                    started.elapsed(),
-                ))
-                .await;
-                let _ = reply.send(result);
-            }
-            TurnRequest::History { reply } => {
-                // The turn asks before each model request: steering joins the conversation here.
-                let steers = self
-                    .turn
-                    .as_mut()
-                    .map(|turn| std::mem::take(&mut turn.steers))
-                    .unwrap_or_default();
-                for content in steers {
-                    if let Err(err) = self.remember(&ChatMessage::user(content)).await {
-                        let _ = reply.send(Err(err));
-                        return;
-                    }
+                    code: ErrorKind::StorageUnavailable,
+                    message: message.into(),
                 }
-                let _ = reply.send(self.history().await);
             }
-            TurnRequest::Remember { message, reply } => {
-                let _ = reply.send(self.remember(&message).await);
-            }
-            TurnRequest::Approval(asked) => {
-                let (ask, reply) = *asked;
-                self.on_approval_asked(ask, reply).await;
-            }
-            TurnRequest::ApprovalWithdrawn {
-                approval_id,
-                reason,
-            } => self.on_approval_withdrawn(approval_id, reason).await,
-            TurnRequest::Compacted {
-                turn_id,
-                compacted,
-                reply,
-            } => {
-                let outcome = self.record_compaction(turn_id, *compacted).await;
-                let _ = reply.send(outcome);
-            }
-            TurnRequest::CompactionDone(done) => {
-                let (turn_id, outcome, reply) = *done;
-                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
-                    && let Some(turn) = self.turn.take()
-                {
-                    for interrupter in turn.interrupters {
-                        let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
-                    }
-                }
-                self.answer_drain();
-                let _ = reply.send(outcome);
-            }
-            TurnRequest::Invoked(invoked) => {
-                let (tool_call_id, result) = *invoked;
-                self.on_invoked(tool_call_id, result).await;
-            }
-            TurnRequest::Settle { turn_id, reply } => self.settle(&turn_id, reply),
-            TurnRequest::Finished { turn_id } => {
-                // Whoever is told the turn ended must be able to see how.
-                self.commit_lingering().await;
-                if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
-                    && let Some(turn) = self.turn.take()
-                {
-                    // Interrupted or out of time: the children stop with it.
-                    if turn.cancel.is_cancelled() {
-                        self.stop_running_children();
-                    }
-                    for interrupter in turn.interrupters {
-                        let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
-                    }
-                    // A steer that came after the model's last request is not lost: the next
-                    // turn reads it.
-                    for content in turn.steers {
-                        if let Err(err) = self.remember(&ChatMessage::user(content)).await {
-                            tracing::warn!(%err, "steering input not kept");
-                        }
-                    }
-                }
-                for note in std::mem::take(&mut self.pending_notes) {
-                    self.remember_note(&note).await;
-                }
-                // Activations a tool asked for during the turn show up now.
-                let before = self.registry.catalog();
-                self.registry.apply_activation_requests();
-                self.announce_tool_changes(before).await;
-                self.answer_drain();
+            other => other,
+        };
+        self.linger(event);
+    }
+
+    /// Ticks the LRU before a model request (evicting at a turn's first) and answers the specs.
+    pub(super) async fn on_begin_iteration(
+        &mut self,
+        turn_start: bool,
+        reply: oneshot::Sender<Arc<[crate::llm::ToolSpec]>>,
+    ) {
+        let before = self.registry.catalog();
+        let (specs, evicted) = self.registry.next_request(turn_start);
+        self.metrics.evictions.inc_by(evicted.len() as u64);
+        self.announce_tool_changes(before).await;
+        let _ = reply.send(specs);
+    }
+
+    /// Readies one call of a turn or a client (activating a deferred tool on the way).
+    pub(super) async fn on_prepare(
+        &mut self,
+        name: String,
+        arguments: serde_json::Value,
+        reply: oneshot::Sender<Result<crate::tools::PreparedCall, crate::tools::DispatchError>>,
+    ) {
+        let before = self.registry.catalog();
+        let prepared = self.registry.prepare(&name, &arguments);
+        self.announce_tool_changes(before).await;
+        let _ = reply.send(prepared);
+    }
+
+    /// The turn asks for the history before each model request: steering joins it here.
+    pub(super) async fn on_history_asked(
+        &mut self,
+        reply: oneshot::Sender<Result<Vec<ChatMessage>, HistoryError>>,
+    ) {
+        let steers = self
+            .turn
+            .as_mut()
+            .map(|turn| std::mem::take(&mut turn.steers))
+            .unwrap_or_default();
+        for content in steers {
+            if let Err(err) = self.remember(&ChatMessage::user(content)).await {
+                let _ = reply.send(Err(err));
+                return;
             }
         }
+        let _ = reply.send(self.history().await);
+    }
+
+    /// Adds one message of the turn's to the history.
+    pub(super) async fn on_remember(
+        &mut self,
+        message: &ChatMessage,
+        reply: oneshot::Sender<Result<(), HistoryError>>,
+    ) {
+        let _ = reply.send(self.remember(message).await);
+    }
+
+    /// Records a compaction and answers how it went.
+    pub(super) async fn on_compacted(
+        &mut self,
+        turn_id: Option<String>,
+        compacted: Compacted,
+        reply: oneshot::Sender<Result<(), HistoryError>>,
+    ) {
+        let outcome = self.record_compaction(turn_id, compacted).await;
+        let _ = reply.send(outcome);
+    }
+
+    /// A `session/compact` ended: its turn slot is free, then its caller hears.
+    pub(super) fn on_compaction_done(
+        &mut self,
+        turn_id: String,
+        outcome: crate::agent::compaction::CompactionOutcome,
+        reply: oneshot::Sender<crate::agent::compaction::CompactionOutcome>,
+    ) {
+        if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
+            && let Some(turn) = self.turn.take()
+        {
+            for interrupter in turn.interrupters {
+                let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
+            }
+        }
+        self.answer_drain();
+        let _ = reply.send(outcome);
+    }
+
+    /// The turn is over: what it left (steers, notes of tasks, activations) is taken in.
+    pub(super) async fn on_turn_finished(&mut self, turn_id: String) {
+        // Whoever is told the turn ended must be able to see how.
+        self.commit_lingering().await;
+        if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
+            && let Some(turn) = self.turn.take()
+        {
+            // Interrupted or out of time: the children stop with it.
+            if turn.cancel.is_cancelled() {
+                self.stop_running_children();
+            }
+            for interrupter in turn.interrupters {
+                let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
+            }
+            // A steer that came after the model's last request is not lost: the next turn
+            // reads it.
+            for content in turn.steers {
+                if let Err(err) = self.remember(&ChatMessage::user(content)).await {
+                    tracing::warn!(%err, "steering input not kept");
+                }
+            }
+        }
+        for note in std::mem::take(&mut self.pending_notes) {
+            self.remember_note(&note).await;
+        }
+        // Activations a tool asked for during the turn show up now.
+        let before = self.registry.catalog();
+        self.registry.apply_activation_requests();
+        self.announce_tool_changes(before).await;
+        self.answer_drain();
     }
 
     /// The conversation so far, repaired for a model; the error is said to the client.
