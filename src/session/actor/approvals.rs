@@ -11,6 +11,13 @@ use crate::agent::SessionEvent;
 use crate::agent::approval::{Answer, ApprovalAsk, Decision, Unanswered};
 use crate::session::{Outbound, SessionError, Watcher, notification_frame, stamp};
 
+/// Calls waiting for a person: the session's approval rules and grants, and the requests no
+/// one has decided yet, by approval id.
+pub(super) struct ApprovalDesk {
+    pub(super) rules: Arc<crate::agent::approval::Approvals>,
+    pub(super) waiting: std::collections::HashMap<String, PendingApproval>,
+}
+
 /// One approval request no one has decided yet.
 #[derive(Debug)]
 pub(super) struct PendingApproval {
@@ -42,13 +49,14 @@ impl SessionActor {
         self.emit(event).await;
         let seq = self.last_seq;
         let frame = notification_frame(&method, &stamp(&self.session_id, seq, params));
-        self.pending_approvals
+        self.approvals
+            .waiting
             .insert(approval_id, PendingApproval { reply, seq, frame });
     }
 
     /// The call stopped waiting; its request is resolved as declined, saying why.
     pub(super) async fn on_approval_withdrawn(&mut self, approval_id: String, reason: Unanswered) {
-        if self.pending_approvals.remove(&approval_id).is_some() {
+        if self.approvals.waiting.remove(&approval_id).is_some() {
             self.emit(SessionEvent::ApprovalResolved {
                 approval_id,
                 decision: Decision::Decline,
@@ -64,7 +72,7 @@ impl SessionActor {
         approval_id: String,
         answer: Answer,
     ) -> Result<(), SessionError> {
-        let Some(pending) = self.pending_approvals.remove(&approval_id) else {
+        let Some(pending) = self.approvals.waiting.remove(&approval_id) else {
             return Err(SessionError::UnknownApproval(approval_id));
         };
         let decision = answer.decision;
@@ -86,7 +94,8 @@ impl SessionActor {
     pub(super) fn send_pending_approvals(&self, watcher: &Watcher, after_seq: Option<i64>) {
         let covered = after_seq.unwrap_or(i64::MAX);
         let mut waiting: Vec<&PendingApproval> = self
-            .pending_approvals
+            .approvals
+            .waiting
             .values()
             .filter(|pending| pending.seq <= covered && !pending.reply.is_closed())
             .collect();

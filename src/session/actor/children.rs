@@ -37,6 +37,14 @@ const CLOSED_REASON: &str = "closed by close_agent";
 /// Groups a child may never see or call.
 const CHILD_EXCLUDED: &[&str] = &["group:delegated", "group:sessions"];
 
+/// The session's sub-agents: the open ones by agent id, and the ids of closed ones, so a call
+/// naming one can say it was closed.
+#[derive(Default)]
+pub(super) struct Children {
+    pub(super) open: std::collections::HashMap<String, ChildAgent>,
+    pub(super) closed: std::collections::HashSet<String>,
+}
+
 /// One open child of the session.
 pub(super) struct ChildAgent {
     host: Arc<ChildHost<ActorLink>>,
@@ -76,7 +84,7 @@ fn closed_agent(id: &str) -> ToolError {
 impl SessionActor {
     /// Whether any child is working (the session then stays loaded).
     pub(super) fn children_running(&self) -> bool {
-        self.children.values().any(ChildAgent::is_running)
+        self.children.open.values().any(ChildAgent::is_running)
     }
 
     pub(super) async fn on_sub_agent_request(&mut self, request: SubAgentRequest) {
@@ -122,19 +130,19 @@ impl SessionActor {
                 let _ = reply.send(outcome);
             }
             SubAgentRequest::Resume { id, reply } => {
-                let outcome = match self.children.get(&id) {
+                let outcome = match self.children.open.get(&id) {
                     Some(child) if child.is_running() => Err(ToolError::model(
                         "agent_running",
                         format!("sub-agent {id} is running; wait for it with wait_agent"),
                     )),
                     Some(_) => Ok(self.start_child_run(&id, None).await),
-                    None if self.closed_children.contains(&id) => Err(closed_agent(&id)),
+                    None if self.children.closed.contains(&id) => Err(closed_agent(&id)),
                     None => Err(unknown_agent(&id)),
                 };
                 let _ = reply.send(outcome);
             }
             SubAgentRequest::Close { target, reply } => {
-                let outcome = match self.children.remove(&target) {
+                let outcome = match self.children.open.remove(&target) {
                     Some(child) => {
                         self.close_child(&target, child, CLOSED_REASON).await;
                         self.mark_closed(&target).await;
@@ -142,10 +150,10 @@ impl SessionActor {
                         status.worktree = self.settle_child_worktree(&target).await;
                         Ok(status)
                     }
-                    None if self.closed_children.contains(&target) => Err(closed_agent(&target)),
+                    None if self.children.closed.contains(&target) => Err(closed_agent(&target)),
                     // One of an earlier start, not brought back: closing it needs no revival.
                     None if self.stored_child(&target).await.is_some() => {
-                        self.closed_children.insert(target.clone());
+                        self.children.closed.insert(target.clone());
                         self.mark_closed(&target).await;
                         let mut status = closed_status(&target);
                         status.worktree = self.settle_child_worktree(&target).await;
@@ -158,16 +166,16 @@ impl SessionActor {
             SubAgentRequest::Watch { ids, reply } => {
                 let outcome = match ids {
                     None => {
-                        let mut open: Vec<&ChildAgent> = self.children.values().collect();
+                        let mut open: Vec<&ChildAgent> = self.children.open.values().collect();
                         open.sort_by_key(|child| child.spawned_at);
                         Ok(open.iter().map(|child| child.status.subscribe()).collect())
                     }
                     Some(ids) => ids
                         .iter()
-                        .map(|id| match self.children.get(id) {
+                        .map(|id| match self.children.open.get(id) {
                             Some(child) => Ok(child.status.subscribe()),
                             // A closed child stays closed: a receiver with nobody sending.
-                            None if self.closed_children.contains(id) => {
+                            None if self.children.closed.contains(id) => {
                                 Ok(watch::channel(closed_status(id)).1)
                             }
                             None => Err(unknown_agent(id)),
@@ -203,13 +211,13 @@ impl SessionActor {
             None => None,
         };
         let model = model.or_else(|| profile.as_ref().and_then(|p| p.model.clone()));
-        if self.children.len() >= settings.max_sub_agents {
+        if self.children.open.len() >= settings.max_sub_agents {
             return Err(ToolError::model(
                 "agent_limit",
                 format!(
                     "this session has {} open sub-agents, the most it may have; close one with \
                      close_agent (or wait for it and then close it) before starting another",
-                    self.children.len()
+                    self.children.open.len()
                 ),
             ));
         }
@@ -289,7 +297,7 @@ impl SessionActor {
             ActorLink::new(self.turns.sender()),
             profile.as_ref().and_then(|p| p.instructions.clone()),
         ));
-        self.children.insert(
+        self.children.open.insert(
             agent_id.clone(),
             ChildAgent {
                 host,
@@ -407,7 +415,7 @@ impl SessionActor {
 
     /// The task row of a child of this session that is neither open nor closed for good.
     async fn stored_child(&mut self, agent_id: &str) -> Option<TaskRow> {
-        if self.children.contains_key(agent_id) || self.closed_children.contains(agent_id) {
+        if self.children.open.contains_key(agent_id) || self.children.closed.contains(agent_id) {
             return None;
         }
         let row = self.store.get_task(agent_id).await.ok()??;
@@ -416,7 +424,7 @@ impl SessionActor {
         }
         if row.reason.as_deref() == Some(CLOSED_REASON) {
             // Closed before this start: say so, as the start that closed it would.
-            self.closed_children.insert(agent_id.to_string());
+            self.children.closed.insert(agent_id.to_string());
             return None;
         }
         Some(row)
@@ -432,13 +440,13 @@ impl SessionActor {
         let Some(settings) = self.agent.clone() else {
             return Ok(());
         };
-        if self.children.len() >= settings.max_sub_agents {
+        if self.children.open.len() >= settings.max_sub_agents {
             return Err(ToolError::model(
                 "agent_limit",
                 format!(
                     "sub-agent {agent_id} would have to be reopened, but this session has {} open \
                      sub-agents, the most it may have; close one with close_agent first",
-                    self.children.len()
+                    self.children.open.len()
                 ),
             ));
         }
@@ -503,7 +511,7 @@ impl SessionActor {
             profile.as_ref().and_then(|p| p.instructions.clone()),
         ));
         tracing::info!(agent_id, "sub-agent reopened from its history");
-        self.children.insert(
+        self.children.open.insert(
             agent_id.to_string(),
             ChildAgent {
                 host,
@@ -566,8 +574,8 @@ impl SessionActor {
         message: String,
         interrupt: bool,
     ) -> Result<AgentStatus, ToolError> {
-        let Some(child) = self.children.get(target) else {
-            return Err(if self.closed_children.contains(target) {
+        let Some(child) = self.children.open.get(target) else {
+            return Err(if self.children.closed.contains(target) {
                 closed_agent(target)
             } else {
                 unknown_agent(target)
@@ -592,7 +600,7 @@ impl SessionActor {
             turn_id: None,
             task_id: Some(agent_id.to_string()),
         });
-        let Some(child) = self.children.get_mut(agent_id) else {
+        let Some(child) = self.children.open.get_mut(agent_id) else {
             return closed_status(agent_id);
         };
         child.run += 1;
@@ -649,7 +657,7 @@ impl SessionActor {
 
     /// A run of a child ended: start the next when mail waits, else record its answer.
     pub(super) async fn on_child_run_end(&mut self, end: ChildRunEnd) {
-        let Some(child) = self.children.get(&end.agent_id) else {
+        let Some(child) = self.children.open.get(&end.agent_id) else {
             return;
         };
         if child.run != end.run {
@@ -697,7 +705,7 @@ impl SessionActor {
         // The task says so before anyone waiting hears the answer.
         self.record_child_state(&end.agent_id, &tool_call_id, state, reason)
             .await;
-        if let Some(child) = self.children.get_mut(&end.agent_id) {
+        if let Some(child) = self.children.open.get_mut(&end.agent_id) {
             child.status.send_replace(status);
             for waiter in child.cancel_waiters.drain(..) {
                 let _ = waiter.send(Some(state));
@@ -716,7 +724,7 @@ impl SessionActor {
         agent_id: &str,
         waiter: oneshot::Sender<Option<TaskState>>,
     ) {
-        match self.children.get_mut(agent_id) {
+        match self.children.open.get_mut(agent_id) {
             Some(child) if child.is_running() => {
                 child.host.clear_inbox();
                 child.cancel.cancel();
@@ -730,7 +738,7 @@ impl SessionActor {
 
     /// Stops every running child: the session's turn was interrupted or ran out of time.
     pub(super) fn stop_running_children(&mut self) {
-        for child in self.children.values() {
+        for child in self.children.open.values() {
             if child.is_running() {
                 child.host.clear_inbox();
                 child.cancel.cancel();
@@ -740,7 +748,7 @@ impl SessionActor {
 
     /// Closes every child: the session is stopping.
     pub(super) async fn close_children(&mut self, reason: &str) {
-        let children: Vec<(String, ChildAgent)> = self.children.drain().collect();
+        let children: Vec<(String, ChildAgent)> = self.children.open.drain().collect();
         for (agent_id, child) in children {
             self.close_child(&agent_id, child, reason).await;
         }
@@ -751,7 +759,7 @@ impl SessionActor {
         child.host.clear_inbox();
         let was_running = child.is_running();
         child.status.send_replace(closed_status(agent_id));
-        self.closed_children.insert(agent_id.to_string());
+        self.children.closed.insert(agent_id.to_string());
         if was_running {
             self.record_child_state(
                 agent_id,

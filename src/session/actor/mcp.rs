@@ -10,28 +10,39 @@ use std::sync::Arc;
 
 use super::SessionActor;
 use super::link::ActorRequest;
-use crate::mcp::{McpServer, McpState, tool_name};
+use crate::mcp::{McpServer, McpServerConfig, McpState, tool_name};
+use crate::session::SessionMcp;
+
+/// The session's MCP servers: its own, not yet started and then running (their processes end
+/// when the actor drops them), the server-wide ones whose tool lists it follows, and where
+/// their states are told to the session's handles.
+pub(super) struct McpPart {
+    pub(super) pending: Vec<McpServerConfig>,
+    pub(super) running: Vec<Arc<McpServer>>,
+    pub(super) states: Arc<SessionMcp>,
+    pub(super) shared: Vec<Arc<McpServer>>,
+}
 
 impl SessionActor {
     /// Starts every pending server in a task of its own; each reports back when it is up or
     /// has failed, so a slow server holds up nothing. The shared servers' tools are brought up
     /// to date (the base registry holds their first list) and followed from here on.
     pub(super) fn start_mcp_servers(&mut self) {
-        for server in self.shared_mcp.clone() {
+        for server in self.mcp.shared.clone() {
             if server.state() == McpState::Ready {
                 self.sync_mcp_tools(&server);
             }
             self.follow_mcp_listings(&server);
         }
         let Some(workspace) = self.registry.workspace().cloned() else {
-            for config in std::mem::take(&mut self.mcp_pending) {
+            for config in std::mem::take(&mut self.mcp.pending) {
                 let state = McpState::Failed("the session has no workspace".into());
-                self.mcp_states.set(&config.name, &state);
+                self.mcp.states.set(&config.name, &state);
             }
             return;
         };
-        for config in std::mem::take(&mut self.mcp_pending) {
-            self.mcp_states.set(&config.name, &McpState::Starting);
+        for config in std::mem::take(&mut self.mcp.pending) {
+            self.mcp.states.set(&config.name, &McpState::Starting);
             let started = self.turns.sender();
             let workspace = Arc::clone(&workspace);
             self.tracker.spawn(async move {
@@ -61,8 +72,8 @@ impl SessionActor {
         }
         self.follow_mcp_listings(&server);
         // Said last: whoever reads `ready` finds the tools registered.
-        self.mcp_states.set(server.name(), &state);
-        self.mcp_servers.push(server);
+        self.mcp.states.set(server.name(), &state);
+        self.mcp.running.push(server);
     }
 }
 

@@ -143,19 +143,12 @@ pub(crate) struct SessionActor {
     /// Questions asked by `request_user_input`, by request id.
     pending_input: HashMap<String, oneshot::Sender<Value>>,
     events: LazyChannel<ToolEvent>,
-    /// Open sub-agents by agent id.
-    children: HashMap<String, children::ChildAgent>,
-    /// Ids of closed sub-agents, so a call naming one can say it was closed.
-    closed_children: std::collections::HashSet<String>,
-    /// The session's own MCP servers not yet started, then those that are (their processes
-    /// end when the actor drops them).
-    mcp_pending: Vec<McpServerConfig>,
-    mcp_servers: Vec<Arc<McpServer>>,
-    mcp_states: Arc<SessionMcp>,
-    shared_mcp: Vec<Arc<McpServer>>,
-    approvals: Arc<crate::agent::approval::Approvals>,
-    /// Calls waiting for a person's decision, by approval id.
-    pending_approvals: HashMap<String, approvals::PendingApproval>,
+    /// The session's sub-agents, open and closed.
+    children: children::Children,
+    /// The session's MCP servers.
+    mcp: mcp::McpPart,
+    /// Calls waiting for a person, and the rules that decide which wait.
+    approvals: approvals::ApprovalDesk,
     unsupported: Arc<[String]>,
     /// Set by a drain: no turn starts any more, and these hear when none runs.
     draining: Option<Vec<oneshot::Sender<()>>>,
@@ -228,14 +221,17 @@ impl SessionActor {
             exclusivity: Arc::new(RwLock::new(())),
             pending_input: HashMap::new(),
             events: LazyChannel::default(),
-            children: HashMap::new(),
-            closed_children: std::collections::HashSet::new(),
-            mcp_pending: setup.mcp_servers,
-            mcp_servers: Vec::new(),
-            mcp_states: setup.mcp_states,
-            shared_mcp: setup.shared_mcp,
-            approvals: setup.approvals,
-            pending_approvals: HashMap::new(),
+            children: children::Children::default(),
+            mcp: mcp::McpPart {
+                pending: setup.mcp_servers,
+                running: Vec::new(),
+                states: setup.mcp_states,
+                shared: setup.shared_mcp,
+            },
+            approvals: approvals::ApprovalDesk {
+                rules: setup.approvals,
+                waiting: HashMap::new(),
+            },
             unsupported: setup.unsupported,
             draining: None,
             title_checked: false,
@@ -414,7 +410,7 @@ impl SessionActor {
         self.hooks
             .as_ref()
             .is_some_and(|hooks| hooks.any(crate::agent::hooks::HookEvent::SessionEnd, None))
-            || !self.children.is_empty()
+            || !self.children.open.is_empty()
             || !self.tasks.is_empty()
             || self.turn.is_some()
             || !self.unstored.is_empty()
@@ -559,7 +555,7 @@ impl SessionActor {
                 // The task table and the children keep typed waiters; the answer is mapped
                 // when the task has ended, off the actor.
                 let (waiter, ended) = oneshot::channel();
-                if self.children.contains_key(&task_id) {
+                if self.children.open.contains_key(&task_id) {
                     self.cancel_child_run(&task_id, waiter);
                 } else {
                     self.tasks.cancel(&task_id, waiter);
@@ -579,13 +575,13 @@ impl SessionActor {
     fn view(&self) -> super::SessionView {
         let catalog = self.registry.catalog();
         let mut mcp = serde_json::Map::new();
-        for server in &self.shared_mcp {
+        for server in &self.mcp.shared {
             mcp.insert(
                 server.name().to_string(),
                 Value::String(server.state().to_string()),
             );
         }
-        for (name, state) in self.mcp_states.states() {
+        for (name, state) in self.mcp.states.states() {
             mcp.insert(name, Value::String(state));
         }
         super::SessionView {
@@ -627,7 +623,7 @@ impl SessionActor {
             ledger: self.ledger.clone(),
             labels,
             metrics: Arc::clone(&self.metrics),
-            approvals: Arc::clone(&self.approvals),
+            approvals: Arc::clone(&self.approvals.rules),
             hooks: self.hooks.clone(),
         }
     }
