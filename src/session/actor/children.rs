@@ -294,7 +294,7 @@ impl SessionActor {
             spool,
             journal,
             self.reports.sender(),
-            ActorLink::new(self.turns.sender()),
+            ActorLink::new(self.inbound.sender()),
             profile.as_ref().and_then(|p| p.instructions.clone()),
         ));
         self.children.open.insert(
@@ -507,7 +507,7 @@ impl SessionActor {
             spool,
             journal,
             self.reports.sender(),
-            ActorLink::new(self.turns.sender()),
+            ActorLink::new(self.inbound.sender()),
             profile.as_ref().and_then(|p| p.instructions.clone()),
         ));
         tracing::info!(agent_id, "sub-agent reopened from its history");
@@ -629,7 +629,7 @@ impl SessionActor {
         let id = agent_id.to_string();
         // A child's turn is an `invoke_agent` inside its parent's turn, when one runs.
         let span = if crate::telemetry::on() {
-            let parent = self.turn.as_ref().map(|turn| &turn.span);
+            let parent = self.turn.running.as_ref().map(|turn| &turn.span);
             let span = crate::telemetry::agent_span(&self.session_id, &turn.turn_id, &id, parent);
             crate::telemetry::attribute(&span, "gen_ai.agent.id", id.clone());
             span

@@ -96,11 +96,11 @@ impl SessionActor {
     /// The store refused the session's events: a running turn stops (it would go on acting
     /// on what nobody can replay), and ends `storage_unavailable`.
     fn cut_turn_for_storage(&mut self) {
-        if let Some(turn) = &self.turn
+        if let Some(turn) = &self.turn.running
             && !turn.cancel.is_cancelled()
         {
             tracing::warn!(turn_id = %turn.turn_id, "stopping the turn: its events cannot be stored");
-            self.storage_cut_turn = Some((
+            self.turn.storage_cut = Some((
                 turn.turn_id.clone(),
                 "the turn was stopped: its events could not be stored",
             ));

@@ -62,7 +62,7 @@ impl SessionActor {
         };
         // Its events come back on the same ordered channel as its end, so the caller hears
         // the result only after everything the call said.
-        let link = ActorLink::new(self.turns.sender());
+        let link = ActorLink::new(self.inbound.sender());
         let asked_to_stop = options.cancel;
         self.tracker.spawn(async move {
             let run = call::run(&link, &scope, call);

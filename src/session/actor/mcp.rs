@@ -43,7 +43,7 @@ impl SessionActor {
         };
         for config in std::mem::take(&mut self.mcp.pending) {
             self.mcp.states.set(&config.name, &McpState::Starting);
-            let started = self.turns.sender();
+            let started = self.inbound.sender();
             let workspace = Arc::clone(&workspace);
             self.tracker.spawn(async move {
                 let server = McpServer::start(config, &workspace).await;
@@ -83,7 +83,7 @@ impl SessionActor {
         let mut listings = server.listings();
         listings.mark_unchanged();
         let server = Arc::downgrade(server);
-        let relisted = self.turns.sender();
+        let relisted = self.inbound.sender();
         let stopped = self.cancel.clone();
         self.tracker.spawn(async move {
             loop {

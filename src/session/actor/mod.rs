@@ -108,6 +108,17 @@ struct RunningTurn {
     steers: Vec<String>,
 }
 
+/// A session's turn: the one running, and what waits for its end.
+#[derive(Default)]
+struct TurnPart {
+    running: Option<RunningTurn>,
+    /// Results of background tasks that ended during a turn, added to the history after it.
+    notes: Vec<ChatMessage>,
+    /// The turn stopped because the store refused its events, and why; it ends
+    /// `storage_unavailable`, not `interrupted`. (A turn whose history fails says so itself.)
+    storage_cut: Option<(String, &'static str)>,
+}
+
 /// One session's state, owned by one task.
 pub(crate) struct SessionActor {
     profiles: crate::session::profiles::Profiles,
@@ -126,15 +137,14 @@ pub(crate) struct SessionActor {
     metrics: Arc<Metrics>,
     llm_configured: bool,
     agent: Option<Arc<AgentSettings>>,
-    turn: Option<RunningTurn>,
+    /// The running turn and what waits for its end.
+    turn: TurnPart,
     /// The session's budget and cost rows, shared with its turns, calls and children.
     ledger: Ledger,
     tasks: TaskSupervisor,
     reports: LazyChannel<TaskReport>,
-    /// Results of background tasks that ended during a turn, added to the history after it.
-    pending_notes: Vec<ChatMessage>,
     /// What turns, client calls and MCP servers tell the actor, in the order they told it.
-    turns: LazyChannel<ActorRequest>,
+    inbound: LazyChannel<ActorRequest>,
     /// Client calls (`tool/invoke`) started and not yet answered, by tool_call_id.
     invocations: HashMap<String, ReplyTx>,
     /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
@@ -158,9 +168,6 @@ pub(crate) struct SessionActor {
     /// any later event, and sent to nobody until stored.
     unstored: Vec<(String, Value)>,
     write_health: Arc<crate::store::WriteHealth>,
-    /// The turn stopped because the store refused its events, and why; it ends
-    /// `storage_unavailable`, not `interrupted`. (A turn whose history fails says so itself.)
-    storage_cut_turn: Option<(String, &'static str)>,
     /// The model and reasoning effort the session chose; a turn may choose its own.
     choice: crate::session::ModelChoice,
     instructions: crate::session::instructions::OperatorInstructions,
@@ -198,7 +205,6 @@ impl SessionActor {
         Self {
             tasks: TaskSupervisor::new(setup.tasks_dir),
             reports: LazyChannel::default(),
-            pending_notes: Vec::new(),
             session_id: setup.session_id,
             store: setup.store,
             writer: setup.writer,
@@ -214,9 +220,9 @@ impl SessionActor {
             metrics: setup.metrics,
             llm_configured: setup.llm_configured,
             agent: setup.agent,
-            turn: None,
+            turn: TurnPart::default(),
             ledger,
-            turns: LazyChannel::default(),
+            inbound: LazyChannel::default(),
             invocations: HashMap::new(),
             exclusivity: Arc::new(RwLock::new(())),
             pending_input: HashMap::new(),
@@ -237,7 +243,6 @@ impl SessionActor {
             title_checked: false,
             unstored: Vec::new(),
             write_health: setup.write_health,
-            storage_cut_turn: None,
             choice: setup.choice,
             instructions: setup.instructions,
             user_root: setup.user_root,
@@ -317,10 +322,10 @@ impl SessionActor {
             self.pending_input.retain(|_, waiting| !waiting.is_closed());
             self.events.release_if_unused();
             self.reports.release_if_unused();
-            self.turns.release_if_unused();
+            self.inbound.release_if_unused();
             let idle = self.watchers.is_empty()
                 && self.invocations.is_empty()
-                && self.turn.is_none()
+                && self.turn.running.is_none()
                 && self.tasks.is_empty()
                 && !self.children_running()
                 && self.pending_input.is_empty()
@@ -343,7 +348,7 @@ impl SessionActor {
                     Some(command) => Box::pin(self.handle(command)).instrument(span()).await,
                 },
                 Some(event) = self.events.recv() => Box::pin(self.on_tool_event(event)).instrument(span()).await,
-                Some(request) = self.turns.recv() => Box::pin(self.on_request(request)).instrument(span()).await,
+                Some(request) = self.inbound.recv() => Box::pin(self.on_request(request)).instrument(span()).await,
                 Some(report) = self.reports.recv() => Box::pin(self.on_task_report(report)).instrument(span()).await,
                 () = idle_timer, if idle => {
                     ending = "idle_unload";
@@ -376,7 +381,7 @@ impl SessionActor {
                 self.unstored.clear();
                 self.write_health.session_done();
             }
-            if let Some(turn) = &self.turn {
+            if let Some(turn) = &self.turn.running {
                 turn.cancel.cancel();
             }
             // In-flight tool/invoke calls hold child tokens of this one.
@@ -412,7 +417,7 @@ impl SessionActor {
             .is_some_and(|hooks| hooks.any(crate::agent::hooks::HookEvent::SessionEnd, None))
             || !self.children.open.is_empty()
             || !self.tasks.is_empty()
-            || self.turn.is_some()
+            || self.turn.running.is_some()
             || !self.unstored.is_empty()
             || !self.lingering.is_empty()
     }
@@ -499,7 +504,7 @@ impl SessionActor {
                 };
                 let _ = reply.send(Ok(SessionReply::Done));
             }
-            SessionRequest::Interrupt => match &mut self.turn {
+            SessionRequest::Interrupt => match &mut self.turn.running {
                 Some(turn) => {
                     turn.cancel.cancel();
                     turn.interrupters.push(reply);
@@ -529,7 +534,7 @@ impl SessionActor {
                 let _ = reply.send(outcome.map(SessionReply::Reverted));
             }
             SessionRequest::Steer { turn_id, input } => {
-                let outcome = match &mut self.turn {
+                let outcome = match &mut self.turn.running {
                     Some(turn) if turn.turn_id == turn_id && !turn.cancel.is_cancelled() => {
                         turn.steers.push(input);
                         Ok(SessionReply::Done)
@@ -591,6 +596,7 @@ impl SessionActor {
             instructions: self.gather_instructions().sources,
             running_turn: self
                 .turn
+                .running
                 .as_ref()
                 .filter(|turn| !turn.cancel.is_cancelled())
                 .map(|turn| turn.turn_id.clone()),
@@ -599,7 +605,7 @@ impl SessionActor {
 
     /// Tells a drain that no turn runs, once none does.
     fn answer_drain(&mut self) {
-        if self.turn.is_none()
+        if self.turn.running.is_none()
             && let Some(waiting) = &mut self.draining
         {
             for reply in waiting.drain(..) {

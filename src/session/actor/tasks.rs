@@ -230,8 +230,8 @@ impl SessionActor {
             "[background task {task_id} ({}) {state}]\n{content}",
             task.tool_name
         ));
-        if self.turn.is_some() {
-            self.pending_notes.push(note);
+        if self.turn.running.is_some() {
+            self.turn.notes.push(note);
         } else {
             self.remember_note(&note).await;
         }

@@ -49,7 +49,7 @@ impl SessionActor {
             match settings.with_choice(model, effort) {
                 Ok(chosen) => Arc::new(chosen),
                 Err(unknown) => {
-                    self.turn = None;
+                    self.turn.running = None;
                     return Err(SessionError::InvalidParams(unknown.to_string()));
                 }
             }
@@ -57,7 +57,7 @@ impl SessionActor {
         let images = match self.load_images(images, &settings) {
             Ok(images) => images,
             Err(refusal) => {
-                self.turn = None;
+                self.turn.running = None;
                 return Err(refusal);
             }
         };
@@ -85,7 +85,7 @@ impl SessionActor {
             settings,
             metrics: Arc::clone(&self.metrics),
             host: Arc::new(ActorLink {
-                actor: self.turns.sender(),
+                actor: self.inbound.sender(),
                 system: self.gather_instructions().prompt,
             }),
             scope,
@@ -94,7 +94,7 @@ impl SessionActor {
         };
         let span = crate::telemetry::agent_span(&self.session_id, &turn_id, "agentd", None);
         crate::telemetry::adopt_parent(&span, traceparent.as_deref());
-        if let Some(running) = &mut self.turn {
+        if let Some(running) = &mut self.turn.running {
             running.span = span.clone();
         }
         self.tracker.spawn(turn.run().instrument(span));
@@ -176,7 +176,7 @@ impl SessionActor {
                 SessionError::LlmNotConfigured
             });
         };
-        if self.turn.is_some() {
+        if self.turn.running.is_some() {
             return Err(SessionError::TurnInProgress);
         }
         if self.draining.is_some() {
@@ -184,7 +184,7 @@ impl SessionActor {
             return Err(SessionError::ActorGone);
         }
         let cancel = self.cancel.child_token();
-        self.turn = Some(RunningTurn {
+        self.turn.running = Some(RunningTurn {
             turn_id: turn_id.to_string(),
             cancel: cancel.clone(),
             span: tracing::Span::none(),
@@ -207,7 +207,7 @@ impl SessionActor {
             }
         };
         let host = ActorLink {
-            actor: self.turns.sender(),
+            actor: self.inbound.sender(),
             system: self.gather_instructions().prompt,
         };
         let specs = self.registry.specs();
@@ -275,11 +275,12 @@ impl SessionActor {
         let event = match event {
             SessionEvent::TurnError { turn_id, .. }
                 if self
-                    .storage_cut_turn
+                    .turn
+                    .storage_cut
                     .as_ref()
                     .is_some_and(|(cut, _)| *cut == turn_id) =>
             {
-                let (_, message) = self.storage_cut_turn.take().unwrap_or_default();
+                let (_, message) = self.turn.storage_cut.take().unwrap_or_default();
                 SessionEvent::TurnError {
                     turn_id,
                     code: ErrorKind::StorageUnavailable,
@@ -324,6 +325,7 @@ impl SessionActor {
     ) {
         let steers = self
             .turn
+            .running
             .as_mut()
             .map(|turn| std::mem::take(&mut turn.steers))
             .unwrap_or_default();
@@ -363,8 +365,12 @@ impl SessionActor {
         outcome: crate::agent::compaction::CompactionOutcome,
         reply: oneshot::Sender<crate::agent::compaction::CompactionOutcome>,
     ) {
-        if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
-            && let Some(turn) = self.turn.take()
+        if self
+            .turn
+            .running
+            .as_ref()
+            .is_some_and(|t| t.turn_id == turn_id)
+            && let Some(turn) = self.turn.running.take()
         {
             for interrupter in turn.interrupters {
                 let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
@@ -378,8 +384,12 @@ impl SessionActor {
     pub(super) async fn on_turn_finished(&mut self, turn_id: String) {
         // Whoever is told the turn ended must be able to see how.
         self.commit_lingering().await;
-        if self.turn.as_ref().is_some_and(|t| t.turn_id == turn_id)
-            && let Some(turn) = self.turn.take()
+        if self
+            .turn
+            .running
+            .as_ref()
+            .is_some_and(|t| t.turn_id == turn_id)
+            && let Some(turn) = self.turn.running.take()
         {
             // Interrupted or out of time: the children stop with it.
             if turn.cancel.is_cancelled() {
@@ -396,7 +406,7 @@ impl SessionActor {
                 }
             }
         }
-        for note in std::mem::take(&mut self.pending_notes) {
+        for note in std::mem::take(&mut self.turn.notes) {
             self.remember_note(&note).await;
         }
         // Activations a tool asked for during the turn show up now.

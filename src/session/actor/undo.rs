@@ -214,7 +214,7 @@ impl SessionActor {
         dry_run: bool,
         force: bool,
     ) -> Result<Value, SessionError> {
-        if self.turn.is_some() {
+        if self.turn.running.is_some() {
             return Err(SessionError::TurnInProgress);
         }
         let Some((store, workspace)) = self.undo_parts() else {
