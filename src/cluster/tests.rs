@@ -8,13 +8,13 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
-use sqlx::{Connection, Executor};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use super::fenced::{EVENTS_CHANNEL, FencedWriter};
 use super::lease::{self, Lease};
-use crate::store::postgres::{PostgresStore, parse_url};
+use crate::store::postgres::PostgresStore;
+use crate::store::tests::TestSchema;
 use crate::store::{NewEvent, NewSession, Store, StoreError, Write};
 
 /// Runs `case` on a fresh schema: the store, and a pool of the cluster's own on it.
@@ -23,21 +23,10 @@ where
     F: FnOnce(Arc<dyn Store>, PgPool) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Ok(url) = std::env::var("AGENTD_TEST_POSTGRES_URL") else {
-        println!("skipped: AGENTD_TEST_POSTGRES_URL is not set");
+    let Some(schema) = TestSchema::create().await else {
         return;
     };
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&url)
-        .await
-        .expect("connect to the test postgres");
-    admin
-        .execute(format!("CREATE SCHEMA {schema}").as_str())
-        .await
-        .expect("create schema");
-    let options = parse_url(&url)
-        .expect("postgres url")
-        .options([("search_path", schema.as_str())]);
+    let options = schema.options();
     let store: Arc<dyn Store> = Arc::new(
         PostgresStore::connect_with(options.clone())
             .await
@@ -48,19 +37,17 @@ where
         .connect_with(options)
         .await
         .expect("cluster pool");
-    let outcome = tokio::spawn(case(Arc::clone(&store), pool.clone())).await;
-    pool.close().await;
-    store.close().await;
-    admin
-        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
-        .await
-        .expect("drop schema");
-    if let Err(err) = outcome {
-        match err.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(err) => panic!("case did not finish: {err}"),
-        }
-    }
+    let case = case(Arc::clone(&store), pool.clone());
+    let closing = pool.clone();
+    schema
+        .run(
+            async move {
+                case.await;
+                closing.close().await;
+            },
+            store,
+        )
+        .await;
 }
 
 async fn create(store: &dyn Store, id: &str) {

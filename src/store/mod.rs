@@ -18,7 +18,7 @@ mod sql;
 pub mod sqlite;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::borrow::Cow;
 use std::sync::Arc;

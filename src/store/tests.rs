@@ -56,41 +56,73 @@ where
     store.close().await;
 }
 
+/// A schema of its own on the test PostgreSQL (`AGENTD_TEST_POSTGRES_URL`), for one test.
+pub(crate) struct TestSchema {
+    admin: sqlx::PgConnection,
+    url: String,
+    name: String,
+}
+
+impl TestSchema {
+    /// A new, empty schema; `None` (the test skips) when the variable is unset.
+    pub(crate) async fn create() -> Option<Self> {
+        let Ok(url) = std::env::var(POSTGRES_URL_VAR) else {
+            println!("skipped: {POSTGRES_URL_VAR} is not set");
+            return None;
+        };
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&url)
+            .await
+            .expect("connect to the test postgres");
+        admin
+            .execute(format!("CREATE SCHEMA {name}").as_str())
+            .await
+            .expect("create schema");
+        Some(Self { admin, url, name })
+    }
+
+    /// Connect options whose tables are the schema's.
+    pub(crate) fn options(&self) -> sqlx::postgres::PgConnectOptions {
+        parse_url(&self.url)
+            .expect("postgres url")
+            .options([("search_path", self.name.as_str())])
+    }
+
+    /// Runs `case` on its own task, so that a failing assertion still lets the schema be
+    /// dropped, then drops it and passes the failure on.
+    pub(crate) async fn run<Fut>(mut self, case: Fut, store: Arc<dyn Store>)
+    where
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let outcome = tokio::spawn(case).await;
+        store.close().await;
+        self.admin
+            .execute(format!("DROP SCHEMA {} CASCADE", self.name).as_str())
+            .await
+            .expect("drop schema");
+        if let Err(err) = outcome {
+            match err.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(err) => panic!("case did not finish: {err}"),
+            }
+        }
+    }
+}
+
 async fn run_on_postgres<F, Fut>(case: F)
 where
     F: FnOnce(Arc<dyn Store>, Reopen) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Ok(url) = std::env::var(POSTGRES_URL_VAR) else {
-        println!("skipped: {POSTGRES_URL_VAR} is not set");
+    let Some(schema) = TestSchema::create().await else {
         return;
     };
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&url)
-        .await
-        .expect("connect to the test postgres");
-    admin
-        .execute(format!("CREATE SCHEMA {schema}").as_str())
-        .await
-        .expect("create schema");
     let reopen = Reopen::Postgres {
-        url: url.clone(),
-        schema: schema.clone(),
+        url: schema.url.clone(),
+        schema: schema.name.clone(),
     };
     let store = reopen.open().await;
-    // Run the case on its own task so a failing assertion still lets the schema be dropped.
-    let outcome = tokio::spawn(case(store.clone(), reopen)).await;
-    store.close().await;
-    admin
-        .execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
-        .await
-        .expect("drop schema");
-    if let Err(err) = outcome {
-        match err.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(err) => panic!("case did not finish: {err}"),
-        }
-    }
+    schema.run(case(store.clone(), reopen), store).await;
 }
 
 macro_rules! store_cases {
