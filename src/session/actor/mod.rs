@@ -194,7 +194,12 @@ impl SessionActor {
             pricing,
             cap_usd,
         );
-        let hooks = setup.registry.workspace().and_then(|workspace| {
+        // The tools' groups are gathered only for a session that has hooks to match them.
+        let with_hooks = setup
+            .registry
+            .workspace()
+            .filter(|_| !setup.hooks.is_empty());
+        let hooks = with_hooks.and_then(|workspace| {
             crate::agent::hooks::SessionHooks::new(
                 &setup.hooks,
                 setup.registry.tool_groups(),
