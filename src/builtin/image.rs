@@ -118,13 +118,7 @@ impl Tool for ImageGeneration {
 mod tests {
     use super::*;
 
-    /// A 1×1 PNG.
-    pub(crate) const PIXEL_PNG: &[u8] = &[
-        0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n', 0, 0, 0, 13, b'I', b'H', b'D', b'R', 0,
-        0, 0, 1, 0, 0, 0, 1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89, 0, 0, 0, 13, b'I', b'D', b'A',
-        b'T', 0x78, 0x9c, 0x63, 0, 1, 0, 0, 5, 0, 1, 0x0d, 0x0a, 0x2d, 0xb4, 0, 0, 0, 0, b'I',
-        b'E', b'N', b'D', 0xae, 0x42, 0x60, 0x82,
-    ];
+    use crate::llm::PIXEL_PNG;
 
     #[tokio::test]
     async fn view_image_hands_the_model_the_image_and_refuses_other_files() {

@@ -69,7 +69,7 @@ pub async fn start_turn(
     // It runs the model on the caller's account: a page of another site must not.
     super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
     let body: TurnBody = super::error::object_body(&body)?;
-    let (text, images) = super::ws::read_turn_input(body.input)
+    let crate::session::TurnInput { text, images } = super::ws::read_turn_input(body.input)
         .map_err(|err| ApiError::BadRequest(err.message().to_string()))?;
     let choice = ModelChoice {
         model: body.model,

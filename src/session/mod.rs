@@ -28,7 +28,7 @@ use crate::store::{StoreError, TaskState};
 use crate::tools::{DispatchError, ToolCatalog, ToolState};
 
 pub use hub::Sessions;
-pub use protocol::{SessionReply, SessionRequest};
+pub use protocol::{RevertTo, SessionReply, SessionRequest, TurnInput, TurnMeta};
 
 /// Who is calling: a configured user, or nobody in particular when users are not configured.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -489,7 +489,7 @@ impl SessionHandle {
 
     /// What `session/open` reports of the session now.
     pub async fn describe(&self) -> Result<SessionView, SessionError> {
-        self.expect(SessionRequest::Describe, |reply| match reply {
+        self.expect(SessionRequest::Describe {}, |reply| match reply {
             SessionReply::View(view) => Ok(*view),
             other => Err(other),
         })
@@ -556,7 +556,7 @@ impl SessionHandle {
 
     /// The `tool/list` answer.
     pub async fn tool_list(&self) -> Result<Value, SessionError> {
-        self.expect(SessionRequest::ToolList, |reply| match reply {
+        self.expect(SessionRequest::ToolList {}, |reply| match reply {
             SessionReply::ToolList(list) => Ok(list),
             other => Err(other),
         })
@@ -592,12 +592,14 @@ impl SessionHandle {
         traceparent: Option<String>,
     ) -> Result<String, SessionError> {
         let request = SessionRequest::StartTurn {
-            input,
-            images,
+            input: TurnInput {
+                text: input,
+                images,
+            },
             turn_id,
             model: choice.model,
-            traceparent,
             reasoning_effort: choice.reasoning_effort,
+            meta: TurnMeta { traceparent },
         };
         self.expect(request, |reply| match reply {
             SessionReply::TurnStarted(turn_id) => Ok(turn_id),
@@ -645,7 +647,7 @@ impl SessionHandle {
 
     /// Interrupts the running turn; whether there was one.
     pub async fn interrupt(&self) -> Result<bool, SessionError> {
-        self.expect(SessionRequest::Interrupt, |reply| match reply {
+        self.expect(SessionRequest::Interrupt {}, |reply| match reply {
             SessionReply::Interrupted(interrupted) => Ok(interrupted),
             other => Err(other),
         })

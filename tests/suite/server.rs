@@ -1274,7 +1274,8 @@ async fn every_response_carries_its_request_id_security_headers_and_timing() {
 #[tokio::test]
 async fn the_cluster_route_asks_for_its_secret_before_saying_cluster_mode_is_off() {
     let app = TestApp::spawn().await;
-    let forwarded = json!({"session_id": "s", "user": null, "call": {"call": "describe"}});
+    let forwarded =
+        json!({"session_id": "s", "user": null, "call": {"method": "node/describe", "params": {}}});
     let client = reqwest::Client::new();
     let anonymous = client
         .post(app.url("/cluster/call"))

@@ -1,12 +1,13 @@
-//! Carries out one request: a session's method becomes its [`SessionRequest`] (answered with
-//! the [`SessionReply`]'s wire form), the others calls on the hub or the task store; the answer
-//! goes to the queue that keeps it in order with the session's events.
+//! Carries out one request: a session's method, read as its [`SessionRequest`], goes to the
+//! session (answered with the [`SessionReply`]'s wire form), the others are calls on the hub or
+//! the task store; the answer goes to the queue that keeps it in order with the session's
+//! events.
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::Connection;
-use super::request::{InvokeParams, Request, SessionParams, TaskParams};
+use super::request::{ConnectionRequest, Request, TaskParams};
 use super::rpc::{RequestId, RpcError, answer};
 use super::tasks::cancel_task;
 use crate::error_kind::ErrorKind;
@@ -24,8 +25,28 @@ impl Connection {
     /// Carries out `request`; `id` is `None` for a notification.
     pub(super) async fn dispatch(&mut self, request: Request, id: Option<RequestId>) -> Dispatched {
         match request {
-            Request::SessionOpen(params) => self.open(params, id).await,
-            Request::SessionFork(params) => {
+            Request::Session {
+                session_id,
+                request,
+            } => self.session_request(&session_id, request, id).await,
+            Request::Connection(own) => self.dispatch_own(own, id).await,
+            // Refused when the frame was read; kept for the match to be whole.
+            Request::Unknown => Dispatched::Now(
+                Err(RpcError::new(ErrorKind::MethodNotFound, "unknown method")),
+                None,
+            ),
+        }
+    }
+
+    /// Carries out a method of the connection's own.
+    async fn dispatch_own(
+        &mut self,
+        request: ConnectionRequest,
+        id: Option<RequestId>,
+    ) -> Dispatched {
+        match request {
+            ConnectionRequest::SessionOpen(params) => self.open(params, id).await,
+            ConnectionRequest::SessionFork(params) => {
                 let forked = self
                     .app
                     .sessions()
@@ -46,7 +67,7 @@ impl Connection {
                     .map_err(RpcError::from);
                 Dispatched::Now(forked, None)
             }
-            Request::SessionUpdate(params) => {
+            ConnectionRequest::SessionUpdate(params) => {
                 let updated = self
                     .app
                     .sessions()
@@ -56,143 +77,33 @@ impl Connection {
                     .map_err(RpcError::from);
                 Dispatched::Now(updated, None)
             }
-            Request::ToolInvoke(params) => self.invoke(params, id).await,
-            Request::SessionRevert(params) => {
-                let request = SessionRequest::Revert {
-                    turn_id: params.turn_id,
-                    dry_run: params.dry_run,
-                    force: params.force,
-                };
-                self.session_request(&params.session_id, request).await
-            }
-            Request::SessionMerge(params) => {
+            ConnectionRequest::SessionMerge(params) => {
                 let message = params
                     .message
                     .unwrap_or_else(|| format!("Work of session {}", params.session_id));
                 self.end_worktree(&params.session_id, Some(&message)).await
             }
-            Request::SessionDiscard(params) => self.end_worktree(&params.session_id, None).await,
-            Request::SessionCompact(params) => self.compact(params, id).await,
-            Request::ToolList(params) => {
-                self.session_request(&params.session_id, SessionRequest::ToolList)
-                    .await
+            ConnectionRequest::SessionDiscard(params) => {
+                self.end_worktree(&params.session_id, None).await
             }
-            Request::ModelList(_) => Dispatched::Now(Ok(self.model_list()), None),
-            Request::AgentList(_) => Dispatched::Now(
+            ConnectionRequest::ModelList(_) => Dispatched::Now(Ok(self.model_list()), None),
+            ConnectionRequest::AgentList(_) => Dispatched::Now(
                 Ok(json!({"agents": self.app.sessions().profiles().list()})),
                 None,
             ),
-            Request::TurnStart(params) => {
-                let (input, images) = match params.input() {
-                    Ok(input) => input,
-                    Err(err) => return Dispatched::Now(Err(err), None),
-                };
-                let choice = params.choice();
-                if let Err(err) = choice.check(self.app.agent()) {
-                    return Dispatched::Now(Err(err.into()), None);
-                }
-                let request = SessionRequest::StartTurn {
-                    input,
-                    images,
-                    turn_id: params.turn_id,
-                    model: choice.model,
-                    traceparent: params.meta.and_then(|meta| meta.traceparent),
-                    reasoning_effort: choice.reasoning_effort,
-                };
-                self.session_request(&params.session_id, request).await
-            }
-            Request::TurnInterrupt(params) => {
-                self.session_request(&params.session_id, SessionRequest::Interrupt)
-                    .await
-            }
-            Request::TurnSteer(params) => {
-                let input = match params.text() {
-                    Ok(input) => input,
-                    Err(err) => return Dispatched::Now(Err(err), None),
-                };
-                let request = SessionRequest::Steer {
-                    turn_id: params.turn_id,
-                    input,
-                };
-                self.session_request(&params.session_id, request).await
-            }
-            Request::ApprovalRespond(params) => {
-                let request = SessionRequest::RespondApproval {
-                    approval_id: params.approval_id,
-                    decision: params.decision,
-                    message: params.message,
-                };
-                self.session_request(&params.session_id, request).await
-            }
-            Request::UserInputRespond(params) => {
-                let request = SessionRequest::RespondUserInput {
-                    request_id: params.request_id,
-                    answers: params.answers,
-                };
-                self.session_request(&params.session_id, request).await
-            }
-            Request::TaskList(params) => {
+            ConnectionRequest::TaskList(params) => {
                 Dispatched::Now(self.task_list(&params.session_id).await, None)
             }
-            Request::TaskOutputRead(params) => {
+            ConnectionRequest::TaskOutputRead(params) => {
                 Dispatched::Now(self.read_output(&params).await, None)
             }
-            Request::TaskCancel(params) => self.cancel(params, id),
-            // Refused when the frame was read; kept for the match to be whole.
-            Request::Unknown => Dispatched::Now(
+            ConnectionRequest::TaskCancel(params) => self.cancel(params, id),
+            // Read as a session's method, or refused, when the frame was read.
+            ConnectionRequest::Other => Dispatched::Now(
                 Err(RpcError::new(ErrorKind::MethodNotFound, "unknown method")),
                 None,
             ),
         }
-    }
-
-    /// `tool/invoke`: counted against the session's in-flight limit now, in the order requests
-    /// arrive; tools may run for long, so the answer comes from a task and the connection keeps
-    /// reading.
-    async fn invoke(&mut self, params: InvokeParams, id: Option<RequestId>) -> Dispatched {
-        let (handle, live) = match self.attachment(&params.session_id).await {
-            Ok(found) => found,
-            Err(err) => return Dispatched::Now(Err(err.into()), None),
-        };
-        let options = crate::session::InvokeOptions {
-            skip_approval: params.skip_approval,
-            ..Default::default()
-        };
-        let call = handle.request(SessionRequest::invoke(
-            params.name,
-            params.arguments,
-            options,
-        ));
-        tokio::spawn(async move {
-            let outcome = call
-                .await
-                .map(SessionReply::into_wire)
-                .map_err(RpcError::from);
-            if let Some(frame) = answer(&id, outcome) {
-                let _ = live.send(frame).await;
-            }
-        });
-        Dispatched::Answered
-    }
-
-    /// `session/compact`: the summary call takes a while, so it runs in a task and the
-    /// connection keeps reading; the answer follows `session/compacted` on the live queue.
-    async fn compact(&mut self, params: SessionParams, id: Option<RequestId>) -> Dispatched {
-        let (handle, live) = match self.attachment(&params.session_id).await {
-            Ok(found) => found,
-            Err(err) => return Dispatched::Now(Err(err.into()), None),
-        };
-        tokio::spawn(async move {
-            let outcome = handle
-                .request(SessionRequest::Compact)
-                .await
-                .map(SessionReply::into_wire)
-                .map_err(RpcError::from);
-            if let Some(frame) = answer(&id, outcome) {
-                let _ = live.send(frame).await;
-            }
-        });
-        Dispatched::Answered
     }
 
     /// `task/cancel`: cancelling waits for the task to end, so it runs in a task and the
@@ -231,18 +142,39 @@ impl Connection {
     }
 
     /// Sends `request` to the session; its reply is the method's result, answered through the
-    /// session's live queue.
-    async fn session_request(&mut self, session_id: &str, request: SessionRequest) -> Dispatched {
-        match self.attachment(session_id).await {
-            Ok((handle, live)) => {
-                let outcome = handle
-                    .request(request)
-                    .await
-                    .map(SessionReply::into_wire)
-                    .map_err(RpcError::from);
-                Dispatched::Now(outcome, Some(live))
-            }
-            Err(err) => Dispatched::Now(Err(err.into()), None),
+    /// session's live queue. A request that may take long (a tool's run, a summary call) is
+    /// waited for in a task, so the connection keeps reading; it is still sent now, so it is
+    /// counted against the session's in-flight limit in the order requests arrive.
+    async fn session_request(
+        &mut self,
+        session_id: &str,
+        request: SessionRequest,
+        id: Option<RequestId>,
+    ) -> Dispatched {
+        if let Some(choice) = request.model_choice()
+            && let Err(err) = choice.check(self.app.agent())
+        {
+            return Dispatched::Now(Err(err.into()), None);
         }
+        let (handle, live) = match self.attachment(session_id).await {
+            Ok(found) => found,
+            Err(err) => return Dispatched::Now(Err(err.into()), None),
+        };
+        let runs_long = request.runs_long();
+        let call = handle.request(request);
+        let answered = async move {
+            call.await
+                .map(SessionReply::into_wire)
+                .map_err(RpcError::from)
+        };
+        if !runs_long {
+            return Dispatched::Now(answered.await, Some(live));
+        }
+        tokio::spawn(async move {
+            if let Some(frame) = answer(&id, answered.await) {
+                let _ = live.send(frame).await;
+            }
+        });
+        Dispatched::Answered
     }
 }

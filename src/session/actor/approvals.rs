@@ -47,7 +47,7 @@ impl SessionActor {
         };
         let (method, params) = event.clone().into_wire();
         self.emit(event).await;
-        let seq = self.last_seq;
+        let seq = self.log.last_seq;
         let frame = notification_frame(&method, &stamp(&self.session_id, seq, params));
         self.approvals
             .waiting

@@ -9,14 +9,40 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::{LINGER, SessionActor, UNSTORED_RETRY};
 use crate::agent::SessionEvent;
-use crate::session::{Outbound, ToolNames, notification_text, stamp};
+use crate::session::{Outbound, ToolNames, Watcher, notification_text, stamp};
 use crate::store::NewEvent;
 use crate::tools::{ToolCatalog, ToolEvent};
+
+/// The session's events on their way out: the seq of the last one stored, those lingering
+/// for a shared commit, those the store refused, and the connections that watch them.
+pub(super) struct EventLog {
+    pub(super) last_seq: i64,
+    /// Events accepted but not yet committed (see `linger`), in order, and when they must be.
+    pub(super) lingering: Vec<SessionEvent>,
+    pub(super) linger_until: Option<Instant>,
+    pub(super) watchers: Vec<Watcher>,
+    /// Events the store refused, in order, as their method and params: tried again before
+    /// any later event, and sent to nobody until stored.
+    pub(super) unstored: Vec<(String, Value)>,
+}
+
+impl EventLog {
+    /// A log whose last stored event is `last_seq`.
+    pub(super) fn starting_at(last_seq: i64) -> Self {
+        Self {
+            last_seq,
+            lingering: Vec::new(),
+            linger_until: None,
+            watchers: Vec::new(),
+            unstored: Vec::new(),
+        }
+    }
+}
 
 impl SessionActor {
     /// Persists one event, after any that linger, then hands them to every watcher.
     pub(super) async fn emit(&mut self, event: SessionEvent) {
-        self.lingering.push(event);
+        self.log.lingering.push(event);
         self.commit_lingering().await;
     }
 
@@ -25,9 +51,9 @@ impl SessionActor {
     /// turn's events in a few batches. No one sees it before it is committed; every later
     /// event commits it first, so the order holds.
     pub(super) fn linger(&mut self, event: SessionEvent) {
-        self.lingering.push(event);
-        if self.linger_until.is_none() {
-            self.linger_until = Some(Instant::now() + LINGER);
+        self.log.lingering.push(event);
+        if self.log.linger_until.is_none() {
+            self.log.linger_until = Some(Instant::now() + LINGER);
         }
     }
 
@@ -37,14 +63,14 @@ impl SessionActor {
     /// whether everything is stored: events the store refused are kept, in order, and tried
     /// again shortly (and before any later event), never sent before they are stored.
     pub(super) async fn commit_lingering(&mut self) -> bool {
-        self.linger_until = None;
-        if self.lingering.is_empty() && self.unstored.is_empty() {
+        self.log.linger_until = None;
+        if self.log.lingering.is_empty() && self.log.unstored.is_empty() {
             return true;
         }
-        let was_waiting = !self.unstored.is_empty();
-        let mut held = std::mem::take(&mut self.unstored);
-        held.extend(self.lingering.drain(..).map(SessionEvent::into_wire));
-        let mut first = self.last_seq + 1;
+        let was_waiting = !self.log.unstored.is_empty();
+        let mut held = std::mem::take(&mut self.log.unstored);
+        held.extend(self.log.lingering.drain(..).map(SessionEvent::into_wire));
+        let mut first = self.log.last_seq + 1;
         let mut events = self.stamped(first, &held);
         if let Err(err) = self.writer.append_events(&events).await {
             // A write that committed but reported failure leaves the store ahead of us: catch
@@ -63,8 +89,8 @@ impl SessionActor {
                 if !was_waiting {
                     self.write_health.session_waiting(&err);
                 }
-                self.unstored = held;
-                self.linger_until = Some(Instant::now() + UNSTORED_RETRY);
+                self.log.unstored = held;
+                self.log.linger_until = Some(Instant::now() + UNSTORED_RETRY);
                 self.cut_turn_for_storage();
                 return false;
             }
@@ -73,10 +99,11 @@ impl SessionActor {
             self.write_health.session_done();
         }
         for event in &events {
-            self.last_seq = event.seq;
+            self.log.last_seq = event.seq;
             self.metrics.events_written.inc();
             let frame = Outbound::Text(notification_text(&event.method, &event.params_json));
-            self.watchers
+            self.log
+                .watchers
                 .retain(|watcher| match watcher.tx.try_send(frame.clone()) {
                     Ok(()) => true,
                     Err(TrySendError::Full(_)) => {
@@ -180,7 +207,7 @@ impl SessionActor {
                 questions,
                 reply,
             } => {
-                self.pending_input.insert(request_id.clone(), reply);
+                self.calls.questions.insert(request_id.clone(), reply);
                 self.emit(SessionEvent::UserInputRequested {
                     request_id,
                     questions,

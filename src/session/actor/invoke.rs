@@ -1,7 +1,11 @@
 //! A client's `tool/invoke`: prepared by the actor, run through the one call path in a task of
 //! its own, and answered once its `tool/completed` is committed.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use serde_json::Value;
+use tokio::sync::{RwLock, oneshot};
 
 use super::SessionActor;
 use super::link::{ActorLink, ActorRequest};
@@ -9,6 +13,18 @@ use crate::agent::call::{self, Call};
 use crate::agent::ledger::CostLabels;
 use crate::session::{InvokeOptions, InvokeResult, ReplyTx, SessionError, SessionReply};
 use crate::tools::ToolResult;
+
+/// What the session's tool calls wait on.
+#[derive(Default)]
+pub(super) struct CallPart {
+    /// Client calls (`tool/invoke`) started and not yet answered, by tool_call_id.
+    pub(super) answers: HashMap<String, ReplyTx>,
+    /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
+    /// same concurrency rules as a model's batch.
+    pub(super) exclusivity: Arc<RwLock<()>>,
+    /// Questions asked by `request_user_input`, by request id.
+    pub(super) questions: HashMap<String, oneshot::Sender<Value>>,
+}
 
 impl SessionActor {
     pub(super) async fn invoke_tool(
@@ -36,7 +52,7 @@ impl SessionActor {
             }
         };
         let tool_call_id = match options.tool_call_id {
-            Some(id) if self.invocations.contains_key(&id) => {
+            Some(id) if self.calls.answers.contains_key(&id) => {
                 let _ = reply.send(Err(SessionError::InvalidParams(format!(
                     "a call with id {id:?} is already running"
                 ))));
@@ -45,7 +61,7 @@ impl SessionActor {
             Some(id) => id,
             None => format!("call_{}", uuid::Uuid::new_v4().simple()),
         };
-        self.invocations.insert(tool_call_id.clone(), reply);
+        self.calls.answers.insert(tool_call_id.clone(), reply);
         let scope = self.call_scope(CostLabels {
             node_id: "agent".into(),
             turn_id: None,
@@ -92,7 +108,7 @@ impl SessionActor {
     /// is never acknowledged.
     pub(super) async fn on_invoked(&mut self, tool_call_id: String, result: ToolResult) {
         if !self.commit_lingering().await {
-            if let Some(reply) = self.invocations.remove(&tool_call_id) {
+            if let Some(reply) = self.calls.answers.remove(&tool_call_id) {
                 let _ = reply.send(Err(SessionError::StorageUnavailable(format!(
                     "the call ran (success: {}) but its events are not stored yet",
                     result.success
@@ -104,7 +120,7 @@ impl SessionActor {
         let before = self.registry.catalog();
         self.registry.apply_activation_requests();
         self.announce_tool_changes(before).await;
-        if let Some(reply) = self.invocations.remove(&tool_call_id) {
+        if let Some(reply) = self.calls.answers.remove(&tool_call_id) {
             let _ = reply.send(Ok(SessionReply::Invoked(Box::new(InvokeResult {
                 tool_call_id,
                 success: result.success,

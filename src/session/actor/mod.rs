@@ -24,15 +24,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::{RwLock, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use self::link::ActorRequest;
 use super::{
-    Command, InvokeOptions, ModelChoice, ReplyTx, SessionError, SessionMcp, SessionReply,
-    SessionRequest, TurnStart, Watcher,
+    Command, InvokeOptions, ModelChoice, ReplyTx, RevertTo, SessionError, SessionMcp, SessionReply,
+    SessionRequest, TurnStart,
 };
 use crate::agent::call::CallScope;
 use crate::agent::ledger::{CostLabels, Ledger};
@@ -126,11 +126,8 @@ pub(crate) struct SessionActor {
     store: Arc<dyn Store>,
     writer: Arc<dyn Writer>,
     registry: ToolRegistry,
-    last_seq: i64,
-    /// Events accepted but not yet committed (see `linger`), in order, and when they must be.
-    lingering: Vec<SessionEvent>,
-    linger_until: Option<Instant>,
-    watchers: Vec<Watcher>,
+    /// The session's events on their way to the store and the watchers.
+    log: events::EventLog,
     idle_unload: Duration,
     cancel: CancellationToken,
     tracker: TaskTracker,
@@ -145,13 +142,9 @@ pub(crate) struct SessionActor {
     reports: LazyChannel<TaskReport>,
     /// What turns, client calls and MCP servers tell the actor, in the order they told it.
     inbound: LazyChannel<ActorRequest>,
-    /// Client calls (`tool/invoke`) started and not yet answered, by tool_call_id.
-    invocations: HashMap<String, ReplyTx>,
-    /// Safe calls share it, Exclusive calls hold it alone, so client invocations obey the
-    /// same concurrency rules as a model's batch.
-    exclusivity: Arc<RwLock<()>>,
-    /// Questions asked by `request_user_input`, by request id.
-    pending_input: HashMap<String, oneshot::Sender<Value>>,
+    /// What the session's tool calls wait on: client calls' answers, the concurrency lock,
+    /// questions for the user.
+    calls: invoke::CallPart,
     events: LazyChannel<ToolEvent>,
     /// The session's sub-agents, open and closed.
     children: children::Children,
@@ -164,9 +157,6 @@ pub(crate) struct SessionActor {
     draining: Option<Vec<oneshot::Sender<()>>>,
     /// Whether this actor has given its session a title from a first message (or found one).
     title_checked: bool,
-    /// Events the store refused, in order, as their method and params: tried again before
-    /// any later event, and sent to nobody until stored.
-    unstored: Vec<(String, Value)>,
     write_health: Arc<crate::store::WriteHealth>,
     /// The model and reasoning effort the session chose; a turn may choose its own.
     choice: crate::session::ModelChoice,
@@ -214,10 +204,7 @@ impl SessionActor {
             store: setup.store,
             writer: setup.writer,
             registry: setup.registry,
-            last_seq: setup.last_seq,
-            lingering: Vec::new(),
-            linger_until: None,
-            watchers: Vec::new(),
+            log: events::EventLog::starting_at(setup.last_seq),
             idle_unload: setup.idle_unload,
             profiles: setup.profiles,
             cancel: setup.cancel,
@@ -228,9 +215,7 @@ impl SessionActor {
             turn: TurnPart::default(),
             ledger,
             inbound: LazyChannel::default(),
-            invocations: HashMap::new(),
-            exclusivity: Arc::new(RwLock::new(())),
-            pending_input: HashMap::new(),
+            calls: invoke::CallPart::default(),
             events: LazyChannel::default(),
             children: children::Children::default(),
             mcp: mcp::McpPart {
@@ -246,7 +231,6 @@ impl SessionActor {
             unsupported: setup.unsupported,
             draining: None,
             title_checked: false,
-            unstored: Vec::new(),
             write_health: setup.write_health,
             choice: setup.choice,
             instructions: setup.instructions,
@@ -324,19 +308,21 @@ impl SessionActor {
         let mut ending = "shutdown";
         loop {
             // Questions whose tool gave up (timeout, interruption) no longer wait.
-            self.pending_input.retain(|_, waiting| !waiting.is_closed());
+            self.calls
+                .questions
+                .retain(|_, waiting| !waiting.is_closed());
             self.events.release_if_unused();
             self.reports.release_if_unused();
             self.inbound.release_if_unused();
-            let idle = self.watchers.is_empty()
-                && self.invocations.is_empty()
+            let idle = self.log.watchers.is_empty()
+                && self.calls.answers.is_empty()
                 && self.turn.running.is_none()
                 && self.tasks.is_empty()
                 && !self.children_running()
-                && self.pending_input.is_empty()
-                && self.unstored.is_empty();
+                && self.calls.questions.is_empty()
+                && self.log.unstored.is_empty();
             let idle_timer = tokio::time::sleep(self.idle_unload);
-            let linger_until = self.linger_until;
+            let linger_until = self.log.linger_until;
             tokio::select! {
                 () = self.cancel.cancelled() => break,
                 // Each arm's work is boxed: the loop's own future then holds one pointer
@@ -360,7 +346,7 @@ impl SessionActor {
                     // Thousands of sessions unload at once after a burst, each waiting on the
                     // store: a span each would be thousands of slots at once. The unload's own
                     // lines name the session.
-                    let unloading = if self.lingering.is_empty() {
+                    let unloading = if self.log.lingering.is_empty() {
                         tracing::Span::none()
                     } else {
                         span()
@@ -380,10 +366,10 @@ impl SessionActor {
             self.session_end_hooks(ending).await;
             if !Box::pin(self.commit_lingering()).await {
                 tracing::error!(
-                    events = self.unstored.len(),
+                    events = self.log.unstored.len(),
                     "the session stopped with events the store refused; they are lost"
                 );
-                self.unstored.clear();
+                self.log.unstored.clear();
                 self.write_health.session_done();
             }
             if let Some(turn) = &self.turn.running {
@@ -407,7 +393,7 @@ impl SessionActor {
         // Nothing runs: a start-up need not read this session's events.
         if let Err(err) = self
             .writer
-            .mark_no_open_work(&self.session_id, self.last_seq)
+            .mark_no_open_work(&self.session_id, self.log.last_seq)
             .await
         {
             tracing::warn!(session_id = %self.session_id, %err, "could not mark the session clear");
@@ -423,8 +409,8 @@ impl SessionActor {
             || !self.children.open.is_empty()
             || !self.tasks.is_empty()
             || self.turn.running.is_some()
-            || !self.unstored.is_empty()
-            || !self.lingering.is_empty()
+            || !self.log.unstored.is_empty()
+            || !self.log.lingering.is_empty()
     }
 
     async fn handle(&mut self, command: Command) {
@@ -435,8 +421,8 @@ impl SessionActor {
                 reply,
             } => {
                 self.send_pending_approvals(&watcher, after_seq);
-                self.watchers.push(watcher);
-                let _ = reply.send((self.last_seq, self.view()));
+                self.log.watchers.push(watcher);
+                let _ = reply.send((self.log.last_seq, self.view()));
             }
             Command::Drain { reply } => {
                 let waiting = self.draining.get_or_insert_with(Vec::new);
@@ -444,7 +430,9 @@ impl SessionActor {
                 self.answer_drain();
             }
             Command::Detach { connection_id } => {
-                self.watchers.retain(|w| w.connection_id != connection_id);
+                self.log
+                    .watchers
+                    .retain(|w| w.connection_id != connection_id);
             }
             Command::Catalog { reply } => {
                 let _ = reply.send(self.registry.catalog());
@@ -458,7 +446,7 @@ impl SessionActor {
     /// the work it started ends.
     async fn handle_request(&mut self, request: SessionRequest, reply: ReplyTx) {
         match request {
-            SessionRequest::Describe => {
+            SessionRequest::Describe {} => {
                 let _ = reply.send(Ok(SessionReply::View(Box::new(self.view()))));
             }
             SessionRequest::InvokeTool {
@@ -475,26 +463,25 @@ impl SessionActor {
                 };
                 self.invoke_tool(name, arguments, options, reply).await;
             }
-            SessionRequest::ToolList => {
+            SessionRequest::ToolList {} => {
                 let _ = reply.send(Ok(SessionReply::ToolList(tool_list(&self.registry))));
             }
             SessionRequest::StartTurn {
                 input,
-                images,
                 turn_id,
                 model,
-                traceparent,
                 reasoning_effort,
+                meta,
             } => {
                 let start = TurnStart {
-                    input,
-                    images,
+                    input: input.text,
+                    images: input.images,
                     turn_id,
                     choice: ModelChoice {
                         model,
                         reasoning_effort,
                     },
-                    traceparent,
+                    traceparent: meta.traceparent,
                 };
                 let outcome = self.start_turn(start).await;
                 let _ = reply.send(outcome.map(SessionReply::TurnStarted));
@@ -509,7 +496,7 @@ impl SessionActor {
                 };
                 let _ = reply.send(Ok(SessionReply::Done));
             }
-            SessionRequest::Interrupt => match &mut self.turn.running {
+            SessionRequest::Interrupt {} => match &mut self.turn.running {
                 Some(turn) => {
                     turn.cancel.cancel();
                     turn.interrupters.push(reply);
@@ -529,12 +516,12 @@ impl SessionActor {
                 let outcome = self.respond_approval(approval_id, answer).await;
                 let _ = reply.send(outcome.map(|()| SessionReply::Done));
             }
-            SessionRequest::Compact => self.start_compaction(reply).await,
-            SessionRequest::Revert {
+            SessionRequest::Compact {} => self.start_compaction(reply).await,
+            SessionRequest::Revert(RevertTo {
                 turn_id,
                 dry_run,
                 force,
-            } => {
+            }) => {
                 let outcome = self.revert(&turn_id, dry_run, force).await;
                 let _ = reply.send(outcome.map(SessionReply::Reverted));
             }
@@ -552,7 +539,7 @@ impl SessionActor {
                 request_id,
                 answers,
             } => {
-                let outcome = match self.pending_input.remove(&request_id) {
+                let outcome = match self.calls.questions.remove(&request_id) {
                     Some(waiting) => waiting
                         .send(answers)
                         .map(|()| SessionReply::Done)
@@ -577,6 +564,12 @@ impl SessionActor {
                         .map_err(|_| SessionError::ActorGone);
                     let _ = reply.send(outcome);
                 });
+            }
+            SessionRequest::Unknown => {
+                let _ = reply.send(Err(SessionError::remote(
+                    "method_not_found",
+                    "a method this node does not have".into(),
+                )));
             }
         }
     }
@@ -630,7 +623,7 @@ impl SessionActor {
                 .map(|w| w.root().to_path_buf())
                 .unwrap_or_default(),
             catalog: self.registry.catalog_cell(),
-            exclusivity: Some(Arc::clone(&self.exclusivity)),
+            exclusivity: Some(Arc::clone(&self.calls.exclusivity)),
             ledger: self.ledger.clone(),
             labels,
             metrics: Arc::clone(&self.metrics),

@@ -456,7 +456,7 @@ impl SessionActor {
             HistoryError::Unserialisable(err)
         })?;
         // The events still lingering get the next seqs; the message comes after them.
-        let event_seq = self.last_seq + self.lingering.len() as i64;
+        let event_seq = self.log.last_seq + self.log.lingering.len() as i64;
         match self
             .writer
             .append_message(&self.session_id, &value, event_seq)

@@ -1,12 +1,13 @@
-//! Reading requests: every method maps to its variant, and a params error answers exactly
-//! what reading the params type alone answers.
+//! Reading requests: every method maps to its variant, a session's method straight into its
+//! `SessionRequest`, and a params error answers what reading the params alone answers.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::agent::approval::Decision;
 use crate::http::ws::rpc::response;
-use crate::session::Outbound;
+use crate::session::{Outbound, RevertTo};
 
 /// The answer frame `outcome` makes, as JSON.
 fn frame(outcome: Result<Value, RpcError>) -> Value {
@@ -16,7 +17,8 @@ fn frame(outcome: Result<Value, RpcError>) -> Value {
     }
 }
 
-/// The error a request's params get, which must be the one reading them as `T` alone gets.
+/// The error a connection method's params get, which must be the one reading them as `T`
+/// alone gets.
 fn params_error<T: DeserializeOwned>(method: &str, params: Value) -> Value {
     let alone = if params.is_null() {
         json!({})
@@ -26,77 +28,57 @@ fn params_error<T: DeserializeOwned>(method: &str, params: Value) -> Value {
     let Err(expected) = serde_json::from_value::<T>(alone).map_err(RpcError::params) else {
         panic!("{method} {params} reads as its params type");
     };
-    let Err(got) = Request::read(method, params.clone()) else {
-        panic!("{method} {params} reads as a request");
-    };
-    let (got, expected) = (frame(Err(got)), frame(Err(expected)));
-    assert_eq!(got, expected, "{method} {params}");
+    let (got, expected) = (frame(Err(refusal(method, params))), frame(Err(expected)));
+    assert_eq!(got, expected, "{method}");
     got["error"].clone()
 }
 
-/// The method a request was read from, by its variant.
-fn method_of(request: &Request) -> &'static str {
-    match request {
-        Request::SessionOpen(_) => "session/open",
-        Request::ModelList(_) => "model/list",
-        Request::AgentList(_) => "agent/list",
-        Request::SessionFork(_) => "session/fork",
-        Request::SessionCompact(_) => "session/compact",
-        Request::SessionUpdate(_) => "session/update",
-        Request::SessionRevert(_) => "session/revert",
-        Request::SessionMerge(_) => "session/merge",
-        Request::SessionDiscard(_) => "session/discard",
-        Request::ToolInvoke(_) => "tool/invoke",
-        Request::ToolList(_) => "tool/list",
-        Request::TurnStart(_) => "turn/start",
-        Request::TurnInterrupt(_) => "turn/interrupt",
-        Request::TurnSteer(_) => "turn/steer",
-        Request::UserInputRespond(_) => "user_input/respond",
-        Request::ApprovalRespond(_) => "approval/respond",
-        Request::TaskList(_) => "task/list",
-        Request::TaskOutputRead(_) => "task/output/read",
-        Request::TaskCancel(_) => "task/cancel",
-        Request::Unknown => "",
+/// The refusal reading `method` with `params` gets.
+fn refusal(method: &str, params: Value) -> RpcError {
+    let Err(got) = Request::read(method, params.clone()) else {
+        panic!("{method} {params} reads as a request");
+    };
+    got
+}
+
+/// The message of the refusal reading `method` with `params` gets; its kind is
+/// `invalid_params`.
+fn refused_with(method: &str, params: Value) -> String {
+    let error = frame(Err(refusal(method, params)))["error"].clone();
+    assert_eq!(error["code"], -32602, "{error}");
+    assert_eq!(error["data"]["kind"], "invalid_params", "{error}");
+    error["message"].as_str().unwrap().to_string()
+}
+
+/// The session request `method` with `params` reads as, for the session `s1`.
+fn session_request(method: &str, params: Value) -> SessionRequest {
+    match Request::read(method, params) {
+        Ok(Request::Session {
+            session_id,
+            request,
+        }) => {
+            assert_eq!(session_id, "s1");
+            assert_eq!(request.method(), method);
+            request
+        }
+        Ok(_) => panic!("{method} is a session's method"),
+        Err(err) => panic!("{method}: {}", frame(Err(err))),
     }
 }
 
 #[test]
-fn every_method_reads_as_its_variant() {
+fn the_connections_methods_read_as_their_variants() {
     let session = json!({"session_id": "s1"});
     let task = json!({"session_id": "s1", "task_id": "t1", "mode": "tail", "lines": 3});
     let cases = [
         ("session/open", Value::Null),
         ("session/fork", json!({"session_id": "s1", "up_to_seq": 7})),
-        ("tool/invoke", json!({"session_id": "s1", "name": "read"})),
-        ("tool/list", session.clone()),
-        ("session/compact", session.clone()),
         ("session/update", json!({"session_id": "s1", "title": "T"})),
-        (
-            "session/revert",
-            json!({"session_id": "s1", "turn_id": "t1", "dry_run": true}),
-        ),
-        (
-            "turn/start",
-            json!({"session_id": "s1", "input": [{"kind": "text", "text": "hi"}]}),
-        ),
-        ("turn/interrupt", session.clone()),
         (
             "session/merge",
             json!({"session_id": "s1", "message": "Fix it"}),
         ),
         ("session/discard", session.clone()),
-        (
-            "turn/steer",
-            json!({"session_id": "s1", "turn_id": "t1", "input": [{"kind": "text", "text": "more"}]}),
-        ),
-        (
-            "user_input/respond",
-            json!({"session_id": "s1", "request_id": "r1", "answers": {"q": "a"}}),
-        ),
-        (
-            "approval/respond",
-            json!({"session_id": "s1", "approval_id": "a1", "decision": "accept_for_session"}),
-        ),
         ("task/list", session),
         ("task/output/read", task.clone()),
         ("task/cancel", task),
@@ -107,40 +89,127 @@ fn every_method_reads_as_its_variant() {
         let request = Request::read(method, params).unwrap_or_else(|err| {
             panic!("{method}: {}", frame(Err(err)));
         });
-        assert_eq!(method_of(&request), method);
-        let read = match request {
-            Request::SessionFork(p) => {
+        assert_eq!(request.method(), Some(method));
+        let Request::Connection(own) = request else {
+            panic!("{method} is the connection's");
+        };
+        let read = match own {
+            ConnectionRequest::SessionFork(p) => {
                 p.session_id == "s1" && p.up_to_seq == Some(7) && p.cwd.is_none()
             }
-            Request::SessionOpen(p) => {
+            ConnectionRequest::SessionOpen(p) => {
                 p.session_id.is_none() && p.cwd.is_none() && p.after_seq.is_none()
             }
-            Request::SessionUpdate(p) => p.session_id == "s1" && p.title == "T",
-            Request::SessionRevert(p) => p.session_id == "s1" && p.turn_id == "t1" && p.dry_run,
-            Request::SessionMerge(p) => {
+            ConnectionRequest::SessionUpdate(p) => p.session_id == "s1" && p.title == "T",
+            ConnectionRequest::SessionMerge(p) => {
                 p.session_id == "s1" && p.message.as_deref() == Some("Fix it")
             }
-            Request::ToolInvoke(p) => p.name == "read" && p.arguments.is_null() && !p.skip_approval,
-            Request::TurnStart(p) => p.input().unwrap().0 == "hi" && p.turn_id.is_none(),
-            Request::TurnSteer(p) => p.text().unwrap() == "more" && p.turn_id == "t1",
-            Request::UserInputRespond(p) => p.request_id == "r1" && p.answers == json!({"q": "a"}),
-            Request::ApprovalRespond(p) => {
-                p.approval_id == "a1"
-                    && p.decision == crate::agent::approval::Decision::AcceptForSession
-                    && p.message.is_none()
+            ConnectionRequest::TaskList(p) | ConnectionRequest::SessionDiscard(p) => {
+                p.session_id == "s1"
             }
-            Request::ToolList(p)
-            | Request::TurnInterrupt(p)
-            | Request::TaskList(p)
-            | Request::SessionDiscard(p)
-            | Request::SessionCompact(p) => p.session_id == "s1",
-            Request::TaskOutputRead(p) | Request::TaskCancel(p) => {
+            ConnectionRequest::TaskOutputRead(p) | ConnectionRequest::TaskCancel(p) => {
                 p.task_id == "t1" && p.output.mode.as_deref() == Some("tail")
             }
-            Request::ModelList(_) | Request::AgentList(_) => true,
-            Request::Unknown => false,
+            ConnectionRequest::ModelList(_) | ConnectionRequest::AgentList(_) => true,
+            ConnectionRequest::Other => false,
         };
         assert!(read, "{method}");
+    }
+}
+
+#[test]
+fn a_sessions_methods_read_straight_into_its_requests() {
+    let read = |method, params| session_request(method, params);
+    assert!(matches!(
+        read("tool/invoke", json!({"session_id": "s1", "name": "read"})),
+        SessionRequest::InvokeTool { name, arguments, skip_approval: false, tool_call_id: None, .. }
+            if name == "read" && arguments.is_null()
+    ));
+    assert!(matches!(
+        read("tool/list", json!({"session_id": "s1"})),
+        SessionRequest::ToolList {}
+    ));
+    assert!(matches!(
+        read("session/compact", json!({"session_id": "s1"})),
+        SessionRequest::Compact {}
+    ));
+    assert!(matches!(
+        read("turn/interrupt", json!({"session_id": "s1"})),
+        SessionRequest::Interrupt {}
+    ));
+    assert!(matches!(
+        read(
+            "session/revert",
+            json!({"session_id": "s1", "turn_id": "t1", "dry_run": true}),
+        ),
+        SessionRequest::Revert(RevertTo { turn_id, dry_run: true, force: false }) if turn_id == "t1"
+    ));
+    let start = read(
+        "turn/start",
+        json!({
+            "session_id": "s1",
+            "input": [{"kind": "text", "text": "a"}, {"kind": "text", "text": "b"}],
+            "model": "local/m",
+            "_meta": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+        }),
+    );
+    assert!(matches!(
+        &start,
+        SessionRequest::StartTurn { input, turn_id: None, model: Some(model), reasoning_effort: None, .. }
+            if input.text == "a\nb" && input.images.is_empty() && model == "local/m"
+    ));
+    assert_eq!(
+        start.traceparent(),
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    );
+    assert!(matches!(
+        read(
+            "turn/steer",
+            json!({"session_id": "s1", "turn_id": "t1", "input": [{"kind": "text", "text": "more"}]}),
+        ),
+        SessionRequest::Steer { turn_id, input } if turn_id == "t1" && input == "more"
+    ));
+    assert!(matches!(
+        read(
+            "user_input/respond",
+            json!({"session_id": "s1", "request_id": "r1", "answers": {"q": "a"}}),
+        ),
+        SessionRequest::RespondUserInput { request_id, answers }
+            if request_id == "r1" && answers == json!({"q": "a"})
+    ));
+    assert!(matches!(
+        read(
+            "approval/respond",
+            json!({"session_id": "s1", "approval_id": "a1", "decision": "accept_for_session"}),
+        ),
+        SessionRequest::RespondApproval { approval_id, decision: Decision::AcceptForSession, message: None }
+            if approval_id == "a1"
+    ));
+}
+
+#[test]
+fn a_client_names_no_call_id_and_cannot_reach_a_nodes_methods() {
+    assert!(matches!(
+        session_request(
+            "tool/invoke",
+            json!({"session_id": "s1", "name": "read", "tool_call_id": "call_mine"}),
+        ),
+        SessionRequest::InvokeTool {
+            tool_call_id: None,
+            ..
+        }
+    ));
+    for method in ["node/describe", "node/set_model", "node/cancel_task"] {
+        for params in [
+            json!({"session_id": "s1"}),
+            json!({}),
+            json!({"task_id": 5}),
+        ] {
+            assert!(
+                matches!(Request::read(method, params.clone()), Ok(Request::Unknown)),
+                "{method} {params}"
+            );
+        }
     }
 }
 
@@ -153,8 +222,9 @@ fn an_unknown_method_reads_whatever_its_params() {
         json!("x"),
         json!(7),
         json!({"session_id": 5}),
+        json!({"session_id": "s1"}),
     ] {
-        for method in ["no/such", "", "Session/Open", "session/open "] {
+        for method in ["no/such", "", "Session/Open", "session/open ", "Tool/List"] {
             assert!(
                 matches!(Request::read(method, params.clone()), Ok(Request::Unknown)),
                 "{method:?} {params}"
@@ -164,34 +234,16 @@ fn an_unknown_method_reads_whatever_its_params() {
 }
 
 #[test]
-fn params_errors_read_as_the_params_type_alone() {
-    let error = params_error::<SessionParams>("tool/list", json!({}));
+fn params_errors_read_as_reading_the_params_alone() {
+    let error = params_error::<SessionParams>("task/list", json!({}));
     assert_eq!(
         error,
         json!({"code": -32602, "message": "missing field `session_id`", "data": {"kind": "invalid_params"}})
     );
     params_error::<SessionParams>("task/list", Value::Null);
-    params_error::<SessionParams>("turn/interrupt", json!({"session_id": 5}));
-    params_error::<SessionParams>("tool/list", json!("s1"));
-    params_error::<SessionParams>("tool/list", json!([]));
-    params_error::<SessionParams>("tool/list", json!(true));
+    params_error::<SessionParams>("session/discard", json!({"session_id": 5}));
     params_error::<OpenParams>("session/open", json!({"after_seq": "3"}));
     params_error::<OpenParams>("session/open", json!({"after_seq": 1.5}));
-    params_error::<InvokeParams>("tool/invoke", json!({"session_id": "s1"}));
-    params_error::<TurnParams>("turn/start", json!({"session_id": "s1"}));
-    let error = params_error::<TurnParams>(
-        "turn/start",
-        json!({"session_id": "s1", "input": [{"kind": "video"}]}),
-    );
-    assert_eq!(
-        error["message"],
-        "unknown variant `video`, expected `text` or `image`"
-    );
-    params_error::<TurnParams>("turn/start", json!({"session_id": "s1", "input": "hi"}));
-    params_error::<RespondParams>(
-        "user_input/respond",
-        json!({"session_id": "s1", "request_id": "r1"}),
-    );
     params_error::<TaskParams>("task/cancel", json!({"session_id": "s1"}));
     params_error::<TaskParams>(
         "task/output/read",
@@ -201,42 +253,123 @@ fn params_errors_read_as_the_params_type_alone() {
         "task/output/read",
         json!({"session_id": "s1", "task_id": "t1", "lines": -1}),
     );
+    // A session's method: the session first, then the request's own fields.
+    assert_eq!(
+        refused_with("tool/list", json!({})),
+        "missing field `session_id`"
+    );
+    assert_eq!(
+        refused_with("turn/interrupt", json!({"session_id": 5})),
+        "invalid type: integer `5`, expected a string"
+    );
+    assert!(refused_with("tool/list", json!("s1")).starts_with("invalid type: string"));
+    assert_eq!(
+        refused_with("tool/invoke", json!({"session_id": "s1"})),
+        "missing field `name`"
+    );
+    assert_eq!(
+        refused_with("turn/start", json!({"session_id": "s1"})),
+        "missing field `input`"
+    );
+    assert_eq!(
+        refused_with(
+            "turn/start",
+            json!({"session_id": "s1", "input": [{"kind": "video"}]}),
+        ),
+        "unknown variant `video`, expected `text` or `image`"
+    );
+    assert!(
+        refused_with("turn/start", json!({"session_id": "s1", "input": "hi"}))
+            .starts_with("invalid type: string \"hi\", expected a sequence")
+    );
+    assert_eq!(
+        refused_with(
+            "user_input/respond",
+            json!({"session_id": "s1", "request_id": "r1"}),
+        ),
+        "missing field `answers`"
+    );
+    assert!(
+        refused_with(
+            "session/revert",
+            json!({"session_id": "s1", "turn_id": "t1", "dry_runn": true}),
+        )
+        .starts_with("unknown field `dry_runn`")
+    );
+    assert!(
+        refused_with(
+            "approval/respond",
+            json!({"session_id": "s1", "approval_id": "a1", "decision": "maybe"}),
+        )
+        .starts_with("unknown variant `maybe`")
+    );
 }
 
 #[test]
-fn params_by_position_and_extra_members_read_as_before() {
+fn params_by_position_are_the_connections_alone() {
     // A derived struct also takes an array, by position, and ignores members it does not know.
     assert!(matches!(
         Request::read("task/list", json!(["s1"])),
-        Ok(Request::TaskList(SessionParams { session_id })) if session_id == "s1"
+        Ok(Request::Connection(ConnectionRequest::TaskList(SessionParams { session_id }))) if session_id == "s1"
     ));
     assert!(matches!(
         Request::read("tool/list", json!({"session_id": "s1", "method": "x", "params": 1})),
-        Ok(Request::ToolList(SessionParams { session_id })) if session_id == "s1"
+        Ok(Request::Session { session_id, request: SessionRequest::ToolList {} }) if session_id == "s1"
     ));
+    // A session's method names its params.
+    assert_eq!(
+        refused_with("tool/invoke", json!(["s1", "read"])),
+        "a session method takes its params by name, in an object"
+    );
 }
 
 #[test]
-fn a_turn_needs_text() {
-    let Ok(Request::TurnStart(params)) =
-        Request::read("turn/start", json!({"session_id": "s1", "input": []}))
-    else {
-        panic!("an empty input still reads");
-    };
-    let error = frame(Err(params.input().unwrap_err()));
+fn a_turns_input_is_checked_as_it_is_read() {
     assert_eq!(
-        error["error"],
-        json!({
-            "code": -32602,
-            "message": "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item",
-            "data": {"kind": "invalid_params"},
-        })
+        refused_with("turn/start", json!({"session_id": "s1", "input": []})),
+        "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item"
     );
-    let Ok(Request::TurnStart(params)) = Request::read(
-        "turn/start",
-        json!({"session_id": "s1", "input": [{"kind": "text", "text": "a"}, {"kind": "text", "text": "b"}]}),
-    ) else {
-        panic!("two text items read");
-    };
-    assert_eq!(params.input().unwrap().0, "a\nb");
+    assert_eq!(
+        refused_with(
+            "turn/start",
+            json!({"session_id": "s1", "input": [{"kind": "image", "path": "a.png", "mime": "image/png"}]}),
+        ),
+        "input image 0: give either {mime, data} (base64) or {path} (relative to the workspace)"
+    );
+    let many: Vec<Value> = (0..=crate::session::MAX_INPUT_IMAGES)
+        .map(|i| json!({"kind": "image", "path": format!("{i}.png")}))
+        .collect();
+    assert_eq!(
+        refused_with("turn/start", json!({"session_id": "s1", "input": many})),
+        format!(
+            "input has {} images; at most {} are taken",
+            crate::session::MAX_INPUT_IMAGES + 1,
+            crate::session::MAX_INPUT_IMAGES
+        )
+    );
+    assert_eq!(
+        refused_with(
+            "turn/steer",
+            json!({"session_id": "s1", "turn_id": "t1", "input": [{"kind": "image", "path": "a.png"}]}),
+        ),
+        "turn/steer takes text items only; send images with turn/start"
+    );
+    assert_eq!(
+        refused_with(
+            "turn/steer",
+            json!({"session_id": "s1", "turn_id": "t1", "input": []}),
+        ),
+        "input needs at least one {kind: \"text\", text} item"
+    );
+    // REST turns read the same input with the same words, and name the field for serde's.
+    assert_eq!(
+        read_turn_input(json!([])).unwrap_err().message(),
+        "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item"
+    );
+    assert!(
+        read_turn_input(json!("hi"))
+            .unwrap_err()
+            .message()
+            .starts_with("input: invalid type")
+    );
 }
