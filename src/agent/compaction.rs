@@ -129,17 +129,24 @@ impl CompactionError {
 pub fn model_view(stored: impl IntoIterator<Item = Value>) -> Vec<ChatMessage> {
     let mut view: Vec<ChatMessage> = Vec::new();
     for value in stored {
-        if value.get("role").and_then(Value::as_str) == Some("compaction") {
-            if let Ok(marker) = serde_json::from_value::<Marker>(value) {
-                apply(&mut view, &marker);
-            }
-            continue;
-        }
-        if let Ok(message) = serde_json::from_value(value) {
-            view.push(message);
-        }
+        extend_view(&mut view, value);
     }
     view
+}
+
+/// Adds one stored history entry to a [`model_view`]: a message is appended, a compaction's
+/// marker applied, anything else skipped. A view kept up to date this way is the one
+/// `model_view` makes of the whole history.
+pub fn extend_view(view: &mut Vec<ChatMessage>, entry: Value) {
+    if entry.get("role").and_then(Value::as_str) == Some("compaction") {
+        if let Ok(marker) = serde_json::from_value::<Marker>(entry) {
+            apply(view, &marker);
+        }
+        return;
+    }
+    if let Ok(message) = serde_json::from_value(entry) {
+        view.push(message);
+    }
 }
 
 /// Puts `marker`'s summary in place of all but the last `kept` messages of `view`.

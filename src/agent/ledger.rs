@@ -65,10 +65,24 @@ pub(crate) struct Ledger {
     held: Arc<std::sync::Mutex<HashMap<String, f64>>>,
     /// Serialises reading the spend with holding, and writing rows with releasing.
     lock: Arc<tokio::sync::Mutex<()>>,
+    /// What the ledger knows of its rows without reading them back.
+    rows: Arc<std::sync::Mutex<RowsSeen>>,
+}
+
+/// What a ledger knows of its session's rows, so a turn's model calls do not read them back.
+#[derive(Default)]
+struct RowsSeen {
     /// Rows the store refused (it was down or full), written again before the next row and
     /// counted against the cap meanwhile: a failing store must neither lose a bill nor lift
     /// the cap.
-    unsaved: Arc<std::sync::Mutex<Vec<CostRow>>>,
+    unsaved: Vec<CostRow>,
+    /// What the stored rows add up to: read once, then kept up to date by every row this
+    /// ledger stores (the session's actor is the one writer of its rows while it lives).
+    stored_usd: Option<f64>,
+    /// Rows being written now, and how many writes have ended: a sum read while a row was on
+    /// its way may or may not hold it, so it is used once and not kept.
+    writing: u32,
+    writes_ended: u64,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -100,19 +114,20 @@ impl Ledger {
             cap_usd,
             held: Arc::default(),
             lock: Arc::default(),
-            unsaved: Arc::default(),
+            rows: Arc::default(),
         }
     }
 
-    fn unsaved(&self) -> std::sync::MutexGuard<'_, Vec<CostRow>> {
-        self.unsaved
+    fn rows(&self) -> std::sync::MutexGuard<'_, RowsSeen> {
+        self.rows
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// What the rows not yet stored add up to, as the store would count them.
     fn unsaved_usd(&self, since: Option<time::OffsetDateTime>) -> f64 {
-        self.unsaved()
+        self.rows()
+            .unsaved
             .iter()
             .filter(|row| since.is_none_or(|since| row.committed && row.created_at >= since))
             .map(|row| row.actual_usd)
@@ -155,11 +170,30 @@ impl Ledger {
     }
 
     async fn committed(&self) -> Option<f64> {
+        let before = {
+            let seen = self.rows();
+            if let Some(stored) = seen.stored_usd {
+                drop(seen);
+                return Some(stored + self.unsaved_usd(None));
+            }
+            // A read that starts while a row is on its way is not kept (see `writing`).
+            if seen.writing == 0 {
+                seen.writes_ended
+            } else {
+                u64::MAX
+            }
+        };
         match self.store.cost_rows(&self.session_id).await {
-            // A float sum of nothing is -0.0; clients should read 0.
-            Ok(rows) => Some(
-                rows.iter().fold(0.0, |sum, row| sum + row.actual_usd) + self.unsaved_usd(None),
-            ),
+            Ok(rows) => {
+                // A float sum of nothing is -0.0; clients should read 0.
+                let stored = rows.iter().fold(0.0, |sum, row| sum + row.actual_usd);
+                let mut seen = self.rows();
+                if seen.writing == 0 && seen.writes_ended == before {
+                    seen.stored_usd = Some(stored);
+                }
+                drop(seen);
+                Some(stored + self.unsaved_usd(None))
+            }
             Err(err) => {
                 tracing::error!(%err, "cost rows unreadable");
                 None
@@ -305,12 +339,102 @@ impl Ledger {
 
     /// Stores `row`, after any the store refused before; a refused row is kept to try again.
     async fn insert(&self, row: &CostRow) {
-        let earlier = std::mem::take(&mut *self.unsaved());
+        let earlier = std::mem::take(&mut self.rows().unsaved);
         for row in earlier.iter().chain(std::iter::once(row)) {
-            if let Err(err) = self.writer.insert_cost_row(row).await {
-                tracing::error!(%err, "cost row not stored yet; it is kept and written again with the next");
-                self.unsaved().push(row.clone());
+            self.rows().writing += 1;
+            let written = self.writer.insert_cost_row(row).await;
+            let mut seen = self.rows();
+            seen.writing -= 1;
+            seen.writes_ended += 1;
+            match written {
+                Ok(()) => {
+                    if let Some(stored) = &mut seen.stored_usd {
+                        *stored += row.actual_usd;
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(%err, "cost row not stored yet; it is kept and written again with the next");
+                    // The store may hold it after all: the sum is read again.
+                    seen.stored_usd = None;
+                    seen.unsaved.push(row.clone());
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::pricing::CallCost;
+    use crate::store::{NewSession, connect};
+
+    fn ledger_of(store: &Arc<dyn Store>) -> Ledger {
+        let writer: Arc<dyn Writer> = Arc::clone(store) as Arc<dyn Writer>;
+        Ledger::new(
+            Arc::clone(store),
+            writer,
+            "s1".into(),
+            Arc::new(Metrics::new()),
+            Pricing::default(),
+            Some(10.0),
+        )
+    }
+
+    fn cost(actual_usd: f64) -> CallCost {
+        CallCost {
+            node_id: "n".into(),
+            model: "m".into(),
+            reserved_usd: actual_usd,
+            actual_usd,
+            tokens_in: 1,
+            tokens_out: 1,
+            tokens_cached: 0,
+            committed: true,
+            created_at: String::new(),
+            unpriced: false,
+        }
+    }
+
+    /// The spend is read from the store once and then kept by the rows the ledger writes, so
+    /// a turn's model calls do not read the rows back: a row written behind the ledger's back
+    /// (which cannot happen while the session's actor lives) is not seen until a new ledger
+    /// reads them.
+    #[tokio::test]
+    async fn the_spend_is_read_once_then_kept_by_the_rows_the_ledger_writes() {
+        let store = connect("sqlite::memory:").await.unwrap();
+        store
+            .create_session(&NewSession {
+                session_id: "s1".into(),
+                user_name: None,
+                cwd: String::new(),
+                title: None,
+                parent_session_id: None,
+                agent: None,
+            })
+            .await
+            .unwrap();
+        let labels = CostLabels {
+            node_id: "agent".into(),
+            turn_id: None,
+            task_id: None,
+        };
+        let ledger = ledger_of(&store);
+        ledger.settle("a", &[cost(0.5)], &labels).await;
+        assert_eq!(ledger.session_cost().await, 0.5);
+
+        let behind = CostRow {
+            actual_usd: 0.25,
+            ..ledger.row(&labels, "m", 0.25, 0.25, Usage::default(), true)
+        };
+        store.insert_cost_row(&behind).await.unwrap();
+        assert_eq!(ledger.session_cost().await, 0.5, "read back from the store");
+
+        ledger.settle("b", &[cost(1.0), cost(2.0)], &labels).await;
+        assert_eq!(ledger.session_cost().await, 3.5);
+        // What counts against the cap is the kept sum too: 6.5 more would pass 10.
+        assert_eq!(ledger.hold_rest("rest").await, Some(6.5));
+
+        assert_eq!(ledger_of(&store).session_cost().await, 3.75);
     }
 }

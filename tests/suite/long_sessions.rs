@@ -498,3 +498,72 @@ async fn session_compact_summarises_on_request() {
         .expect("a compaction row");
     assert!(compaction["turn_id"].is_null());
 }
+
+/// A turn keeps the history it read: its later model requests are built from what the turn
+/// itself appended, not read back from the store. A message planted in the store mid-turn is
+/// therefore not in that turn's next request; the next turn reads the store again, and sees it.
+#[tokio::test]
+async fn a_turn_keeps_its_history_and_the_next_turn_reads_the_store_again() {
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::hold_then_tool_calls(
+            release.clone(),
+            vec![ScriptedCall::whole(
+                "c1",
+                "read_file",
+                &json!({"path": "a.txt"}),
+            )],
+        ),
+        Reply::text(&["read it"]),
+        Reply::text(&["seen"]),
+    ]))
+    .await;
+    let app = TestApp::spawn_with(with_model(&mock)).await;
+    std::fs::write(app.workspace().join("a.txt"), "alpha\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let (_, answer) = ws
+        .call(
+            "turn/start",
+            json!({"session_id": session, "input": [{"kind": "text", "text": "read a.txt"}]}),
+        )
+        .await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    mock.wait_for_requests(1, std::time::Duration::from_secs(10))
+        .await;
+
+    // The turn has read its history and waits on the model: a message lands in the store
+    // behind its back.
+    let url = format!(
+        "sqlite://{}",
+        app.dir.path().join("data/agentd.db").display()
+    );
+    let store = agentd::store::connect(&url).await.unwrap();
+    let planted = json!({"role": "user", "content": "planted behind the turn"});
+    let last_seq = store.get_session(&session).await.unwrap().unwrap().last_seq;
+    store
+        .append_message(&session, &planted, last_seq)
+        .await
+        .unwrap();
+    release.notify_one();
+    loop {
+        let message = ws.next_json().await;
+        if message["method"] == "turn/completed" {
+            assert_eq!(message["params"]["reason"], "completed", "{message}");
+            break;
+        }
+    }
+    let mentions = |request: &Value| request.to_string().contains("planted behind the turn");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(!mentions(&requests[0]));
+    // The second request has the tool's result, which the turn appended, and not the plant.
+    assert!(requests[1].to_string().contains("alpha"), "{}", requests[1]);
+    assert!(!mentions(&requests[1]), "{}", requests[1]);
+
+    let (_, end) = run_turn(&mut ws, &session, "again").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let requests = mock.requests();
+    assert!(mentions(&requests[2]), "{}", requests[2]);
+    store.close().await;
+}

@@ -172,6 +172,15 @@ impl Reply {
         Self::stream(steps, "stop")
     }
 
+    /// Waits until `until` is notified, then streams these tool calls.
+    pub fn hold_then_tool_calls(until: Arc<Notify>, calls: Vec<ScriptedCall>) -> Self {
+        let mut reply = Self::tool_calls(calls);
+        if let Kind::Stream { steps, .. } = &mut reply.kind {
+            steps.insert(0, Step::Wait(until));
+        }
+        reply
+    }
+
     /// Streams these text chunks, then breaks the connection (no finish, no `[DONE]`).
     pub fn cut(chunks_before: &[&str]) -> Self {
         let mut steps = vec![Step::Delta(role_delta())];

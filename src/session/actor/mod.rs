@@ -117,6 +117,11 @@ struct TurnPart {
     /// The turn stopped because the store refused its events, and why; it ends
     /// `storage_unavailable`, not `interrupted`. (A turn whose history fails says so itself.)
     storage_cut: Option<(String, &'static str)>,
+    /// The history as the model sees it (compactions applied, not yet repaired), read once
+    /// when a turn or a compaction first asks for it and kept up to date by every append
+    /// after that, so a turn's model requests do not read the store back. Dropped when the
+    /// work ends: an idle session holds no copy.
+    history: Option<Vec<ChatMessage>>,
 }
 
 /// One session's state, owned by one task.

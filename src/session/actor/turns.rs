@@ -7,7 +7,7 @@ use tracing::Instrument;
 
 use super::link::{ActorLink, ActorRequest};
 use super::{RunningTurn, SessionActor};
-use crate::agent::compaction::{Compacted, Compaction, model_view};
+use crate::agent::compaction::{Compacted, Compaction, extend_view, model_view};
 use crate::agent::context::repair;
 use crate::agent::event::SessionEvent;
 use crate::agent::ledger::CostLabels;
@@ -376,6 +376,7 @@ impl SessionActor {
                 let _ = interrupter.send(Ok(SessionReply::Interrupted(true)));
             }
         }
+        self.turn.history = None;
         self.answer_drain();
         let _ = reply.send(outcome);
     }
@@ -413,13 +414,22 @@ impl SessionActor {
         let before = self.registry.catalog();
         self.registry.apply_activation_requests();
         self.announce_tool_changes(before).await;
+        self.turn.history = None;
         self.answer_drain();
     }
 
     /// The conversation so far, repaired for a model; the error is said to the client.
     async fn history(&mut self) -> Result<Vec<ChatMessage>, HistoryError> {
+        if let Some(view) = &self.turn.history {
+            return Ok(repair(view.clone()));
+        }
         match self.store.messages(&self.session_id).await {
-            Ok(stored) => Ok(repair(model_view(stored))),
+            Ok(stored) => {
+                let view = model_view(stored);
+                let repaired = repair(view.clone());
+                self.turn.history = Some(view);
+                Ok(repaired)
+            }
             Err(err) => {
                 tracing::error!(%err, "history unreadable");
                 Err(HistoryError::Unreadable(err))
@@ -462,9 +472,16 @@ impl SessionActor {
             .append_message(&self.session_id, &value, event_seq)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                if let Some(view) = &mut self.turn.history {
+                    extend_view(view, value);
+                }
+                Ok(())
+            }
             Err(err) => {
                 tracing::error!(%err, "history not persisted");
+                // The store may hold it after all: the next read asks the store.
+                self.turn.history = None;
                 Err(HistoryError::Unstored(err))
             }
         }
