@@ -55,7 +55,8 @@ impl Follower {
                 () = self.cancel.cancelled() => break,
                 command = commands.recv() => match command {
                     Some(Command::Close) | None => break,
-                    Some(Command::Attach { watcher, reply, .. }) => {
+                    Some(Command::Attach(attach)) => {
+                        let super::Attach { watcher, reply, .. } = *attach;
                         // The view first: the watcher joins once it can be answered, so no
                         // event reaches it before the cursor it is told.
                         let (sessions, id, user, joining) = (self.sessions.clone(), Arc::clone(&self.session_id), self.user.clone(), joining_tx.clone());

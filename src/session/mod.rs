@@ -312,12 +312,9 @@ pub(crate) enum Command {
         request: Box<SessionRequest>,
         reply: ReplyTx,
     },
-    Attach {
-        watcher: Watcher,
-        /// Where the watcher's replay starts, when it replays.
-        after_seq: Option<i64>,
-        reply: oneshot::Sender<(i64, SessionView)>,
-    },
+    /// A connection starts watching. Boxed, as `Request` is: every slot of the actor's queue
+    /// is as large as its largest command.
+    Attach(Box<Attach>),
     /// Stop taking turns; answered once none runs (cluster draining).
     Drain {
         reply: oneshot::Sender<()>,
@@ -329,6 +326,15 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Arc<ToolCatalog>>,
     },
     Close,
+}
+
+/// A connection that starts watching a session, and where it is told the session's state.
+#[derive(Debug)]
+pub(crate) struct Attach {
+    pub(crate) watcher: Watcher,
+    /// Where the watcher's replay starts, when it replays.
+    pub(crate) after_seq: Option<i64>,
+    pub(crate) reply: oneshot::Sender<(i64, SessionView)>,
 }
 
 /// How many `tool/invoke` calls one session has running or queued, shared by every handle of
@@ -516,10 +522,12 @@ impl SessionHandle {
         watcher: Watcher,
         after_seq: Option<i64>,
     ) -> Result<(i64, SessionView), SessionError> {
-        self.ask(|reply| Command::Attach {
-            watcher,
-            after_seq,
-            reply,
+        self.ask(|reply| {
+            Command::Attach(Box::new(Attach {
+                watcher,
+                after_seq,
+                reply,
+            }))
         })
         .await
     }
@@ -763,5 +771,21 @@ impl ModelChoice {
             .with_choice(self.model.as_deref(), self.reasoning_effort.as_deref())
             .map(drop)
             .map_err(|unknown| SessionError::InvalidParams(unknown.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Command;
+
+    /// Every session's queue holds a block of 32 commands from the start, so each byte of the
+    /// largest command costs 32 bytes of every idle session.
+    #[test]
+    fn a_command_takes_three_words_at_most() {
+        assert!(
+            std::mem::size_of::<Command>() <= 3 * std::mem::size_of::<usize>(),
+            "a command takes {} bytes",
+            std::mem::size_of::<Command>()
+        );
     }
 }

@@ -420,11 +420,12 @@ impl SessionActor {
 
     async fn handle(&mut self, command: Command) {
         match command {
-            Command::Attach {
-                watcher,
-                after_seq,
-                reply,
-            } => {
+            Command::Attach(attach) => {
+                let super::Attach {
+                    watcher,
+                    after_seq,
+                    reply,
+                } = *attach;
                 self.send_pending_approvals(&watcher, after_seq);
                 self.log.watchers.push(watcher);
                 let _ = reply.send((self.log.last_seq, self.view()));
