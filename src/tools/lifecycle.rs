@@ -2,6 +2,7 @@
 //! deferred set once more than `max_active` are visible.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 /// Default number of tools the model sees before eviction starts.
 pub const DEFAULT_MAX_ACTIVE: usize = 15;
@@ -15,8 +16,9 @@ pub struct ToolLifecycle {
     pub(crate) last_used: HashMap<String, u32>,
     /// Model iterations so far; advanced by `tick()` before every model call.
     pub(crate) iteration: u32,
-    /// Names never evicted, pinned by name even before such a tool is registered.
-    pub(crate) base_tools: HashSet<String>,
+    /// Names never evicted, pinned by name even before such a tool is registered. Shared by
+    /// every session's snapshot until one pins a name of its own.
+    pub(crate) base_tools: Arc<HashSet<String>>,
     /// Visible tools allowed before eviction starts.
     pub(crate) max_active: usize,
     /// Iterations of disuse before a tool may be evicted; protects against thrashing.
@@ -35,7 +37,7 @@ impl ToolLifecycle {
         Self {
             last_used: HashMap::new(),
             iteration: 0,
-            base_tools: HashSet::new(),
+            base_tools: Arc::default(),
             max_active,
             idle_threshold,
         }
@@ -46,7 +48,7 @@ impl ToolLifecycle {
         Self {
             last_used: HashMap::new(),
             iteration: 0,
-            base_tools: self.base_tools.clone(),
+            base_tools: Arc::clone(&self.base_tools),
             max_active: self.max_active,
             idle_threshold: self.idle_threshold,
         }
@@ -74,7 +76,7 @@ impl ToolLifecycle {
 
     /// Pins `tool` by name so it is never evicted.
     pub fn pin(&mut self, tool: impl Into<String>) {
-        self.base_tools.insert(tool.into());
+        Arc::make_mut(&mut self.base_tools).insert(tool.into());
     }
 
     /// Whether `tool` is pinned.

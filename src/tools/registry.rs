@@ -72,7 +72,8 @@ pub struct ToolRegistry {
     /// When each tool became visible, as a sequence number: `specs()` lists tools in this
     /// order, so a tool that comes back is appended and an eviction never reorders the rest,
     /// which keeps the provider's prompt cache valid for the longest prefix.
-    pub(super) shown_at: HashMap<String, u64>,
+    /// Shared by every session's snapshot until one shows a tool of its own.
+    pub(super) shown_at: Arc<HashMap<String, u64>>,
     /// The next sequence number of `shown_at`.
     pub(super) next_shown: u64,
     /// The tools the last model request was offered (see `next_request`).
@@ -115,7 +116,7 @@ impl ToolRegistry {
             catalog: CatalogCell::default(),
             workspace: None,
             deferral_tool: None,
-            shown_at: HashMap::new(),
+            shown_at: Arc::default(),
             next_shown: 0,
             last_offered: None,
         }
@@ -123,7 +124,7 @@ impl ToolRegistry {
 
     /// Records that `name` became visible now: it goes to the end of `specs()`.
     pub(super) fn show_last(&mut self, name: &str) {
-        self.shown_at.insert(name.to_string(), self.next_shown);
+        Arc::make_mut(&mut self.shown_at).insert(name.to_string(), self.next_shown);
         self.next_shown += 1;
     }
 
@@ -178,7 +179,9 @@ impl ToolRegistry {
     pub fn unregister(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
         let entry = self.tools.remove(name)?;
         self.deferred.remove(name);
-        self.shown_at.remove(name);
+        if self.shown_at.contains_key(name) {
+            Arc::make_mut(&mut self.shown_at).remove(name);
+        }
         if self.spawn_only.remove(name) {
             self.spawn_only_pending.insert(name.to_string());
         }
@@ -227,10 +230,10 @@ impl ToolRegistry {
         self.lifecycle.max_active = max_active;
         self.lifecycle.idle_threshold = idle_threshold;
         if let Some(base_tools) = base_tools {
-            self.lifecycle.base_tools = base_tools.into_iter().collect();
+            self.lifecycle.base_tools = Arc::new(base_tools.into_iter().collect());
         }
-        for name in self.lifecycle.base_tools.clone() {
-            self.deferred.remove(&name);
+        for name in self.lifecycle.base_tools.iter() {
+            self.deferred.remove(name);
         }
         self.changed();
     }
@@ -504,7 +507,7 @@ impl ToolRegistry {
             catalog: CatalogCell::default(),
             workspace: self.workspace.clone(),
             deferral_tool: self.deferral_tool.clone(),
-            shown_at: self.shown_at.clone(),
+            shown_at: Arc::clone(&self.shown_at),
             next_shown: self.next_shown,
             last_offered: None,
         };

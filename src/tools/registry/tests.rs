@@ -385,6 +385,36 @@ fn snapshots_share_tools_but_keep_their_own_lru() {
     assert_eq!(parent.lifecycle().iteration(), 1);
 }
 
+/// A session's snapshot copies nothing it does not change: the order tools were shown in and
+/// the base tools are the parent's own until the session shows or pins one of its own, and
+/// then only that session's copy changes.
+#[test]
+fn snapshots_share_the_shown_order_and_base_tools_until_they_change_them() {
+    let mut parent = registry_with(&["a", "b"]);
+    parent.pin_base_tool("a");
+    let mut session = parent.snapshot_excluding(&[]);
+    let other = parent.snapshot_excluding(&[]);
+    assert!(Arc::ptr_eq(&session.shown_at, &parent.shown_at));
+    assert!(Arc::ptr_eq(
+        &session.lifecycle.base_tools,
+        &other.lifecycle.base_tools
+    ));
+
+    session.register(Probe::new("c").arc()).unwrap();
+    assert!(!Arc::ptr_eq(&session.shown_at, &parent.shown_at));
+    assert!(!other.shown_at.contains_key("c") && !parent.shown_at.contains_key("c"));
+    assert_eq!(
+        spec_names(&session),
+        ["a", "b", "c"],
+        "a tool shown later goes last"
+    );
+    assert!(Arc::ptr_eq(&other.shown_at, &parent.shown_at));
+
+    session.pin_base_tool("c");
+    assert!(session.lifecycle().is_base("c"));
+    assert!(!other.lifecycle().is_base("c") && !parent.lifecycle().is_base("c"));
+}
+
 #[test]
 fn snapshot_excludes_names_and_groups_and_copies_state() {
     let mut parent = registry_with(&["shell", "spawn_agent", "web_fetch", "grep", "run_pipeline"]);
