@@ -928,8 +928,11 @@ impl Sessions {
         self.inner.metrics.actors_live.inc();
         let sessions = self.clone();
         let id = row.session_id.clone();
+        // Made here and boxed: an actor captured by the task's block and then moved into the
+        // future it awaits would take its room twice for the session's whole life.
+        let running = Box::pin(actor.run(rx));
         self.inner.tracker.spawn(async move {
-            actor.run(rx).await;
+            running.await;
             sessions.inner.metrics.actors_live.dec();
             let mut live = sessions.inner.live.lock().await;
             if live.get(&id).is_some_and(|l| l.generation == generation) {

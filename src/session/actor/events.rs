@@ -69,7 +69,9 @@ impl SessionActor {
         }
         let was_waiting = !self.log.unstored.is_empty();
         let mut held = std::mem::take(&mut self.log.unstored);
-        held.extend(self.log.lingering.drain(..).map(SessionEvent::into_wire));
+        // Taken, not drained: an idle session should not keep room for a burst of events.
+        let lingering = std::mem::take(&mut self.log.lingering);
+        held.extend(lingering.into_iter().map(SessionEvent::into_wire));
         let mut first = self.log.last_seq + 1;
         let mut events = self.stamped(first, &held);
         if let Err(err) = self.writer.append_events(&events).await {

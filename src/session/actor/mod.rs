@@ -367,27 +367,31 @@ impl SessionActor {
         } else {
             tracing::Span::none()
         };
-        async {
-            self.session_end_hooks(ending).await;
-            if !Box::pin(self.commit_lingering()).await {
-                tracing::error!(
-                    events = self.log.unstored.len(),
-                    "the session stopped with events the store refused; they are lost"
-                );
-                self.log.unstored.clear();
-                self.write_health.session_done();
+        // Boxed, as the handlers are: the loop's future would otherwise keep room for the
+        // stopping's state through every idle hour of the session.
+        Box::pin(
+            async {
+                Box::pin(self.session_end_hooks(ending)).await;
+                if !Box::pin(self.commit_lingering()).await {
+                    tracing::error!(
+                        events = self.log.unstored.len(),
+                        "the session stopped with events the store refused; they are lost"
+                    );
+                    self.log.unstored.clear();
+                    self.write_health.session_done();
+                }
+                if let Some(turn) = &self.turn.running {
+                    turn.cancel.cancel();
+                }
+                // In-flight tool/invoke calls hold child tokens of this one.
+                self.cancel.cancel();
+                Box::pin(self.close_children("the session stopped")).await;
+                Box::pin(self.cancel_tasks_on_stop()).await;
+                self.kill_processes();
+                tracing::debug!(session_id = %self.session_id, "actor stopped");
             }
-            if let Some(turn) = &self.turn.running {
-                turn.cancel.cancel();
-            }
-            // In-flight tool/invoke calls hold child tokens of this one.
-            self.cancel.cancel();
-            Box::pin(self.close_children("the session stopped")).await;
-            Box::pin(self.cancel_tasks_on_stop()).await;
-            self.kill_processes();
-            tracing::debug!(session_id = %self.session_id, "actor stopped");
-        }
-        .instrument(stopping)
+            .instrument(stopping),
+        )
         .await;
     }
 
