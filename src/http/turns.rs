@@ -69,8 +69,9 @@ pub async fn start_turn(
     // It runs the model on the caller's account: a page of another site must not.
     super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
     let body: TurnBody = super::error::object_body(&body)?;
-    let crate::session::TurnInput { text, images } = super::ws::read_turn_input(body.input)
-        .map_err(|err| ApiError::BadRequest(err.message().to_string()))?;
+    let crate::session::TurnInput { text, images } =
+        crate::session::TurnInput::from_json(body.input)
+            .map_err(|refused| ApiError::BadRequest(refused.to_string()))?;
     let choice = ModelChoice {
         model: body.model,
         reasoning_effort: body.reasoning_effort,

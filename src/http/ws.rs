@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 mod dispatch;
 pub mod frame;
 mod request;
-pub(crate) use request::read_turn_input;
 mod rpc;
 mod tasks;
 mod watch;

@@ -360,15 +360,16 @@ impl SessionRequest {
         }
     }
 
-    /// Reads a client's request for `method` from its `params` (less the `session_id`):
-    /// `Ok(None)` when no session method has that name, and for the methods only nodes send
-    /// each other ([`NODE_METHODS`]). A client does not name its call ids.
-    pub fn from_client(method: &str, params: Value) -> Result<Option<Self>, serde_json::Error> {
-        if method.starts_with(NODE_METHODS) {
+    /// Reads a client's request from its `{"method", "params"}` (the params less the
+    /// `session_id`): `Ok(None)` when no session method has that name, and for the methods only
+    /// nodes send each other ([`NODE_METHODS`]). A client does not name its call ids.
+    pub fn from_client(request: Value) -> Result<Option<Self>, serde_json::Error> {
+        let method = request.get("method").and_then(Value::as_str);
+        if method.is_some_and(|method| method.starts_with(NODE_METHODS)) {
             return Ok(None);
         }
         // An unknown method reads whatever its params, so an error is a known method's.
-        let request = serde_json::from_value(json!({"method": method, "params": params}))?;
+        let request = serde_json::from_value(request)?;
         Ok(match request {
             Self::InvokeTool {
                 name,
@@ -557,10 +558,10 @@ mod tests {
 
     #[test]
     fn between_nodes_a_clients_request_is_in_its_wire_form() {
-        let request = SessionRequest::from_client(
-            "turn/steer",
-            json!({"turn_id": "t1", "input": [{"kind": "text", "text": "more"}]}),
-        )
+        let request = SessionRequest::from_client(json!({
+            "method": "turn/steer",
+            "params": {"turn_id": "t1", "input": [{"kind": "text", "text": "more"}]},
+        }))
         .unwrap()
         .unwrap();
         assert_eq!(

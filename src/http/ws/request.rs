@@ -3,7 +3,6 @@
 //! catalogs), each with its own params type, read from the envelope's `method` and `params`.
 
 use crate::session::SessionRequest;
-use crate::session::protocol::TurnInput;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -73,22 +72,22 @@ impl Request {
     pub(super) fn read(method: &str, params: Value) -> Result<Self, RpcError> {
         let params = if params.is_null() { json!({}) } else { params };
         // Both of serde_json's map orders (sorted, or as inserted) put "method" first.
-        let mut envelope = json!({"method": method, "params": params});
+        let envelope = json!({"method": method, "params": params});
         match ConnectionRequest::deserialize(&envelope).map_err(RpcError::params)? {
-            ConnectionRequest::Other => Self::read_session(method, envelope["params"].take()),
+            ConnectionRequest::Other => Self::read_session(method, envelope),
             own => Ok(Self::Connection(own)),
         }
     }
 
-    /// A session's method: `session_id` taken out of the params, the rest read as its
-    /// [`SessionRequest`].
-    fn read_session(method: &str, params: Value) -> Result<Self, RpcError> {
-        let (session_id, rest) = match addressed(params) {
-            Ok(split) => split,
+    /// A session's method: `session_id` taken out of the envelope's params, the rest read as
+    /// its [`SessionRequest`].
+    fn read_session(method: &str, mut envelope: Value) -> Result<Self, RpcError> {
+        let session_id = match addressed(&mut envelope["params"]) {
+            Ok(session_id) => session_id,
             Err(_) if !SessionRequest::is_client_method(method) => return Ok(Self::Unknown),
             Err(err) => return Err(err),
         };
-        match SessionRequest::from_client(method, rest) {
+        match SessionRequest::from_client(envelope) {
             Ok(Some(request)) => Ok(Self::Session {
                 session_id,
                 request,
@@ -120,21 +119,21 @@ impl Request {
     }
 }
 
-/// A session method's params split into the `session_id` and the rest; the error is the one
-/// reading `{session_id}` gives.
-fn addressed(params: Value) -> Result<(String, Value), RpcError> {
+/// Takes a session method's `session_id` out of its params; the error is the one reading
+/// `{session_id}` gives.
+fn addressed(params: &mut Value) -> Result<String, RpcError> {
     let by_position =
         || RpcError::params("a session method takes its params by name, in an object");
     if params.is_array() {
         return Err(by_position());
     }
     let SessionParams { session_id } =
-        SessionParams::deserialize(&params).map_err(RpcError::params)?;
-    let Value::Object(mut rest) = params else {
+        SessionParams::deserialize(&*params).map_err(RpcError::params)?;
+    let Value::Object(rest) = params else {
         return Err(by_position());
     };
     rest.remove("session_id");
-    Ok((session_id, Value::Object(rest)))
+    Ok(session_id)
 }
 
 fn skip_params<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {
@@ -202,12 +201,6 @@ pub(super) struct MergeParams {
 #[derive(Deserialize)]
 pub(super) struct SessionParams {
     pub session_id: String,
-}
-
-/// `turn/start`'s `input` read from JSON, for a caller other than the WebSocket (REST turns);
-/// the error is the message `turn/start` would give.
-pub(crate) fn read_turn_input(input: Value) -> Result<TurnInput, RpcError> {
-    TurnInput::from_json(input).map_err(RpcError::params)
 }
 
 /// `task/output/read` and `task/cancel`: one of the session's tasks.

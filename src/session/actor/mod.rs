@@ -371,8 +371,8 @@ impl SessionActor {
         // stopping's state through every idle hour of the session.
         Box::pin(
             async {
-                Box::pin(self.session_end_hooks(ending)).await;
-                if !Box::pin(self.commit_lingering()).await {
+                self.session_end_hooks(ending).await;
+                if !self.commit_lingering().await {
                     tracing::error!(
                         events = self.log.unstored.len(),
                         "the session stopped with events the store refused; they are lost"
@@ -385,8 +385,8 @@ impl SessionActor {
                 }
                 // In-flight tool/invoke calls hold child tokens of this one.
                 self.cancel.cancel();
-                Box::pin(self.close_children("the session stopped")).await;
-                Box::pin(self.cancel_tasks_on_stop()).await;
+                self.close_children("the session stopped").await;
+                self.cancel_tasks_on_stop().await;
                 self.kill_processes();
                 tracing::debug!(session_id = %self.session_id, "actor stopped");
             }

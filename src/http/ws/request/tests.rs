@@ -362,14 +362,15 @@ fn a_turns_input_is_checked_as_it_is_read() {
         "input needs at least one {kind: \"text\", text} item"
     );
     // REST turns read the same input with the same words, and name the field for serde's.
+    use crate::session::TurnInput;
     assert_eq!(
-        read_turn_input(json!([])).unwrap_err().message(),
+        TurnInput::from_json(json!([])).unwrap_err().to_string(),
         "input needs at least one {kind: \"text\", text} or {kind: \"image\"} item"
     );
     assert!(
-        read_turn_input(json!("hi"))
+        TurnInput::from_json(json!("hi"))
             .unwrap_err()
-            .message()
+            .to_string()
             .starts_with("input: invalid type")
     );
 }
