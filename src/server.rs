@@ -430,11 +430,9 @@ impl Server {
                 tracing::warn!(failed, "tasks left running by the last stop marked failed");
             }
             end_open_work(connected.as_ref(), &metrics).await?;
-            let writer = store::journal::GroupCommit::wrap(
-                connected.clone(),
-                connected.backend(),
-                metrics.event_batches.clone(),
-            );
+            let writer = connected
+                .clone()
+                .group_commit(metrics.event_batches.clone());
             (connected, writer, None)
         };
         let agent = agent_settings(&config, &metrics)?;

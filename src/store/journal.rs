@@ -1,7 +1,7 @@
-//! Group commit: [`GroupCommit`] is a [`Writer`] that sends the writes of many callers —
-//! events, history messages, cost rows, tasks — through one writer, which commits whatever
-//! queued while its previous commit ran together, so a busy server pays one commit per batch
-//! instead of one per write.
+//! Group commit on PostgreSQL: [`GroupCommit`] is a [`Writer`] that sends the writes of many
+//! callers — events, history messages, cost rows, tasks — through a few writers, each of which
+//! commits together whatever queued while its previous commit ran, so a busy server pays one
+//! commit per batch instead of one per write. (SQLite's writing thread batches by itself.)
 //!
 //! The guarantee callers build on is unchanged: a write returns only once it is committed (or
 //! has failed), so an event is durable before anyone is shown it. Each caller awaits its write
@@ -19,8 +19,10 @@ use super::{NewEvent, StoreError, StoreResult, Write, Writer};
 
 /// About the most rows one batch carries; more waiting go in the next.
 const MAX_BATCH: usize = 64;
-/// Batches committed at once on PostgreSQL (half its pool).
-const POSTGRES_WRITERS: usize = 4;
+/// Batches committed at once (half the pool). PostgreSQL commits on several connections at
+/// once and flushes their WAL together: a batch waiting for the one in flight would add a
+/// flush to every write behind it.
+const WRITERS: usize = 4;
 
 /// One caller's write waiting for its batch, with where to say how it went (a message's index,
 /// else 0).
@@ -43,21 +45,12 @@ impl std::fmt::Debug for GroupCommit {
 }
 
 impl GroupCommit {
-    /// `inner` (whose backend is `backend`) with its writers started on the current runtime,
-    /// counting commits in `batches`. The writers end when this one is dropped, after
-    /// committing what is queued.
-    pub fn wrap(inner: Arc<dyn Writer>, backend: &str, batches: Counter) -> Arc<dyn Writer> {
+    /// `inner` with its writers started on the current runtime, counting commits in
+    /// `batches`. The writers end when this one is dropped, after committing what is queued.
+    pub fn wrap(inner: Arc<dyn Writer>, batches: Counter) -> Arc<dyn Writer> {
         let (queue, pending) = mpsc::unbounded_channel();
         let pending = Arc::new(Mutex::new(pending));
-        // SQLite has one writing connection, so one writer. PostgreSQL commits on several
-        // connections at once and flushes their WAL together: a batch waiting for the one in
-        // flight would add a flush to every write behind it.
-        let writers = if backend == "postgres" {
-            POSTGRES_WRITERS
-        } else {
-            1
-        };
-        for _ in 0..writers {
+        for _ in 0..WRITERS {
             tokio::spawn(write_batches(
                 Arc::clone(&inner),
                 Arc::clone(&pending),

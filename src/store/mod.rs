@@ -2,10 +2,11 @@
 //! session's work is written through (one method, `write_all`), the rows both carry, and
 //! [`connect`], which picks the backend from the database URL and runs its migrations.
 //!
-//! - [`sqlite`]: the default backend, one file under the data dir (WAL, one writer, few readers).
+//! - [`sqlite`]: the default backend, one file under the data dir (WAL, one writing thread that
+//!   commits together what queues meanwhile, few readers).
 //! - [`postgres`]: the same schema on PostgreSQL (JSONB, TIMESTAMPTZ).
 //! - `sql`: the statements both backends share, written once.
-//! - [`journal`]: the group commit a server's writes go through.
+//! - [`journal`]: the group commit a server's writes go through on PostgreSQL.
 //!
 //! Timestamps are UTC at microsecond precision in both backends: values are truncated to the
 //! microsecond when stored, so build them with [`timestamp_now`] (or [`truncate_to_micros`]) when
@@ -24,6 +25,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -43,6 +45,9 @@ pub enum StoreError {
     /// A query failed, or what it returned could not be decoded.
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// A write on the SQLite store's writing connection failed.
+    #[error("database error: {0}")]
+    Sqlite(#[source] rusqlite::Error),
     /// The schema migrations could not be applied.
     #[error("database migration failed: {0}")]
     Migrate(#[source] sqlx::migrate::MigrateError),
@@ -85,7 +90,7 @@ pub(crate) fn db_error(err: sqlx::Error) -> StoreError {
 
 /// What the schema's event trigger says when a `seq` is not past its session's `last_seq`
 /// (see the migrations `0002_event_log.sql`).
-const SEQ_NOT_PAST_LAST: &str = "event seq is not past last_seq";
+pub(crate) const SEQ_NOT_PAST_LAST: &str = "event seq is not past last_seq";
 
 /// A decoding failure of stored data (bad JSON text, a malformed timestamp) as a store error.
 pub(crate) fn decode_error(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
@@ -548,6 +553,11 @@ pub trait Store: Writer {
 
     /// Closes the pool; later calls fail. For shutdown.
     async fn close(&self);
+
+    /// The writer a server's sessions write through, committing together the writes of
+    /// callers who write at once and counting each such commit in `batches`: SQLite's own
+    /// writing thread, PostgreSQL's [`journal::GroupCommit`].
+    fn group_commit(self: Arc<Self>, batches: Counter) -> Arc<dyn Writer>;
 
     /// Records a user by name; a no-op if it exists.
     async fn upsert_user(&self, name: &str) -> StoreResult<()>;

@@ -5,9 +5,11 @@
 //! here; everything else round-trips exactly.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
@@ -147,6 +149,10 @@ impl Store for PostgresStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    fn group_commit(self: Arc<Self>, batches: Counter) -> Arc<dyn Writer> {
+        super::journal::GroupCommit::wrap(self, batches)
     }
 
     async fn upsert_user(&self, name: &str) -> StoreResult<()> {

@@ -1006,11 +1006,14 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
     store: Arc<dyn Store>,
     _: Reopen,
 ) {
-    use super::journal::GroupCommit;
     const SESSIONS: usize = 6;
     const EVENTS: i64 = 30;
     let batches = prometheus_client::metrics::counter::Counter::<u64>::default();
-    let grouped = GroupCommit::wrap(store.clone(), store.backend(), batches.clone());
+    let grouped = store.clone().group_commit(batches.clone());
+    // SQLite's writing thread may take the first write before the rest are queued, so only
+    // PostgreSQL's writers (tasks on this test's one thread) count exactly here; the thread's
+    // batches are counted in `sqlite::writer`'s tests, which hold it busy.
+    let counts_exactly = store.backend() == "postgres";
     let ids: Vec<String> = (0..SESSIONS).map(|n| format!("s{n}")).collect();
     create_sessions(&store, &ids.iter().map(String::as_str).collect::<Vec<_>>()).await;
     // Many sessions appending at once, each in order, while one appender sends only writes
@@ -1098,7 +1101,9 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
         })
         .collect();
     futures_util::future::join_all(together).await;
-    assert_eq!(batches.get() - before, 1, "one commit for the batch");
+    if counts_exactly {
+        assert_eq!(batches.get() - before, 1, "one commit for the batch");
+    }
     for n in 0..SESSIONS {
         assert_eq!(
             store
@@ -1126,7 +1131,9 @@ async fn group_commit_answers_each_write_of_a_failing_batch_alone(
         matches!(outcomes[1], Err(StoreError::NotFound(_))),
         "{outcomes:?}"
     );
-    assert_eq!(batches.get() - before, 2, "the good two, each alone");
+    if counts_exactly {
+        assert_eq!(batches.get() - before, 2, "the good two, each alone");
+    }
     for id in ["s0", "s1"] {
         assert_eq!(
             store

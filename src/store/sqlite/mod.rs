@@ -1,12 +1,15 @@
 //! The SQLite backend: one database file (WAL, `synchronous = NORMAL`, foreign keys on) behind
-//! one writing connection and a small pool of readers. Timestamps are fixed-width RFC 3339 TEXT
-//! (`2026-01-02T03:04:05.123456Z`) so that text order is time order; JSON is TEXT.
+//! one writing connection, on a thread of its own (`writer`), and a small pool of sqlx
+//! readers. Timestamps are fixed-width RFC 3339 TEXT (`2026-01-02T03:04:05.123456Z`) so that
+//! text order is time order; JSON is TEXT.
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::{
@@ -17,12 +20,16 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
+mod writer;
+
+use writer::{WriterThread, sqlite_error};
+
 use super::rows::{
     SESSION_COLUMNS, StoredRow, cost_row, decoded_columns, event_row, session_row, task_row,
 };
 use super::{
-    CostRow, EventRow, NewEvent, NewSession, SessionPage, SessionRow, SessionWorktree, Store,
-    StoreError, StoreResult, TaskRow, Write, Writer, db_error, decode_error, timestamp_now,
+    CostRow, EventRow, NewSession, SessionPage, SessionRow, SessionWorktree, Store, StoreError,
+    StoreResult, TaskRow, Write, Writer, db_error, decode_error, timestamp_now,
 };
 
 /// Reading connections: WAL lets readers run beside the one writer.
@@ -39,16 +46,18 @@ const WAL_BOUND_BYTES: i64 = 64 << 20;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-/// The store on a SQLite file (or an in-memory database, for tests and throwaway servers).
+/// The store on a SQLite file (or a throwaway one, for tests and throwaway servers).
 pub struct SqliteStore {
     /// Readers: WAL lets them run beside the writer.
     pool: SqlitePool,
-    /// The one connection every write goes through. SQLite admits one writer at a time; a
-    /// second writing connection would meet the lock and sleep in the busy handler (1 ms, then
-    /// longer), while waiting for this pool is a queue that wakes as soon as it is free.
-    writer: SqlitePool,
+    /// The one connection every write goes through, on a thread of its own. SQLite admits one
+    /// writer at a time; a second writing connection would meet the lock and sleep in the busy
+    /// handler (1 ms, then longer), while the writer's queue is taken as soon as it is free.
+    writer: WriterThread,
     /// Stops the checkpointer when the store goes.
-    _checkpointer: Option<tokio_util::sync::DropGuard>,
+    _checkpointer: tokio_util::sync::DropGuard,
+    /// Where a throwaway database (`sqlite::memory:`) lives, removed with the store.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -65,54 +74,40 @@ impl SqliteStore {
     }
 
     /// [`SqliteStore::connect`] with the WAL kept under `wal_bound` bytes instead of 64 MiB.
+    ///
+    /// An in-memory URL opens a database file in a private temporary directory instead,
+    /// removed when the store is dropped: the writing thread and the readers are separate
+    /// connections, which a real in-memory database cannot share.
     pub async fn connect_with_wal_bound(url: &str, wal_bound: i64) -> StoreResult<Self> {
-        let in_memory = is_in_memory(url);
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| StoreError::InvalidUrl(e.to_string()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT)
-            // Whenever the WAL is rewound, a file grown past this is cut back to it.
-            .pragma("journal_size_limit", wal_bound.to_string());
-        if !in_memory {
-            create_parent_dir(options.get_filename()).await?;
+        let scratch = if is_in_memory(url) {
+            Some(tempfile::tempdir().map_err(|e| StoreError::Connect(sqlx::Error::Io(e)))?)
+        } else {
+            None
+        };
+        let options = match &scratch {
+            Some(dir) => SqliteConnectOptions::new().filename(dir.path().join("agentd.db")),
+            None => SqliteConnectOptions::from_str(url)
+                .map_err(|e| StoreError::InvalidUrl(e.to_string()))?,
         }
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(BUSY_TIMEOUT)
+        // Whenever the WAL is rewound, a file grown past this is cut back to it.
+        .pragma("journal_size_limit", wal_bound.to_string());
+        create_parent_dir(options.get_filename()).await?;
         // A connection to a local file does not go stale: testing it before each use would be
         // one more round trip to its worker thread for every statement.
-        let mut pool_options = SqlitePoolOptions::new()
+        let pool = SqlitePoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .test_before_acquire(false);
-        if in_memory {
-            // A shared-cache in-memory database lives only while a connection is open.
-            pool_options = pool_options
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None);
-        }
-        let writer_options = pool_options.clone().max_connections(1);
-        let pool = pool_options
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(StoreError::Connect)?;
         MIGRATOR.run(&pool).await.map_err(StoreError::Migrate)?;
-        // An in-memory database is one per pool: both roles share the one pool there, and it
-        // has no WAL to checkpoint.
-        if in_memory {
-            return Ok(Self {
-                writer: pool.clone(),
-                pool,
-                _checkpointer: None,
-            });
-        }
-        // The writer never checkpoints: a checkpoint copies the WAL into the database file and
-        // syncs both, which would hold every queued write behind the disk. A reader does it.
-        let writer = writer_options
-            .connect_with(options.pragma("wal_autocheckpoint", "0"))
-            .await
-            .map_err(StoreError::Connect)?;
+        let writer = WriterThread::start(options.get_filename(), BUSY_TIMEOUT, wal_bound).await?;
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(checkpoint_periodically(
             pool.clone(),
@@ -123,7 +118,8 @@ impl SqliteStore {
         Ok(Self {
             pool,
             writer,
-            _checkpointer: Some(stop.drop_guard()),
+            _checkpointer: stop.drop_guard(),
+            _scratch: scratch,
         })
     }
 }
@@ -139,7 +135,7 @@ impl SqliteStore {
 /// thousands of sessions leaves megabytes of cached pages that nothing will read soon.
 async fn checkpoint_periodically(
     pool: SqlitePool,
-    writer: SqlitePool,
+    writer: WriterThread,
     wal_bound: i64,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -204,14 +200,19 @@ impl QuietWatch {
 }
 
 /// Frees what the writer's and one reader's page caches hold, then trims the heap.
-async fn shrink_caches(pool: &SqlitePool, writer: &SqlitePool) {
-    for connections in [writer, pool] {
-        if let Err(err) = sqlx::query("PRAGMA shrink_memory")
-            .execute(connections)
-            .await
-        {
-            tracing::debug!(%err, "could not shrink a connection's cache");
-        }
+async fn shrink_caches(pool: &SqlitePool, writer: &WriterThread) {
+    let shrunk = writer
+        .apply(|connection| {
+            connection
+                .execute_batch("PRAGMA shrink_memory")
+                .map_err(sqlite_error)
+        })
+        .await;
+    if let Err(err) = shrunk {
+        tracing::debug!(%err, "could not shrink the writer's cache");
+    }
+    if let Err(err) = sqlx::query("PRAGMA shrink_memory").execute(pool).await {
+        tracing::debug!(%err, "could not shrink a reader's cache");
     }
     crate::heap::trim_soon();
 }
@@ -353,165 +354,48 @@ fn get_json(row: &SqliteRow, column: &str) -> StoreResult<Value> {
     serde_json::from_str(&text).map_err(decode_error)
 }
 
-/// The insert of a new session's row, created (and last updated) at `now_text`.
-fn session_insert<'q>(
-    new: &'q NewSession,
-    now_text: &'q str,
-) -> sqlx::query::Query<'q, sqlx::Sqlite, <sqlx::Sqlite as sqlx::Database>::Arguments<'q>> {
-    sqlx::query(
-        "INSERT INTO sessions (session_id, user_name, title, cwd, created_at, updated_at, \
-         last_seq, parent_session_id, agent) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?)",
-    )
-    .bind(&new.session_id)
-    .bind(&new.user_name)
-    .bind(&new.title)
-    .bind(&new.cwd)
-    .bind(now_text)
-    .bind(now_text)
-    .bind(&new.parent_session_id)
-    .bind(&new.agent)
+/// The insert of a new session's row: session_id, user_name, title, cwd, created_at (also its
+/// `updated_at`), parent_session_id, agent.
+pub(super) const INSERT_SESSION: &str = "INSERT INTO sessions (session_id, user_name, title, cwd, \
+     created_at, updated_at, last_seq, parent_session_id, agent) \
+     VALUES ($1, $2, $3, $4, $5, $5, 0, $6, $7)";
+
+/// Inserts a new session's row, created (and last updated) at `now_text`.
+fn insert_session(
+    connection: &rusqlite::Connection,
+    new: &NewSession,
+    now_text: &str,
+) -> rusqlite::Result<usize> {
+    connection
+        .prepare_cached(INSERT_SESSION)?
+        .execute(rusqlite::params![
+            new.session_id,
+            new.user_name,
+            new.title,
+            new.cwd,
+            now_text,
+            new.parent_session_id,
+            new.agent
+        ])
 }
 
-/// Appends one message of a session's history; returns its index.
-async fn insert_message<'c, E>(
-    executor: E,
-    session_id: &str,
-    message: &Value,
-    event_seq: i64,
-) -> StoreResult<i64>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    sqlx::query_scalar(super::sql::INSERT_MESSAGE)
-        .bind(session_id)
-        .bind(json_text(message)?)
-        .bind(ts(timestamp_now())?)
-        .bind(event_seq)
-        .fetch_one(executor)
-        .await
-        .map_err(db_error)
-}
-
-/// Records one cost row.
-async fn insert_cost<'c, E>(executor: E, row: &CostRow) -> StoreResult<()>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    sqlx::query(super::sql::INSERT_COST)
-        .bind(&row.session_id)
-        .bind(&row.node_id)
-        .bind(&row.model)
-        .bind(row.reserved_usd)
-        .bind(row.actual_usd)
-        .bind(row.tokens_in)
-        .bind(row.tokens_out)
-        .bind(row.tokens_cached)
-        .bind(row.committed)
-        .bind(&row.turn_id)
-        .bind(&row.task_id)
-        .bind(ts(row.created_at)?)
-        .execute(executor)
-        .await
-        .map_err(db_error)?;
-    Ok(())
-}
-
-/// Rows in one INSERT of events: 5 parameters each, far below SQLite's limit of 32,766.
-const ROWS_PER_INSERT: usize = 64;
-
-/// One INSERT of `events` (at most [`ROWS_PER_INSERT`]).
-async fn insert_events<'c, E>(executor: E, events: &[NewEvent]) -> StoreResult<()>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    let sql = insert_events_sql(events.len());
-    let mut query = sqlx::query(&sql);
-    for event in events {
-        query = query
-            .bind(&*event.session_id)
-            .bind(event.seq)
-            .bind(&event.method)
-            .bind(&*event.params_json)
-            .bind(ts(event.created_at)?);
-    }
-    query.execute(executor).await.map_err(db_error)?;
-    Ok(())
-}
-
-/// The INSERT of `rows` events.
-fn insert_events_sql(rows: usize) -> String {
-    let mut sql =
-        String::from("INSERT INTO events (session_id, seq, method, params, created_at) VALUES ");
-    for row in 0..rows {
-        if row > 0 {
-            sql.push(',');
-        }
-        sql.push_str("(?, ?, ?, ?, ?)");
-    }
-    sql
-}
-
-/// Inserts `task`, or updates the fields of it that change.
-async fn upsert_task<'c, E>(executor: E, task: &TaskRow) -> StoreResult<()>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    let finished_at = task.finished_at.map(ts).transpose()?;
-    sqlx::query(super::sql::UPSERT_TASK)
-        .bind(&task.task_id)
-        .bind(&task.session_id)
-        .bind(&task.tool_call_id)
-        .bind(&task.tool_name)
-        .bind(task.state.as_str())
-        .bind(task.exit_code)
-        .bind(&task.reason)
-        .bind(task.total_bytes)
-        .bind(&task.output_path)
-        .bind(ts(task.created_at)?)
-        .bind(finished_at)
-        .execute(executor)
-        .await
-        .map_err(db_error)?;
-    Ok(())
-}
-
-/// Clears a session's open-work mark if no event came since `last_seq`.
-async fn mark_no_open_work<'c, E>(executor: E, session_id: &str, last_seq: i64) -> StoreResult<()>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    sqlx::query(super::sql::MARK_NO_OPEN_WORK)
-        .bind(session_id)
-        .bind(last_seq)
-        .execute(executor)
-        .await
-        .map_err(db_error)?;
-    Ok(())
-}
-
-/// One write on `executor`; its answer.
-async fn write_one<'c, E>(executor: E, write: &Write) -> StoreResult<i64>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
-{
-    match write {
-        Write::Events(events) if events.is_empty() => Ok(0),
-        Write::Events(events) => insert_events(executor, events).await.map(|()| 0),
-        Write::Message {
-            session_id,
-            message,
-            event_seq,
-        } => insert_message(executor, session_id, message, *event_seq).await,
-        Write::Cost(row) => insert_cost(executor, row).await.map(|()| 0),
-        Write::Task(task) => upsert_task(executor, task).await.map(|()| 0),
-        Write::NoOpenWork {
-            session_id,
-            last_seq,
-        } => mark_no_open_work(executor, session_id, *last_seq)
-            .await
-            .map(|()| 0),
-    }
-}
+/// Copies a fork's source into it up to `up_to_seq` (see [`Store::fork_session`]), each named
+/// `:source`, `:fork` and `:up_to`: its events in seq order (which the trigger keeping `last_seq`
+/// demands), its history written by then, and what it had spent by then as the fork's
+/// inheritance. The copied events are closed work: the cut is at a turn boundary.
+const FORK_SESSION: [&str; 3] = [
+    "INSERT INTO events (session_id, seq, method, params, created_at) \
+     SELECT :fork, seq, method, json_set(params, '$.session_id', :fork), created_at FROM events \
+     WHERE session_id = :source AND seq <= :up_to ORDER BY seq",
+    "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
+     SELECT :fork, idx, message, created_at, event_seq FROM messages \
+     WHERE session_id = :source AND event_seq <= :up_to",
+    "UPDATE sessions SET live_from_seq = NULL, inherited_usd = \
+     (SELECT inherited_usd FROM sessions WHERE session_id = :source) + COALESCE( \
+     (SELECT SUM(actual_usd) FROM cost_rows WHERE session_id = :source AND created_at <= \
+     (SELECT created_at FROM events WHERE session_id = :source AND seq = :up_to)), 0) \
+     WHERE session_id = :fork",
+];
 
 fn json_text(value: &Value) -> StoreResult<String> {
     serde_json::to_string(value).map_err(decode_error)
@@ -541,30 +425,29 @@ impl StoredRow for SqliteRow {
 #[async_trait]
 impl Writer for SqliteStore {
     async fn write_all(&self, writes: &[Write]) -> StoreResult<Vec<i64>> {
-        // One statement in autocommit is a single round trip to the connection's worker
-        // thread: the quiet server's case, and a group commit's batch of events alone. Event
-        // rows go in statements of at most ROWS_PER_INSERT, so the statement cache holds every
-        // variant; a longer batch is several in one transaction.
-        if let [write] = writes
-            && write.rows() <= ROWS_PER_INSERT
-        {
-            return Ok(vec![write_one(&self.writer, write).await?]);
-        }
-        let mut tx = self.writer.begin().await.map_err(db_error)?;
-        let mut answers = Vec::with_capacity(writes.len());
-        for write in writes {
-            answers.push(match write {
-                Write::Events(events) => {
-                    for chunk in events.chunks(ROWS_PER_INSERT) {
-                        insert_events(&mut *tx, chunk).await?;
-                    }
-                    0
-                }
-                other => write_one(&mut *tx, other).await?,
-            });
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(answers)
+        self.writer.write_all(writes.to_vec()).await
+    }
+
+    async fn write(&self, write: Write) -> StoreResult<i64> {
+        let answers = self.writer.write_all(vec![write]).await?;
+        Ok(answers.first().copied().unwrap_or(0))
+    }
+}
+
+impl SqliteStore {
+    /// Runs one statement with `params` on the writing connection; how many rows it changed.
+    async fn execute<P>(&self, statement: &'static str, params: P) -> StoreResult<usize>
+    where
+        P: rusqlite::Params + Send + 'static,
+    {
+        self.writer
+            .apply(move |connection| {
+                connection
+                    .prepare_cached(statement)
+                    .and_then(|mut prepared| prepared.execute(params))
+                    .map_err(sqlite_error)
+            })
+            .await
     }
 }
 
@@ -583,7 +466,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
-        self.writer.close().await;
+        self.writer.stop().await;
         // The last word: everything into the database file and the WAL emptied, so a stopped
         // server leaves no large WAL behind.
         if let Err(err) = checkpoint(&self.pool, "TRUNCATE").await {
@@ -592,40 +475,35 @@ impl Store for SqliteStore {
         self.pool.close().await;
     }
 
+    fn group_commit(self: Arc<Self>, batches: Counter) -> Arc<dyn Writer> {
+        // The writing thread commits together whatever queued meanwhile already.
+        self.writer.count_in(batches);
+        self
+    }
+
     async fn upsert_user(&self, name: &str) -> StoreResult<()> {
-        sqlx::query(super::sql::UPSERT_USER)
-            .bind(name)
-            .bind(ts(timestamp_now())?)
-            .execute(&self.writer)
+        let now = ts(timestamp_now())?;
+        self.execute(super::sql::UPSERT_USER, (name.to_owned(), now))
             .await
-            .map_err(db_error)?;
-        Ok(())
+            .map(drop)
     }
 
     async fn create_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
         let now = timestamp_now();
         let now_text = ts(now)?;
-        let insert = session_insert(new, &now_text);
-        match &new.user_name {
-            // Without a user the session is one statement, in autocommit.
-            None => {
-                insert.execute(&self.writer).await.map_err(db_error)?;
-            }
-            Some(user) => {
-                let mut tx = self.writer.begin().await.map_err(db_error)?;
-                sqlx::query(
-                    "INSERT INTO users (name, created_at) VALUES (?, ?) \
-                     ON CONFLICT (name) DO NOTHING",
-                )
-                .bind(user)
-                .bind(&now_text)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-                insert.execute(&mut *tx).await.map_err(db_error)?;
-                tx.commit().await.map_err(db_error)?;
-            }
-        }
+        let session = new.clone();
+        self.writer
+            .apply(move |connection| {
+                let tx = connection.transaction().map_err(sqlite_error)?;
+                if let Some(user) = &session.user_name {
+                    tx.prepare_cached(super::sql::UPSERT_USER)
+                        .and_then(|mut upsert| upsert.execute((user, &now_text)))
+                        .map_err(sqlite_error)?;
+                }
+                insert_session(&tx, &session, &now_text).map_err(sqlite_error)?;
+                tx.commit().map_err(sqlite_error)
+            })
+            .await?;
         Ok(SessionRow {
             session_id: new.session_id.clone(),
             user_name: new.user_name.clone(),
@@ -645,63 +523,29 @@ impl Store for SqliteStore {
     async fn fork_session(&self, new: &NewSession, up_to_seq: i64) -> StoreResult<SessionRow> {
         let source = new
             .parent_session_id
-            .as_deref()
+            .clone()
             .ok_or_else(|| StoreError::NotFound("a fork names its source session".into()))?;
         let now_text = ts(timestamp_now())?;
-        let mut tx = self.writer.begin().await.map_err(db_error)?;
-        session_insert(new, &now_text)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        // In seq order, which the trigger keeping last_seq demands.
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, method, params, created_at) \
-             SELECT ?, seq, method, json_set(params, '$.session_id', ?), created_at FROM events \
-             WHERE session_id = ? AND seq <= ? ORDER BY seq",
-        )
-        .bind(&new.session_id)
-        .bind(&new.session_id)
-        .bind(source)
-        .bind(up_to_seq)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        sqlx::query(
-            "INSERT INTO messages (session_id, idx, message, created_at, event_seq) \
-             SELECT ?, idx, message, created_at, event_seq FROM messages \
-             WHERE session_id = ? AND event_seq <= ?",
-        )
-        .bind(&new.session_id)
-        .bind(source)
-        .bind(up_to_seq)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        // The copied events are closed work (the cut is at a turn boundary), and what the source
-        // had spent up to the cut is the fork's inheritance.
-        sqlx::query(
-            "UPDATE sessions SET live_from_seq = NULL, inherited_usd = \
-             (SELECT inherited_usd FROM sessions WHERE session_id = ?) + COALESCE( \
-             (SELECT SUM(actual_usd) FROM cost_rows WHERE session_id = ? AND created_at <= \
-             (SELECT created_at FROM events WHERE session_id = ? AND seq = ?)), 0) \
-             WHERE session_id = ?",
-        )
-        .bind(source)
-        .bind(source)
-        .bind(source)
-        .bind(up_to_seq)
-        .bind(&new.session_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let row = sqlx::query(super::sql::GET_SESSION)
-            .bind(&new.session_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let row = session_row(&row)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(row)
+        let fork = new.clone();
+        self.writer
+            .apply(move |connection| {
+                let tx = connection.transaction().map_err(sqlite_error)?;
+                insert_session(&tx, &fork, &now_text).map_err(sqlite_error)?;
+                for statement in FORK_SESSION {
+                    let params = rusqlite::named_params! {
+                        ":source": source,
+                        ":fork": fork.session_id,
+                        ":up_to": up_to_seq,
+                    };
+                    tx.execute(statement, params).map_err(sqlite_error)?;
+                }
+                tx.commit().map_err(sqlite_error)
+            })
+            .await?;
+        // Committed: any reader sees it now.
+        self.get_session(&new.session_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("session {}", new.session_id)))
     }
 
     async fn get_session(&self, session_id: &str) -> StoreResult<Option<SessionRow>> {
@@ -748,12 +592,10 @@ impl Store for SqliteStore {
     }
 
     async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
-        let done = sqlx::query(super::sql::DELETE_SESSION)
-            .bind(session_id)
-            .execute(&self.writer)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() > 0)
+        let deleted = self
+            .execute(super::sql::DELETE_SESSION, (session_id.to_owned(),))
+            .await?;
+        Ok(deleted > 0)
     }
 
     async fn set_session_model(
@@ -762,14 +604,14 @@ impl Store for SqliteStore {
         model: Option<&str>,
         reasoning_effort: Option<&str>,
     ) -> StoreResult<()> {
-        sqlx::query(super::sql::SET_SESSION_MODEL)
-            .bind(model)
-            .bind(reasoning_effort)
-            .bind(session_id)
-            .execute(&self.writer)
+        let params = (
+            model.map(str::to_owned),
+            reasoning_effort.map(str::to_owned),
+            session_id.to_owned(),
+        );
+        self.execute(super::sql::SET_SESSION_MODEL, params)
             .await
-            .map_err(db_error)?;
-        Ok(())
+            .map(drop)
     }
 
     async fn set_session_worktree(
@@ -782,24 +624,15 @@ impl Store for SqliteStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(decode_error)?;
-        sqlx::query(super::sql::SET_SESSION_WORKTREE)
-            .bind(cwd)
-            .bind(worktree)
-            .bind(session_id)
-            .execute(&self.writer)
+        let params = (cwd.to_owned(), worktree, session_id.to_owned());
+        self.execute(super::sql::SET_SESSION_WORKTREE, params)
             .await
-            .map_err(db_error)?;
-        Ok(())
+            .map(drop)
     }
 
     async fn set_title_if_unset(&self, session_id: &str, title: &str) -> StoreResult<bool> {
-        let done = sqlx::query(super::sql::SET_TITLE_IF_UNSET)
-            .bind(title)
-            .bind(session_id)
-            .execute(&self.writer)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected() > 0)
+        let params = (title.to_owned(), session_id.to_owned());
+        Ok(self.execute(super::sql::SET_TITLE_IF_UNSET, params).await? > 0)
     }
 
     async fn idle_sessions(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
@@ -811,24 +644,32 @@ impl Store for SqliteStore {
     }
 
     async fn prune_events(&self, before: OffsetDateTime) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "DELETE FROM events WHERE created_at < ? AND seq <= COALESCE( \
-             (SELECT s.live_from_seq FROM sessions s WHERE s.session_id = events.session_id), \
-             seq)",
-        )
-        .bind(ts(before)?)
-        .execute(&self.writer)
-        .await
-        .map_err(db_error)?;
-        Ok(done.rows_affected())
+        let deleted = self
+            .execute(
+                "DELETE FROM events WHERE created_at < $1 AND seq <= COALESCE( \
+                 (SELECT s.live_from_seq FROM sessions s WHERE s.session_id = events.session_id), \
+                 seq)",
+                (ts(before)?,),
+            )
+            .await?;
+        Ok(deleted as u64)
     }
 
     async fn prune_tasks(&self, before: OffsetDateTime) -> StoreResult<Vec<String>> {
-        sqlx::query_scalar(super::sql::PRUNE_TASKS)
-            .bind(ts(before)?)
-            .fetch_all(&self.writer)
+        let before = ts(before)?;
+        self.writer
+            .apply(move |connection| {
+                let mut prune = connection
+                    .prepare_cached(super::sql::PRUNE_TASKS)
+                    .map_err(sqlite_error)?;
+                let paths = prune
+                    .query_map((before,), |row| row.get::<_, String>(0))
+                    .map_err(sqlite_error)?;
+                paths
+                    .collect::<rusqlite::Result<Vec<String>>>()
+                    .map_err(sqlite_error)
+            })
             .await
-            .map_err(db_error)
     }
 
     async fn inherited_usd(&self, session_id: &str) -> StoreResult<f64> {
@@ -848,13 +689,8 @@ impl Store for SqliteStore {
     }
 
     async fn set_session_title(&self, session_id: &str, title: &str) -> StoreResult<()> {
-        let done = sqlx::query(super::sql::SET_SESSION_TITLE)
-            .bind(title)
-            .bind(session_id)
-            .execute(&self.writer)
-            .await
-            .map_err(db_error)?;
-        if done.rows_affected() == 0 {
+        let params = (title.to_owned(), session_id.to_owned());
+        if self.execute(super::sql::SET_SESSION_TITLE, params).await? == 0 {
             return Err(StoreError::NotFound(format!("session {session_id}")));
         }
         Ok(())
@@ -907,24 +743,21 @@ impl Store for SqliteStore {
     }
 
     async fn fail_running_tasks(&self, reason: &str) -> StoreResult<u64> {
-        let done = sqlx::query(super::sql::FAIL_RUNNING_TASKS)
-            .bind(reason)
-            .bind(ts(timestamp_now())?)
-            .execute(&self.writer)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected())
+        let params = (reason.to_owned(), ts(timestamp_now())?);
+        let failed = self.execute(super::sql::FAIL_RUNNING_TASKS, params).await?;
+        Ok(failed as u64)
     }
 
     async fn fail_running_tasks_of(&self, session_id: &str, reason: &str) -> StoreResult<u64> {
-        let done = sqlx::query(super::sql::FAIL_RUNNING_TASKS_OF)
-            .bind(reason)
-            .bind(ts(timestamp_now())?)
-            .bind(session_id)
-            .execute(&self.writer)
-            .await
-            .map_err(db_error)?;
-        Ok(done.rows_affected())
+        let params = (
+            reason.to_owned(),
+            ts(timestamp_now())?,
+            session_id.to_owned(),
+        );
+        let failed = self
+            .execute(super::sql::FAIL_RUNNING_TASKS_OF, params)
+            .await?;
+        Ok(failed as u64)
     }
 
     async fn cost_rows(&self, session_id: &str) -> StoreResult<Vec<CostRow>> {
