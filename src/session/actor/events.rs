@@ -10,7 +10,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use super::{LINGER, SessionActor, UNSTORED_RETRY};
 use crate::agent::SessionEvent;
 use crate::session::{Outbound, ToolNames, Watcher, notification_text, stamp};
-use crate::store::NewEvent;
+use crate::store::{NewEvent, StoreResult, Write};
 use crate::tools::{ToolCatalog, ToolEvent};
 
 /// The session's events on their way out: the seq of the last one stored, those lingering
@@ -72,6 +72,58 @@ impl SessionActor {
         // Taken, not drained: an idle session should not keep room for a burst of events.
         let lingering = std::mem::take(&mut self.log.lingering);
         held.extend(lingering.into_iter().map(SessionEvent::into_wire));
+        self.commit_held(held, was_waiting).await
+    }
+
+    /// Commits the lingering events and one history entry after them together, so a model's
+    /// step (its deltas, its `message/completed`, its message) is one commit; answers how the
+    /// entry went. Without events lingering, or with events the store refused waiting for
+    /// their own retry, the entry is written alone. If the commit fails, nothing of it is
+    /// stored: the entry fails (the turn ends on it) and the events are committed alone, the
+    /// way [`SessionActor::commit_lingering`] does, retries and all.
+    pub(super) async fn commit_with_history(&mut self, entry: Value) -> StoreResult<()> {
+        if self.log.lingering.is_empty() || !self.log.unstored.is_empty() {
+            // The events still lingering get the next seqs; the message comes after them.
+            let event_seq = self.log.last_seq + self.log.lingering.len() as i64;
+            return self
+                .writer
+                .append_message(&self.session_id, &entry, event_seq)
+                .await
+                .map(drop);
+        }
+        self.log.linger_until = None;
+        let held: Vec<(String, Value)> = std::mem::take(&mut self.log.lingering)
+            .into_iter()
+            .map(SessionEvent::into_wire)
+            .collect();
+        let first = self.log.last_seq + 1;
+        let events = self.stamped(first, &held);
+        let writes = [
+            Write::Events(events),
+            Write::Message {
+                session_id: self.session_id.to_string(),
+                message: entry,
+                event_seq: first + held.len() as i64 - 1,
+            },
+        ];
+        match self.writer.write_all(&writes).await {
+            Ok(_) => {
+                if let [Write::Events(events), ..] = &writes {
+                    self.hand_out(events);
+                }
+                Ok(())
+            }
+            Err(err) => {
+                self.commit_held(held, false).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Stores `held` (events in wire form, in order) with the next seqs and hands them out;
+    /// `was_waiting` says they include events the store refused before. See
+    /// [`SessionActor::commit_lingering`].
+    async fn commit_held(&mut self, held: Vec<(String, Value)>, was_waiting: bool) -> bool {
         let mut first = self.log.last_seq + 1;
         let mut events = self.stamped(first, &held);
         if let Err(err) = self.writer.append_events(&events).await {
@@ -100,7 +152,13 @@ impl SessionActor {
         if was_waiting {
             self.write_health.session_done();
         }
-        for event in &events {
+        self.hand_out(&events);
+        true
+    }
+
+    /// Hands stored events to every watcher, in order.
+    fn hand_out(&mut self, events: &[NewEvent]) {
+        for event in events {
             self.log.last_seq = event.seq;
             self.metrics.events_written.inc();
             let frame = Outbound::Text(notification_text(&event.method, &event.params_json));
@@ -119,7 +177,6 @@ impl SessionActor {
                     Err(TrySendError::Closed(_)) => false,
                 });
         }
-        true
     }
 
     /// The store refused the session's events: a running turn stops (it would go on acting

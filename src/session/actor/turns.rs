@@ -465,15 +465,11 @@ impl SessionActor {
             tracing::error!(%err, "history entry does not serialise");
             HistoryError::Unserialisable(err)
         })?;
-        // The events still lingering get the next seqs; the message comes after them.
-        let event_seq = self.log.last_seq + self.log.lingering.len() as i64;
-        match self
-            .writer
-            .append_message(&self.session_id, &value, event_seq)
-            .await
-        {
-            Ok(_) => {
-                if let Some(view) = &mut self.turn.history {
+        // Kept for the turn's view only once stored; the commit takes its own copy.
+        let kept = self.turn.history.is_some().then(|| value.clone());
+        match self.commit_with_history(value).await {
+            Ok(()) => {
+                if let (Some(view), Some(value)) = (&mut self.turn.history, kept) {
                     extend_view(view, value);
                 }
                 Ok(())
