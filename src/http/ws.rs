@@ -46,6 +46,11 @@ const STUCK_CLIENT: std::time::Duration = std::time::Duration::from_secs(30);
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Frames are written to the socket when this much is buffered, or at a flush.
 const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// The read buffer every connection holds from its start, and the most one read takes. A
+/// request is a few hundred bytes, and an idle connection keeps this buffer for as long as it
+/// lives; a larger message (an inline image) reserves its whole length once its header is read,
+/// then fills it in reads of this size.
+const READ_BUFFER_BYTES: usize = 1024;
 /// Events read from the store per replay page.
 const REPLAY_PAGE: i64 = 500;
 
@@ -66,7 +71,7 @@ pub async fn upgrade(
     }
     // Frames queue in the write buffer until the writer flushes the ones that are ready
     // together; it grows only to what one flush holds.
-    ws.read_buffer_size(4096)
+    ws.read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
