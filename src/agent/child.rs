@@ -297,6 +297,16 @@ impl<P: CallHost + 'static> TurnHost for ChildHost<P> {
         Ok(())
     }
 
+    async fn remember_answer(
+        &self,
+        message: &ChatMessage,
+        _cost: &crate::store::CostRow,
+    ) -> Result<bool, HistoryError> {
+        // A child's history is its journal file, not the store: its parent's ledger writes
+        // the row.
+        self.remember(message).await.map(|()| false)
+    }
+
     async fn compacted(
         &self,
         _turn_id: Option<&str>,

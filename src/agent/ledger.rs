@@ -51,6 +51,15 @@ impl std::fmt::Display for OverBudget {
     }
 }
 
+/// A finished model call's cost row, priced by [`Ledger::price`] and not yet stored, with the
+/// key its budget is held under until [`Ledger::written`].
+#[derive(Debug)]
+pub(crate) struct PricedRow {
+    key: String,
+    /// The row, for the host to store with the step's history.
+    pub row: CostRow,
+}
+
 /// One session's cap, holds and cost rows; clones share them.
 #[derive(Clone)]
 pub(crate) struct Ledger {
@@ -259,6 +268,58 @@ impl Ledger {
         usage: Usage,
         labels: &CostLabels,
     ) -> f64 {
+        let row = self.priced_row(model, reserved, usage, labels);
+        let _ledger = self.lock.lock().await;
+        self.insert(&row).await;
+        self.release(key);
+        row.actual_usd
+    }
+
+    /// Prices a finished model call of `model` like [`Ledger::bill`], but leaves its row to
+    /// whoever writes the step's history, so both go in one commit; [`Ledger::written`] must
+    /// be told how that went. `key` stays held until then, so the cap never sees a gap.
+    pub(crate) fn price(
+        &self,
+        key: &str,
+        model: &str,
+        reserved: f64,
+        usage: Usage,
+        labels: &CostLabels,
+    ) -> PricedRow {
+        let row = self.priced_row(model, reserved, usage, labels);
+        // On its way: a sum read meanwhile may or may not hold it (see `RowsSeen::writing`).
+        self.rows().writing += 1;
+        PricedRow {
+            key: key.to_string(),
+            row,
+        }
+    }
+
+    /// A row [`Ledger::price`] made was stored with its step (`stored`), or was not, and the
+    /// ledger writes it itself (keeping it to write again if the store refuses it); `key` is
+    /// released.
+    pub(crate) async fn written(&self, priced: PricedRow, stored: bool) {
+        let _ledger = self.lock.lock().await;
+        {
+            let mut seen = self.rows();
+            seen.writing = seen.writing.saturating_sub(1);
+            seen.writes_ended += 1;
+            if stored && let Some(sum) = &mut seen.stored_usd {
+                *sum += priced.row.actual_usd;
+            }
+        }
+        if !stored {
+            self.insert(&priced.row).await;
+        } else if !self.rows().unsaved.is_empty() {
+            // Rows the store refused before are written again at the next row, whoever
+            // stored it.
+            self.write_rows(None).await;
+        }
+        self.release(&priced.key);
+    }
+
+    /// The committed row of a finished model call, priced and counted in the metrics.
+    fn priced_row(&self, model: &str, reserved: f64, usage: Usage, labels: &CostLabels) -> CostRow {
         let actual = match self.pricing.cost_usd(model, &usage) {
             Some(cost) => cost,
             None => {
@@ -267,11 +328,7 @@ impl Ledger {
             }
         };
         self.metrics.record_llm_usage(usage.counts(), actual);
-        let row = self.row(labels, model, reserved, actual, usage, true);
-        let _ledger = self.lock.lock().await;
-        self.insert(&row).await;
-        self.release(key);
-        actual
+        self.row(labels, model, reserved, actual, usage, true)
     }
 
     /// Records the rows a tool reported for its own model calls and releases `key`, which
@@ -339,8 +396,14 @@ impl Ledger {
 
     /// Stores `row`, after any the store refused before; a refused row is kept to try again.
     async fn insert(&self, row: &CostRow) {
+        self.write_rows(Some(row)).await;
+    }
+
+    /// Stores the rows the store refused before, then `row` if given; a refused row is kept
+    /// to try again.
+    async fn write_rows(&self, row: Option<&CostRow>) {
         let earlier = std::mem::take(&mut self.rows().unsaved);
-        for row in earlier.iter().chain(std::iter::once(row)) {
+        for row in earlier.iter().chain(row) {
             self.rows().writing += 1;
             let written = self.writer.insert_cost_row(row).await;
             let mut seen = self.rows();
@@ -436,5 +499,55 @@ mod tests {
         assert_eq!(ledger.hold_rest("rest").await, Some(6.5));
 
         assert_eq!(ledger_of(&store).session_cost().await, 3.75);
+    }
+
+    /// A turn's model call is priced before its step is written, and its row goes in with the
+    /// step's history; the hold counts against the cap until the ledger hears how that went,
+    /// and the row is counted once either way.
+    #[tokio::test]
+    async fn a_row_priced_for_its_step_is_held_then_counted_once_stored_or_not() {
+        let store = connect("sqlite::memory:").await.unwrap();
+        store
+            .create_session(&NewSession {
+                session_id: "s1".into(),
+                user_name: None,
+                cwd: String::new(),
+                title: None,
+                parent_session_id: None,
+                agent: None,
+            })
+            .await
+            .unwrap();
+        let labels = CostLabels {
+            node_id: "agent".into(),
+            turn_id: Some("t1".into()),
+            task_id: None,
+        };
+        let ledger = ledger_of(&store);
+        ledger.settle("a", &[cost(0.5)], &labels).await;
+        assert_eq!(ledger.session_cost().await, 0.5);
+
+        ledger.reserve("step", "m", 2.0, &labels).await.unwrap();
+        let mut priced = ledger.price("step", "m", 2.0, Usage::default(), &labels);
+        priced.row.actual_usd = 1.5;
+        // On its way with the step: the hold still counts against the cap.
+        assert_eq!(ledger.hold_rest("probe").await, Some(7.5));
+        ledger.release("probe");
+        // The host stores the row with the step, then tells the ledger.
+        store.insert_cost_row(&priced.row).await.unwrap();
+        ledger.written(priced, true).await;
+        assert_eq!(ledger.session_cost().await, 2.0);
+        assert_eq!(store.cost_rows("s1").await.unwrap().len(), 2);
+
+        // A step that could not store it: the ledger writes it itself.
+        ledger.reserve("step2", "m", 1.0, &labels).await.unwrap();
+        let mut priced = ledger.price("step2", "m", 1.0, Usage::default(), &labels);
+        priced.row.actual_usd = 0.25;
+        ledger.written(priced, false).await;
+        assert_eq!(ledger.session_cost().await, 2.25);
+        assert_eq!(store.cost_rows("s1").await.unwrap().len(), 3);
+        // Both holds are gone, and a fresh read of the store agrees with the kept sum.
+        assert_eq!(ledger.hold_rest("rest").await, Some(7.75));
+        assert_eq!(ledger_of(&store).session_cost().await, 2.25);
     }
 }

@@ -38,7 +38,7 @@ use crate::error_kind::ErrorKind;
 use crate::llm::pricing::Pricing;
 use crate::llm::router::ModelRouter;
 use crate::llm::{ChatMessage, Provider, ToolSpec};
-use crate::store::StoreError;
+use crate::store::{CostRow, StoreError};
 use crate::tools::{DispatchError, PreparedCall};
 
 /// The instructions every conversation starts with.
@@ -194,6 +194,15 @@ pub(crate) trait TurnHost: CallHost + 'static {
         &self,
         message: &ChatMessage,
     ) -> impl Future<Output = Result<(), HistoryError>> + Send;
+
+    /// Adds the model's answer to the conversation, and stores its call's cost row in the same
+    /// commit where the host can, so a model's step is one commit; answers whether the row
+    /// was stored (when not, the ledger writes it). Nothing is stored on an error.
+    fn remember_answer(
+        &self,
+        message: &ChatMessage,
+        cost: &CostRow,
+    ) -> impl Future<Output = Result<bool, HistoryError>> + Send;
 
     /// Records a compaction after the conversation so far (the next `history()` applies it)
     /// and says so; the error is said to the client.

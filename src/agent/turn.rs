@@ -16,6 +16,7 @@ use super::compaction::{self, Compaction, CompactionError};
 use super::context::{cap_output, fit_context};
 use super::event::{SessionEvent, TurnCompletion};
 use super::hooks::HookEvent;
+use super::ledger::PricedRow;
 use super::{AgentSettings, TurnHost};
 use crate::error_kind::ErrorKind;
 use crate::llm::ImageData;
@@ -311,8 +312,8 @@ impl<H: TurnHost> Turn<H> {
                     };
                 }
             };
-            let cost = self.bill(reserved, response.usage, spend).await;
-            traced.finished(&response, cost);
+            let priced = self.price(reserved, response.usage, spend);
+            traced.finished(&response, priced.row.actual_usd);
             if !response.text.is_empty() {
                 self.host
                     .emit(SessionEvent::MessageCompleted {
@@ -341,8 +342,15 @@ impl<H: TurnHost> Turn<H> {
                 tool_calls: stored_calls,
                 reasoning: response.reasoning.clone(),
             };
-            if let Err(ending) = self.remember(&assistant).await {
-                return ending;
+            // The answer, its cost row and the events before it go in one commit.
+            let remembered = self.host.remember_answer(&assistant, &priced.row).await;
+            let stored = matches!(remembered, Ok(true));
+            self.scope.ledger.written(priced, stored).await;
+            if let Err(err) = remembered {
+                return Ending::Failed {
+                    code: err.kind(),
+                    message: err.to_string(),
+                };
             }
             if response.tool_calls.is_empty() {
                 return Ending::Completed(TurnCompletion::Completed);
@@ -496,24 +504,22 @@ impl<H: TurnHost> Turn<H> {
     }
 
     /// Records one model call's cost row and adds it to the turn's totals; answers its cost.
-    async fn bill(&self, reserved: f64, usage: Option<Usage>, spend: &mut Spend) -> f64 {
+    /// Prices the model call that just ended and adds it to the turn's spend; its row is
+    /// stored with the step's history.
+    fn price(&self, reserved: f64, usage: Option<Usage>, spend: &mut Spend) -> PricedRow {
         let usage = usage.unwrap_or_default();
-        let actual = self
-            .scope
-            .ledger
-            .bill(
-                &self.model_hold(),
-                &self.settings.model,
-                reserved,
-                usage,
-                &self.scope.labels,
-            )
-            .await;
+        let priced = self.scope.ledger.price(
+            &self.model_hold(),
+            &self.settings.model,
+            reserved,
+            usage,
+            &self.scope.labels,
+        );
         spend.tokens_in += usage.prompt_tokens;
         spend.tokens_out += usage.completion_tokens;
         spend.tokens_cached += usage.cached_tokens;
-        spend.cost_usd += actual;
-        actual
+        spend.cost_usd += priced.row.actual_usd;
+        priced
     }
 
     /// The hold of this turn's model call in flight (a turn makes one at a time).

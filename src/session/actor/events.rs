@@ -10,7 +10,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use super::{LINGER, SessionActor, UNSTORED_RETRY};
 use crate::agent::SessionEvent;
 use crate::session::{Outbound, ToolNames, Watcher, notification_text, stamp};
-use crate::store::{NewEvent, StoreResult, Write};
+use crate::store::{CostRow, NewEvent, StoreResult, Write};
 use crate::tools::{ToolCatalog, ToolEvent};
 
 /// The session's events on their way out: the seq of the last one stored, those lingering
@@ -75,21 +75,34 @@ impl SessionActor {
         self.commit_held(held, was_waiting).await
     }
 
-    /// Commits the lingering events and one history entry after them together, so a model's
-    /// step (its deltas, its `message/completed`, its message) is one commit; answers how the
-    /// entry went. Without events lingering, or with events the store refused waiting for
+    /// Commits the lingering events and one history entry after them together, with the cost
+    /// row of the model call that produced the entry if any, so a model's step (its deltas,
+    /// its `message/completed`, its message, its cost) is one commit; answers how the entry
+    /// went, the row going with it. Without events lingering, or with events the store refused waiting for
     /// their own retry, the entry is written alone. If the commit fails, nothing of it is
     /// stored: the entry fails (the turn ends on it) and the events are committed alone, the
     /// way [`SessionActor::commit_lingering`] does, retries and all.
-    pub(super) async fn commit_with_history(&mut self, entry: Value) -> StoreResult<()> {
+    pub(super) async fn commit_with_history(
+        &mut self,
+        entry: Value,
+        cost: Option<CostRow>,
+    ) -> StoreResult<()> {
         if self.log.lingering.is_empty() || !self.log.unstored.is_empty() {
             // The events still lingering get the next seqs; the message comes after them.
             let event_seq = self.log.last_seq + self.log.lingering.len() as i64;
-            return self
-                .writer
-                .append_message(&self.session_id, &entry, event_seq)
-                .await
-                .map(drop);
+            let message = Write::Message {
+                session_id: self.session_id.to_string(),
+                message: entry,
+                event_seq,
+            };
+            return match cost {
+                None => self.writer.write(message).await.map(drop),
+                Some(cost) => self
+                    .writer
+                    .write_all(&[message, Write::Cost(cost)])
+                    .await
+                    .map(drop),
+            };
         }
         self.log.linger_until = None;
         let held: Vec<(String, Value)> = std::mem::take(&mut self.log.lingering)
@@ -98,7 +111,7 @@ impl SessionActor {
             .collect();
         let first = self.log.last_seq + 1;
         let events = self.stamped(first, &held);
-        let writes = [
+        let mut writes = vec![
             Write::Events(events),
             Write::Message {
                 session_id: self.session_id.to_string(),
@@ -106,9 +119,10 @@ impl SessionActor {
                 event_seq: first + held.len() as i64 - 1,
             },
         ];
+        writes.extend(cost.map(Write::Cost));
         match self.writer.write_all(&writes).await {
             Ok(_) => {
-                if let [Write::Events(events), ..] = &writes {
+                if let [Write::Events(events), ..] = writes.as_slice() {
                     self.hand_out(events);
                 }
                 Ok(())

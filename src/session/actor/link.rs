@@ -13,6 +13,7 @@ use crate::agent::call::{CallHost, EventSink, Spawn};
 use crate::agent::compaction::{Compacted, CompactionOutcome};
 use crate::agent::{HistoryError, SYSTEM_PROMPT, SessionEvent, TurnHost};
 use crate::llm::{ChatMessage, ToolSpec};
+use crate::store::CostRow;
 use crate::tools::{DispatchError, PreparedCall, ToolEvent, ToolResult};
 
 /// What a running turn, a client's call or an MCP server of the session tells its actor. Sent on
@@ -50,6 +51,12 @@ pub(crate) enum ActorRequest {
     /// Add one message to the conversation.
     Remember {
         message: Box<ChatMessage>,
+        reply: oneshot::Sender<Result<(), HistoryError>>,
+    },
+    /// Add the model's answer to the conversation with its call's cost row, in one commit
+    /// with the events before it.
+    RememberAnswer {
+        answer: Box<(ChatMessage, CostRow)>,
         reply: oneshot::Sender<Result<(), HistoryError>>,
     },
     /// Record a compaction and announce it.
@@ -106,6 +113,10 @@ impl super::SessionActor {
             ActorRequest::ToolEvent(event) => self.on_tool_event(event).await,
             ActorRequest::History { reply } => self.on_history_asked(reply).await,
             ActorRequest::Remember { message, reply } => self.on_remember(&message, reply).await,
+            ActorRequest::RememberAnswer { answer, reply } => {
+                let (message, cost) = *answer;
+                self.on_remember_answer(&message, cost, reply).await;
+            }
             ActorRequest::Compacted {
                 turn_id,
                 compacted,
@@ -231,6 +242,20 @@ impl TurnHost for ActorLink {
         })
         .await
         .unwrap_or(Err(HistoryError::SessionStopped))
+    }
+
+    async fn remember_answer(
+        &self,
+        message: &ChatMessage,
+        cost: &CostRow,
+    ) -> Result<bool, HistoryError> {
+        self.ask(|reply| ActorRequest::RememberAnswer {
+            answer: Box::new((message.clone(), cost.clone())),
+            reply,
+        })
+        .await
+        .unwrap_or(Err(HistoryError::SessionStopped))
+        .map(|()| true)
     }
 
     async fn compacted(

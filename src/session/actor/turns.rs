@@ -16,6 +16,7 @@ use crate::agent::{HistoryError, TurnHost};
 use crate::error_kind::ErrorKind;
 use crate::llm::ChatMessage;
 use crate::session::{ReplyTx, SessionError, SessionReply};
+use crate::store::CostRow;
 use tokio::sync::oneshot;
 
 impl SessionActor {
@@ -347,6 +348,16 @@ impl SessionActor {
         let _ = reply.send(self.remember(message).await);
     }
 
+    /// Adds the model's answer to the history with its call's cost row, in one commit.
+    pub(super) async fn on_remember_answer(
+        &mut self,
+        message: &ChatMessage,
+        cost: CostRow,
+        reply: oneshot::Sender<Result<(), HistoryError>>,
+    ) {
+        let _ = reply.send(self.append_history(message, Some(cost)).await);
+    }
+
     /// Records a compaction and answers how it went.
     pub(super) async fn on_compacted(
         &mut self,
@@ -443,7 +454,7 @@ impl SessionActor {
         turn_id: Option<String>,
         compacted: Compacted,
     ) -> Result<(), HistoryError> {
-        self.append_history(&compacted.marker).await?;
+        self.append_history(&compacted.marker, None).await?;
         self.emit(SessionEvent::SessionCompacted {
             turn_id,
             stats: compacted.stats,
@@ -455,19 +466,24 @@ impl SessionActor {
     /// Appends one message to the stored history; the error says what failed, for the
     /// client, and was logged.
     async fn remember(&mut self, message: &ChatMessage) -> Result<(), HistoryError> {
-        self.append_history(message).await
+        self.append_history(message, None).await
     }
 
-    /// Appends one history entry (a message, or a compaction's marker); the error says what
-    /// failed, for the client, and was logged.
-    async fn append_history(&mut self, entry: &impl serde::Serialize) -> Result<(), HistoryError> {
+    /// Appends one history entry (a message, or a compaction's marker), with the cost row of
+    /// the model call that produced it if any; the error says what failed, for the client,
+    /// and was logged.
+    async fn append_history(
+        &mut self,
+        entry: &impl serde::Serialize,
+        cost: Option<CostRow>,
+    ) -> Result<(), HistoryError> {
         let value = serde_json::to_value(entry).map_err(|err| {
             tracing::error!(%err, "history entry does not serialise");
             HistoryError::Unserialisable(err)
         })?;
         // Kept for the turn's view only once stored; the commit takes its own copy.
         let kept = self.turn.history.is_some().then(|| value.clone());
-        match self.commit_with_history(value).await {
+        match self.commit_with_history(value, cost).await {
             Ok(()) => {
                 if let (Some(view), Some(value)) = (&mut self.turn.history, kept) {
                     extend_view(view, value);
