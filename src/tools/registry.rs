@@ -52,11 +52,12 @@ pub struct ToolRegistry {
     /// Tools the hard policy removed; kept only to describe them and to answer
     /// `policy_denied` instead of `unknown_tool`.
     pub(super) removed: BTreeMap<String, Entry>,
-    pub(super) deferred: BTreeSet<String>,
-    pub(super) spawn_only: BTreeSet<String>,
+    /// Shared, like the two sets below, by every session's snapshot until one changes it.
+    pub(super) deferred: Arc<BTreeSet<String>>,
+    pub(super) spawn_only: Arc<BTreeSet<String>>,
     /// Names marked spawn_only that are not registered (yet): a session's own MCP server
     /// registers its tools later, and a server's tool that went away may come back.
-    pub(super) spawn_only_pending: BTreeSet<String>,
+    pub(super) spawn_only_pending: Arc<BTreeSet<String>>,
     pub(super) hard_policy: Option<ToolPolicy>,
     /// Policies that narrow this registry further (an agent profile's): a tool must pass
     /// each, and tools registered later are held to them too.
@@ -103,9 +104,9 @@ impl ToolRegistry {
         Self {
             tools: BTreeMap::new(),
             removed: BTreeMap::new(),
-            deferred: BTreeSet::new(),
-            spawn_only: BTreeSet::new(),
-            spawn_only_pending: BTreeSet::new(),
+            deferred: Arc::default(),
+            spawn_only: Arc::default(),
+            spawn_only_pending: Arc::default(),
             hard_policy: None,
             narrowed: Vec::new(),
             provider_policy: None,
@@ -157,8 +158,8 @@ impl ToolRegistry {
         let refused = self.hard_refuses(&name, &entry.tool.meta().groups, entry.tool.tags());
         if refused {
             self.tools.remove(name.as_str());
-            self.deferred.remove(&name);
-            self.spawn_only.remove(&name);
+            Arc::make_mut(&mut self.deferred).remove(&name);
+            Arc::make_mut(&mut self.spawn_only).remove(&name);
             self.removed.insert(name, entry);
         } else {
             self.removed.remove(&name);
@@ -166,8 +167,8 @@ impl ToolRegistry {
             if !self.shown_at.contains_key(&name) {
                 self.show_last(&name);
             }
-            if self.spawn_only_pending.remove(&name) {
-                self.spawn_only.insert(name.clone());
+            if Arc::make_mut(&mut self.spawn_only_pending).remove(&name) {
+                Arc::make_mut(&mut self.spawn_only).insert(name.clone());
             }
             self.tools.insert(name.into(), entry);
         }
@@ -178,12 +179,12 @@ impl ToolRegistry {
     /// Removes a tool; returns it when it was there.
     pub fn unregister(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
         let entry = self.tools.remove(name)?;
-        self.deferred.remove(name);
+        Arc::make_mut(&mut self.deferred).remove(name);
         if self.shown_at.contains_key(name) {
             Arc::make_mut(&mut self.shown_at).remove(name);
         }
-        if self.spawn_only.remove(name) {
-            self.spawn_only_pending.insert(name.to_string());
+        if Arc::make_mut(&mut self.spawn_only).remove(name) {
+            Arc::make_mut(&mut self.spawn_only_pending).insert(name.to_string());
         }
         self.changed();
         Some(entry.tool)
@@ -233,7 +234,7 @@ impl ToolRegistry {
             self.lifecycle.base_tools = Arc::new(base_tools.into_iter().collect());
         }
         for name in self.lifecycle.base_tools.iter() {
-            self.deferred.remove(name);
+            Arc::make_mut(&mut self.deferred).remove(name);
         }
         self.changed();
     }
@@ -260,7 +261,7 @@ impl ToolRegistry {
     /// Pins a tool name against eviction and deferral, whether or not it is registered yet.
     pub fn pin_base_tool(&mut self, name: impl Into<String>) {
         let name = name.into();
-        let was_deferred = self.deferred.remove(&name);
+        let was_deferred = Arc::make_mut(&mut self.deferred).remove(&name);
         self.lifecycle.pin(name);
         if was_deferred {
             self.changed();
@@ -274,8 +275,8 @@ impl ToolRegistry {
     /// it is.
     pub fn mark_spawn_only(&mut self, name: &str) {
         if !self.tools.contains_key(name) {
-            self.spawn_only_pending.insert(name.to_string());
-        } else if self.spawn_only.insert(name.to_string()) {
+            Arc::make_mut(&mut self.spawn_only_pending).insert(name.to_string());
+        } else if Arc::make_mut(&mut self.spawn_only).insert(name.to_string()) {
             self.changed();
         }
     }
@@ -287,9 +288,9 @@ impl ToolRegistry {
 
     /// Runs every tool in the foreground; a sub-agent is already background work.
     pub fn clear_spawn_only(&mut self) {
-        self.spawn_only_pending.clear();
+        Arc::make_mut(&mut self.spawn_only_pending).clear();
         if !self.spawn_only.is_empty() {
-            self.spawn_only.clear();
+            Arc::make_mut(&mut self.spawn_only).clear();
             self.changed();
         }
     }
@@ -326,8 +327,8 @@ impl ToolRegistry {
             if let Some(entry) = self.tools.remove(name.as_str()) {
                 self.removed.insert(name.clone(), entry);
             }
-            self.deferred.remove(name);
-            self.spawn_only.remove(name);
+            Arc::make_mut(&mut self.deferred).remove(name);
+            Arc::make_mut(&mut self.spawn_only).remove(name);
         }
         refused
     }
@@ -484,19 +485,9 @@ impl ToolRegistry {
                 .map(|(name, entry)| (Arc::clone(name), entry.clone()))
                 .collect(),
             removed: self.removed.clone(),
-            deferred: self.deferred.iter().filter(|n| keep(n)).cloned().collect(),
-            spawn_only: self
-                .spawn_only
-                .iter()
-                .filter(|n| keep(n))
-                .cloned()
-                .collect(),
-            spawn_only_pending: self
-                .spawn_only_pending
-                .iter()
-                .filter(|n| keep(n))
-                .cloned()
-                .collect(),
+            deferred: kept(&self.deferred, keep),
+            spawn_only: kept(&self.spawn_only, keep),
+            spawn_only_pending: kept(&self.spawn_only_pending, keep),
             hard_policy: self.hard_policy.clone(),
             narrowed: self.narrowed.clone(),
             provider_policy: self.provider_policy.clone(),
@@ -569,6 +560,15 @@ impl ToolRegistry {
             entries.sort_by(|a, b| a.name().cmp(b.name()));
         }
         self.catalog.store(ToolCatalog { entries });
+    }
+}
+
+/// The names of `set` that `keep` keeps: `set` itself, shared, when it keeps them all.
+fn kept(set: &Arc<BTreeSet<String>>, keep: impl Fn(&str) -> bool) -> Arc<BTreeSet<String>> {
+    if set.iter().all(|name| keep(name)) {
+        Arc::clone(set)
+    } else {
+        Arc::new(set.iter().filter(|name| keep(name)).cloned().collect())
     }
 }
 

@@ -258,9 +258,7 @@ async fn calling_a_deferred_tool_activates_its_whole_group() {
 #[tokio::test]
 async fn calling_a_deferred_ungrouped_tool_activates_only_it() {
     let mut registry = registry_with(&["custom_a", "custom_b"]);
-    registry
-        .deferred
-        .extend(["custom_a".to_string(), "custom_b".to_string()]);
+    Arc::make_mut(&mut registry.deferred).extend(["custom_a".to_string(), "custom_b".to_string()]);
     registry.changed();
     registry
         .execute_with_context(&ctx(), "custom_a", &json!({}))
@@ -413,6 +411,30 @@ fn snapshots_share_the_shown_order_and_base_tools_until_they_change_them() {
     session.pin_base_tool("c");
     assert!(session.lifecycle().is_base("c"));
     assert!(!other.lifecycle().is_base("c") && !parent.lifecycle().is_base("c"));
+}
+
+#[test]
+fn snapshots_share_the_deferred_and_spawn_only_sets_until_they_change_them() {
+    let mut parent = registry_with(&["web_fetch", "web_search", "run_pipeline", "shell"]);
+    parent.defer_group("group:web");
+    parent.mark_spawn_only("run_pipeline");
+    let mut session = parent.snapshot_excluding(&[]);
+    let other = parent.snapshot_excluding(&[]);
+    assert!(Arc::ptr_eq(&session.deferred, &parent.deferred));
+    assert!(Arc::ptr_eq(&other.spawn_only, &parent.spawn_only));
+
+    // A snapshot that leaves a name out has a set of its own.
+    let narrowed = parent.snapshot_excluding(&["web_search"]);
+    assert!(!Arc::ptr_eq(&narrowed.deferred, &parent.deferred));
+    assert_eq!(narrowed.deferred_names(), ["web_fetch"]);
+    assert!(Arc::ptr_eq(&narrowed.spawn_only, &parent.spawn_only));
+
+    // Calling a deferred tool activates its group in that session only.
+    assert!(session.prepare("web_fetch", &json!({})).is_ok());
+    assert!(!Arc::ptr_eq(&session.deferred, &parent.deferred));
+    assert!(session.deferred_names().is_empty());
+    assert_eq!(other.deferred_names(), ["web_fetch", "web_search"]);
+    assert_eq!(parent.deferred_names(), ["web_fetch", "web_search"]);
 }
 
 #[test]
@@ -892,7 +914,7 @@ fn concurrency_class_defaults_to_safe() {
 fn activation_requests_from_tools_apply_before_the_next_iteration() {
     let mut registry = registry_with(&["web_fetch", "web_search", "custom"]);
     registry.defer_group("group:web");
-    registry.deferred.insert("custom".into());
+    Arc::make_mut(&mut registry.deferred).insert("custom".into());
     registry.changed();
     let cell = registry.catalog_cell();
     cell.request_activation(["group:web".to_string(), "nope".to_string()]);
