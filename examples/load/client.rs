@@ -67,8 +67,8 @@ pub struct RpcClient {
 }
 
 impl RpcClient {
-    /// Connects with TCP_NODELAY and a 4 KiB read buffer (what agentd reads with), so that
-    /// thousands of idle clients stay small.
+    /// Connects with TCP_NODELAY and a 4 KiB read buffer, so that thousands of idle clients
+    /// stay small.
     pub async fn connect(addr: SocketAddr) -> anyhow::Result<Self> {
         let config = WebSocketConfig::default().read_buffer_size(4096);
         let (ws, _) = tokio_tungstenite::connect_async_with_config(

@@ -44,7 +44,7 @@ pub fn main() -> anyhow::Result<()> {
 }
 
 async fn upgrade(ws: WebSocketUpgrade) -> Response {
-    ws.read_buffer_size(4096)
+    ws.read_buffer_size(1024)
         .write_buffer_size(0)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
