@@ -930,7 +930,7 @@ impl Sessions {
         let id = row.session_id.clone();
         // Made here and boxed: an actor captured by the task's block and then moved into the
         // future it awaits would take its room twice for the session's whole life.
-        let running = Box::pin(actor.run(rx));
+        let running = Box::pin(Box::new(actor).run(rx));
         self.inner.tracker.spawn(async move {
             running.await;
             sessions.inner.metrics.actors_live.dec();

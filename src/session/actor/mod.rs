@@ -298,7 +298,11 @@ impl SessionActor {
     }
 
     /// Serves commands until closed, cancelled, or idle for `idle_unload` with nothing to do.
-    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    ///
+    /// The actor comes boxed: an `async fn` keeps an argument taken by value twice in its
+    /// future, as the argument and as the local it is moved into, and a loaded session holds
+    /// this future for as long as it lives.
+    pub(crate) async fn run(mut self: Box<Self>, mut commands: mpsc::Receiver<Command>) {
         // A span per piece of work, not one for the actor's life: a span's slot keeps its
         // fields' allocation after it closes, and 10,000 such slots made while sessions were
         // open are scattered through the heap, holding pages that would otherwise go back to
@@ -747,5 +751,26 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionActor;
+
+    /// What a loaded session's run future takes, without an actor to run: the size of what
+    /// `run` returns.
+    fn returned<A, B, R>(_: impl FnOnce(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn the_run_future_holds_the_actor_once() {
+        let run = returned(SessionActor::run);
+        let actor = std::mem::size_of::<SessionActor>();
+        assert!(
+            run < actor,
+            "the run future takes {run} bytes beside the {actor} of the boxed actor"
+        );
     }
 }
