@@ -444,6 +444,23 @@ mod tests {
         )
     }
 
+    /// A throwaway store holding session `s1`.
+    async fn store_with_s1() -> Arc<dyn Store> {
+        let store = connect("sqlite::memory:").await.unwrap();
+        store
+            .create_session(&NewSession {
+                session_id: "s1".into(),
+                user_name: None,
+                cwd: String::new(),
+                title: None,
+                parent_session_id: None,
+                agent: None,
+            })
+            .await
+            .unwrap();
+        store
+    }
+
     fn cost(actual_usd: f64) -> CallCost {
         CallCost {
             node_id: "n".into(),
@@ -465,18 +482,7 @@ mod tests {
     /// reads them.
     #[tokio::test]
     async fn the_spend_is_read_once_then_kept_by_the_rows_the_ledger_writes() {
-        let store = connect("sqlite::memory:").await.unwrap();
-        store
-            .create_session(&NewSession {
-                session_id: "s1".into(),
-                user_name: None,
-                cwd: String::new(),
-                title: None,
-                parent_session_id: None,
-                agent: None,
-            })
-            .await
-            .unwrap();
+        let store = store_with_s1().await;
         let labels = CostLabels {
             node_id: "agent".into(),
             turn_id: None,
@@ -506,18 +512,7 @@ mod tests {
     /// and the row is counted once either way.
     #[tokio::test]
     async fn a_row_priced_for_its_step_is_held_then_counted_once_stored_or_not() {
-        let store = connect("sqlite::memory:").await.unwrap();
-        store
-            .create_session(&NewSession {
-                session_id: "s1".into(),
-                user_name: None,
-                cwd: String::new(),
-                title: None,
-                parent_session_id: None,
-                agent: None,
-            })
-            .await
-            .unwrap();
+        let store = store_with_s1().await;
         let labels = CostLabels {
             node_id: "agent".into(),
             turn_id: Some("t1".into()),
