@@ -251,20 +251,17 @@ fn write_one(connection: &Connection, write: &Write) -> StoreResult<i64> {
             session_id,
             message,
             event_seq,
-        } => connection
-            .prepare_cached(sql::INSERT_MESSAGE)
-            .and_then(|mut insert| {
-                insert.query_row(
-                    params![
-                        session_id,
-                        json_text(message).map_err(to_sqlite)?,
-                        ts(timestamp_now()).map_err(to_sqlite)?,
-                        event_seq
-                    ],
-                    |row| row.get(0),
-                )
-            })
-            .map_err(sqlite_error),
+        } => {
+            let (message, created_at) = (json_text(message)?, ts(timestamp_now())?);
+            connection
+                .prepare_cached(sql::INSERT_MESSAGE)
+                .and_then(|mut insert| {
+                    insert.query_row(params![session_id, message, created_at, event_seq], |row| {
+                        row.get(0)
+                    })
+                })
+                .map_err(sqlite_error)
+        }
         Write::Cost(row) => {
             let created_at = ts(row.created_at)?;
             connection
@@ -344,30 +341,10 @@ fn insert_events(connection: &Connection, events: &[NewEvent]) -> StoreResult<()
     Ok(())
 }
 
-/// A store error carried through rusqlite's closures as a conversion failure.
-fn to_sqlite(err: StoreError) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(Box::new(err))
-}
-
 /// Maps a rusqlite error onto the store's kinds, as `db_error` does sqlx's, so both drivers
 /// report a taken key, a missing row and a stale seq alike.
 pub(super) fn sqlite_error(err: rusqlite::Error) -> StoreError {
     use rusqlite::ffi;
-    if let rusqlite::Error::ToSqlConversionFailure(inner) = &err
-        && inner.is::<StoreError>()
-    {
-        return match err {
-            rusqlite::Error::ToSqlConversionFailure(inner) => {
-                match inner.downcast::<StoreError>() {
-                    Ok(store) => *store,
-                    Err(inner) => {
-                        StoreError::Sqlite(rusqlite::Error::ToSqlConversionFailure(inner))
-                    }
-                }
-            }
-            other => StoreError::Sqlite(other),
-        };
-    }
     if let rusqlite::Error::SqliteFailure(failure, message) = &err {
         let message = message.clone().unwrap_or_else(|| failure.to_string());
         if message.contains(crate::store::SEQ_NOT_PAST_LAST) {
