@@ -268,11 +268,10 @@ impl Ledger {
         usage: Usage,
         labels: &CostLabels,
     ) -> f64 {
-        let row = self.priced_row(model, reserved, usage, labels);
-        let _ledger = self.lock.lock().await;
-        self.insert(&row).await;
-        self.release(key);
-        row.actual_usd
+        let priced = self.price(key, model, reserved, usage, labels);
+        let actual = priced.row.actual_usd;
+        self.written(priced, false).await;
+        actual
     }
 
     /// Prices a finished model call of `model` like [`Ledger::bill`], but leaves its row to
