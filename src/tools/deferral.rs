@@ -46,9 +46,7 @@ impl ToolRegistry {
         let members = self.members_of(group);
         let mut deferred = Vec::new();
         for name in members {
-            if !self.lifecycle.is_base(&name)
-                && Arc::make_mut(&mut self.deferred).insert(name.clone())
-            {
+            if !self.lifecycle.is_base(&name) && self.deferred.insert(&name) {
                 deferred.push(name);
             }
         }
@@ -61,7 +59,7 @@ impl ToolRegistry {
     /// Defers one registered tool (never a base tool); whether it was newly deferred.
     pub fn defer_tool(&mut self, name: &str) -> bool {
         let deferrable = self.tools.contains_key(name) && !self.lifecycle.is_base(name);
-        if !deferrable || !Arc::make_mut(&mut self.deferred).insert(name.to_string()) {
+        if !deferrable || !self.deferred.insert(&name) {
             return false;
         }
         self.changed();
@@ -96,7 +94,7 @@ impl ToolRegistry {
         };
         let mut activated = Vec::new();
         for name in candidates {
-            if Arc::make_mut(&mut self.deferred).remove(&name) {
+            if self.deferred.remove(&name) {
                 if asked {
                     self.lifecycle.touch(&name);
                 }
@@ -155,7 +153,7 @@ impl ToolRegistry {
             self.lifecycle.find_evictable(&active, &self.spawn_only)
         };
         if !evicted.is_empty() {
-            Arc::make_mut(&mut self.deferred).extend(evicted.iter().cloned());
+            self.deferred.extend(&evicted);
             tracing::debug!(evicted = ?evicted, "tools evicted");
             self.changed();
         }

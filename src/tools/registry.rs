@@ -53,11 +53,11 @@ pub struct ToolRegistry {
     /// `policy_denied` instead of `unknown_tool`.
     pub(super) removed: BTreeMap<String, Entry>,
     /// Shared, like the two sets below, by every session's snapshot until one changes it.
-    pub(super) deferred: Arc<BTreeSet<String>>,
-    pub(super) spawn_only: Arc<BTreeSet<String>>,
+    pub(super) deferred: SharedNames,
+    pub(super) spawn_only: SharedNames,
     /// Names marked spawn_only that are not registered (yet): a session's own MCP server
     /// registers its tools later, and a server's tool that went away may come back.
-    pub(super) spawn_only_pending: Arc<BTreeSet<String>>,
+    pub(super) spawn_only_pending: SharedNames,
     pub(super) hard_policy: Option<ToolPolicy>,
     /// Policies that narrow this registry further (an agent profile's): a tool must pass
     /// each, and tools registered later are held to them too.
@@ -104,9 +104,9 @@ impl ToolRegistry {
         Self {
             tools: BTreeMap::new(),
             removed: BTreeMap::new(),
-            deferred: Arc::default(),
-            spawn_only: Arc::default(),
-            spawn_only_pending: Arc::default(),
+            deferred: SharedNames::default(),
+            spawn_only: SharedNames::default(),
+            spawn_only_pending: SharedNames::default(),
             hard_policy: None,
             narrowed: Vec::new(),
             provider_policy: None,
@@ -158,8 +158,8 @@ impl ToolRegistry {
         let refused = self.hard_refuses(&name, &entry.tool.meta().groups, entry.tool.tags());
         if refused {
             self.tools.remove(name.as_str());
-            Arc::make_mut(&mut self.deferred).remove(&name);
-            Arc::make_mut(&mut self.spawn_only).remove(&name);
+            self.deferred.remove(&name);
+            self.spawn_only.remove(&name);
             self.removed.insert(name, entry);
         } else {
             self.removed.remove(&name);
@@ -167,8 +167,8 @@ impl ToolRegistry {
             if !self.shown_at.contains_key(&name) {
                 self.show_last(&name);
             }
-            if Arc::make_mut(&mut self.spawn_only_pending).remove(&name) {
-                Arc::make_mut(&mut self.spawn_only).insert(name.clone());
+            if self.spawn_only_pending.remove(&name) {
+                self.spawn_only.insert(&name);
             }
             self.tools.insert(name.into(), entry);
         }
@@ -179,12 +179,12 @@ impl ToolRegistry {
     /// Removes a tool; returns it when it was there.
     pub fn unregister(&mut self, name: &str) -> Option<Arc<dyn Tool>> {
         let entry = self.tools.remove(name)?;
-        Arc::make_mut(&mut self.deferred).remove(name);
+        self.deferred.remove(name);
         if self.shown_at.contains_key(name) {
             Arc::make_mut(&mut self.shown_at).remove(name);
         }
-        if Arc::make_mut(&mut self.spawn_only).remove(name) {
-            Arc::make_mut(&mut self.spawn_only_pending).insert(name.to_string());
+        if self.spawn_only.remove(name) {
+            self.spawn_only_pending.insert(&name);
         }
         self.changed();
         Some(entry.tool)
@@ -234,7 +234,7 @@ impl ToolRegistry {
             self.lifecycle.base_tools = Arc::new(base_tools.into_iter().collect());
         }
         for name in self.lifecycle.base_tools.iter() {
-            Arc::make_mut(&mut self.deferred).remove(name);
+            self.deferred.remove(name);
         }
         self.changed();
     }
@@ -261,7 +261,7 @@ impl ToolRegistry {
     /// Pins a tool name against eviction and deferral, whether or not it is registered yet.
     pub fn pin_base_tool(&mut self, name: impl Into<String>) {
         let name = name.into();
-        let was_deferred = Arc::make_mut(&mut self.deferred).remove(&name);
+        let was_deferred = self.deferred.remove(&name);
         self.lifecycle.pin(name);
         if was_deferred {
             self.changed();
@@ -275,8 +275,8 @@ impl ToolRegistry {
     /// it is.
     pub fn mark_spawn_only(&mut self, name: &str) {
         if !self.tools.contains_key(name) {
-            Arc::make_mut(&mut self.spawn_only_pending).insert(name.to_string());
-        } else if Arc::make_mut(&mut self.spawn_only).insert(name.to_string()) {
+            self.spawn_only_pending.insert(&name);
+        } else if self.spawn_only.insert(&name) {
             self.changed();
         }
     }
@@ -288,9 +288,9 @@ impl ToolRegistry {
 
     /// Runs every tool in the foreground; a sub-agent is already background work.
     pub fn clear_spawn_only(&mut self) {
-        Arc::make_mut(&mut self.spawn_only_pending).clear();
+        self.spawn_only_pending.clear();
         if !self.spawn_only.is_empty() {
-            Arc::make_mut(&mut self.spawn_only).clear();
+            self.spawn_only.clear();
             self.changed();
         }
     }
@@ -327,8 +327,8 @@ impl ToolRegistry {
             if let Some(entry) = self.tools.remove(name.as_str()) {
                 self.removed.insert(name.clone(), entry);
             }
-            Arc::make_mut(&mut self.deferred).remove(name);
-            Arc::make_mut(&mut self.spawn_only).remove(name);
+            self.deferred.remove(name);
+            self.spawn_only.remove(name);
         }
         refused
     }
@@ -485,9 +485,9 @@ impl ToolRegistry {
                 .map(|(name, entry)| (Arc::clone(name), entry.clone()))
                 .collect(),
             removed: self.removed.clone(),
-            deferred: kept(&self.deferred, keep),
-            spawn_only: kept(&self.spawn_only, keep),
-            spawn_only_pending: kept(&self.spawn_only_pending, keep),
+            deferred: self.deferred.kept(keep),
+            spawn_only: self.spawn_only.kept(keep),
+            spawn_only_pending: self.spawn_only_pending.kept(keep),
             hard_policy: self.hard_policy.clone(),
             narrowed: self.narrowed.clone(),
             provider_policy: self.provider_policy.clone(),
@@ -563,12 +563,59 @@ impl ToolRegistry {
     }
 }
 
-/// The names of `set` that `keep` keeps: `set` itself, shared, when it keeps them all.
-fn kept(set: &Arc<BTreeSet<String>>, keep: impl Fn(&str) -> bool) -> Arc<BTreeSet<String>> {
-    if set.iter().all(|name| keep(name)) {
-        Arc::clone(set)
-    } else {
-        Arc::new(set.iter().filter(|name| keep(name)).cloned().collect())
+/// A set of tool names shared by a registry's snapshots until one of them changes it: a
+/// change that changes nothing (removing an absent name) copies nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct SharedNames(Arc<BTreeSet<String>>);
+
+impl SharedNames {
+    /// Adds `name`; whether it was absent.
+    pub(super) fn insert(&mut self, name: &str) -> bool {
+        !self.0.contains(name) && Arc::make_mut(&mut self.0).insert(name.to_string())
+    }
+
+    /// Removes `name`; whether it was there.
+    pub(super) fn remove(&mut self, name: &str) -> bool {
+        self.0.contains(name) && Arc::make_mut(&mut self.0).remove(name)
+    }
+
+    /// Adds every name of `names`.
+    pub(super) fn extend(&mut self, names: impl IntoIterator<Item = impl AsRef<str>>) {
+        for name in names {
+            self.insert(name.as_ref());
+        }
+    }
+
+    /// Empties the set.
+    pub(super) fn clear(&mut self) {
+        if !self.0.is_empty() {
+            self.0 = Arc::default();
+        }
+    }
+
+    /// The names `keep` keeps: this set itself, shared, when it keeps them all.
+    fn kept(&self, keep: impl Fn(&str) -> bool) -> Self {
+        if self.0.iter().all(|name| keep(name)) {
+            self.clone()
+        } else {
+            Self(Arc::new(
+                self.0.iter().filter(|name| keep(name)).cloned().collect(),
+            ))
+        }
+    }
+
+    /// Whether `other` is this very set, not a copy.
+    #[cfg(test)]
+    pub(super) fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::ops::Deref for SharedNames {
+    type Target = BTreeSet<String>;
+
+    fn deref(&self) -> &BTreeSet<String> {
+        &self.0
     }
 }
 

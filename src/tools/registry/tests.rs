@@ -258,7 +258,7 @@ async fn calling_a_deferred_tool_activates_its_whole_group() {
 #[tokio::test]
 async fn calling_a_deferred_ungrouped_tool_activates_only_it() {
     let mut registry = registry_with(&["custom_a", "custom_b"]);
-    Arc::make_mut(&mut registry.deferred).extend(["custom_a".to_string(), "custom_b".to_string()]);
+    registry.deferred.extend(["custom_a", "custom_b"]);
     registry.changed();
     registry
         .execute_with_context(&ctx(), "custom_a", &json!({}))
@@ -420,18 +420,24 @@ fn snapshots_share_the_deferred_and_spawn_only_sets_until_they_change_them() {
     parent.mark_spawn_only("run_pipeline");
     let mut session = parent.snapshot_excluding(&[]);
     let other = parent.snapshot_excluding(&[]);
-    assert!(Arc::ptr_eq(&session.deferred, &parent.deferred));
-    assert!(Arc::ptr_eq(&other.spawn_only, &parent.spawn_only));
+    assert!(session.deferred.shares(&parent.deferred));
+    assert!(other.spawn_only.shares(&parent.spawn_only));
+
+    // Unregistering a tool in neither set copies neither.
+    let mut plain = parent.snapshot_excluding(&[]);
+    assert!(plain.unregister("shell").is_some());
+    assert!(plain.deferred.shares(&parent.deferred));
+    assert!(plain.spawn_only.shares(&parent.spawn_only));
 
     // A snapshot that leaves a name out has a set of its own.
     let narrowed = parent.snapshot_excluding(&["web_search"]);
-    assert!(!Arc::ptr_eq(&narrowed.deferred, &parent.deferred));
+    assert!(!narrowed.deferred.shares(&parent.deferred));
     assert_eq!(narrowed.deferred_names(), ["web_fetch"]);
-    assert!(Arc::ptr_eq(&narrowed.spawn_only, &parent.spawn_only));
+    assert!(narrowed.spawn_only.shares(&parent.spawn_only));
 
     // Calling a deferred tool activates its group in that session only.
     assert!(session.prepare("web_fetch", &json!({})).is_ok());
-    assert!(!Arc::ptr_eq(&session.deferred, &parent.deferred));
+    assert!(!session.deferred.shares(&parent.deferred));
     assert!(session.deferred_names().is_empty());
     assert_eq!(other.deferred_names(), ["web_fetch", "web_search"]);
     assert_eq!(parent.deferred_names(), ["web_fetch", "web_search"]);
@@ -914,7 +920,7 @@ fn concurrency_class_defaults_to_safe() {
 fn activation_requests_from_tools_apply_before_the_next_iteration() {
     let mut registry = registry_with(&["web_fetch", "web_search", "custom"]);
     registry.defer_group("group:web");
-    Arc::make_mut(&mut registry.deferred).insert("custom".into());
+    registry.deferred.insert("custom");
     registry.changed();
     let cell = registry.catalog_cell();
     cell.request_activation(["group:web".to_string(), "nope".to_string()]);
