@@ -338,6 +338,19 @@ pub trait Writer: Send + Sync + 'static {
         Ok(answers.first().copied().unwrap_or(0))
     }
 
+    /// [`Writer::write_all`] of writes the caller gives up, so a writer that hands them to
+    /// another thread moves them instead of copying a step's message and events.
+    async fn write_vec(&self, mut writes: Vec<Write>) -> StoreResult<Vec<i64>> {
+        match writes.pop() {
+            Some(write) if writes.is_empty() => Ok(vec![self.write(write).await?]),
+            Some(last) => {
+                writes.push(last);
+                self.write_all(&writes).await
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Appends events, all or none ([`Write::Events`]); nothing when there are none.
     async fn append_events(&self, events: &[NewEvent]) -> StoreResult<()> {
         if events.is_empty() {

@@ -78,8 +78,8 @@ impl SessionActor {
     /// Commits the lingering events and one history entry after them together, with the cost
     /// row of the model call that produced the entry if any, so a model's step (its deltas,
     /// its `message/completed`, its message, its cost) is one commit; answers how the entry
-    /// went, the row going with it. Without events lingering, or with events the store refused waiting for
-    /// their own retry, the entry is written alone. If the commit fails, nothing of it is
+    /// went, the row going with it. With events the store refused waiting for their own retry,
+    /// the entry (and its row) is written without the lingering events. If the commit fails, nothing of it is
     /// stored: the entry fails (the turn ends on it) and the events are committed alone, the
     /// way [`SessionActor::commit_lingering`] does, retries and all.
     pub(super) async fn commit_with_history(
@@ -87,48 +87,40 @@ impl SessionActor {
         entry: Value,
         cost: Option<CostRow>,
     ) -> StoreResult<()> {
-        if self.log.lingering.is_empty() || !self.log.unstored.is_empty() {
-            // The events still lingering get the next seqs; the message comes after them.
-            let event_seq = self.log.last_seq + self.log.lingering.len() as i64;
-            let message = Write::Message {
-                session_id: self.session_id.to_string(),
-                message: entry,
-                event_seq,
-            };
-            return match cost {
-                None => self.writer.write(message).await.map(drop),
-                Some(cost) => self
-                    .writer
-                    .write_all(&[message, Write::Cost(cost)])
-                    .await
-                    .map(drop),
-            };
+        // Events the store refused wait for their own retry, ahead of anything later.
+        let merged = self.log.unstored.is_empty();
+        let held: Vec<(String, Value)> = if merged {
+            self.log.linger_until = None;
+            std::mem::take(&mut self.log.lingering)
+                .into_iter()
+                .map(SessionEvent::into_wire)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let events = self.stamped(self.log.last_seq + 1, &held);
+        // Events still lingering get the next seqs; the message comes after them.
+        let event_seq = self.log.last_seq + (held.len() + self.log.lingering.len()) as i64;
+        let mut writes = Vec::with_capacity(3);
+        if !events.is_empty() {
+            // A copy of shared texts: the writes themselves go to the store.
+            writes.push(Write::Events(events.clone()));
         }
-        self.log.linger_until = None;
-        let held: Vec<(String, Value)> = std::mem::take(&mut self.log.lingering)
-            .into_iter()
-            .map(SessionEvent::into_wire)
-            .collect();
-        let first = self.log.last_seq + 1;
-        let events = self.stamped(first, &held);
-        let mut writes = vec![
-            Write::Events(events),
-            Write::Message {
-                session_id: self.session_id.to_string(),
-                message: entry,
-                event_seq: first + held.len() as i64 - 1,
-            },
-        ];
+        writes.push(Write::Message {
+            session_id: self.session_id.to_string(),
+            message: entry,
+            event_seq,
+        });
         writes.extend(cost.map(Write::Cost));
-        match self.writer.write_all(&writes).await {
+        match self.writer.write_vec(writes).await {
             Ok(_) => {
-                if let [Write::Events(events), ..] = writes.as_slice() {
-                    self.hand_out(events);
-                }
+                self.hand_out(&events);
                 Ok(())
             }
             Err(err) => {
-                self.commit_held(held, false).await;
+                if !held.is_empty() {
+                    self.commit_held(held, false).await;
+                }
                 Err(err)
             }
         }

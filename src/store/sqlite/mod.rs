@@ -432,6 +432,10 @@ impl Writer for SqliteStore {
         let answers = self.writer.write_all(vec![write]).await?;
         Ok(answers.first().copied().unwrap_or(0))
     }
+
+    async fn write_vec(&self, writes: Vec<Write>) -> StoreResult<Vec<i64>> {
+        self.writer.write_all(writes).await
+    }
 }
 
 impl SqliteStore {
