@@ -14,7 +14,9 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use tokio::sync::{Notify, mpsc};
+use futures_util::stream::SplitStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -75,7 +77,7 @@ pub async fn upgrade(
         .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| Connection::new(app, caller).serve(socket))
+        .on_upgrade(move |socket| Connection::start(app, caller, socket))
 }
 
 /// The state of one WebSocket connection.
@@ -87,13 +89,8 @@ struct Connection {
     id: u64,
     /// Answers and replayed events; the writer holds the other end and ends when it closes.
     out: mpsc::Sender<Outbound>,
-    /// Hands the writer a watched session's live queue, once what precedes it is in `out`.
-    follow: mpsc::UnboundedSender<mpsc::Receiver<Outbound>>,
-    /// The writer's ends of `out` and `follow`, until it starts.
-    queues: Option<(
-        mpsc::Receiver<Outbound>,
-        mpsc::UnboundedReceiver<mpsc::Receiver<Outbound>>,
-    )>,
+    /// Asks the writer for a ping, and hands it watched sessions' live queues.
+    signals: Arc<writer::WriterSignals>,
     /// Fired by a session that cut this connection off for falling behind.
     lagged: CancellationToken,
     /// The watched sessions, by id.
@@ -101,46 +98,51 @@ struct Connection {
 }
 
 impl Connection {
-    /// A connection of `caller`'s, its writer's queues made but not yet drained.
-    fn new(app: AppState, caller: Caller) -> Self {
+    /// Starts a connection of `caller`'s on `socket`: its writer task now, its reader as the
+    /// future returned, which the caller runs.
+    ///
+    /// Not an `async fn`: one keeps its arguments in its future beside what they become, and
+    /// every idle connection would hold a dead copy of the whole socket and of itself.
+    fn start(
+        app: AppState,
+        caller: Caller,
+        socket: WebSocket,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let (out, out_rx) = mpsc::channel(app.config().server.ws_queue_frames);
-        let (follow, follow_rx) = mpsc::unbounded_channel();
-        let id = app.next_connection_id();
-        Self {
+        let signals = Arc::<writer::WriterSignals>::default();
+        let lagged = CancellationToken::new();
+        let (sink, stream) = socket.split();
+        let writer = tokio::spawn(writer::write_frames(
+            sink,
+            writer::FrameSources {
+                out: out_rx,
+                signals: Arc::clone(&signals),
+                lagged: lagged.clone(),
+                shutdown: app.shutdown().clone(),
+            },
+        ));
+        let mut connection = Self {
+            id: app.next_connection_id(),
             app,
             caller,
-            id,
             out,
-            follow,
-            queues: Some((out_rx, follow_rx)),
-            lagged: CancellationToken::new(),
+            signals,
+            lagged,
             attached: HashMap::new(),
+        };
+        async move {
+            connection.serve(stream).await;
+            connection.finish(writer).await;
         }
     }
 
-    /// Runs the connection until the client leaves, is cut off, or the server stops.
+    /// Reads the connection until the client leaves, is cut off, or the server stops.
     ///
     /// No span lives as long as the connection: a span's slot keeps its fields' allocation
     /// after it closes, and one made for each of 10,000 connections is scattered through the
     /// heap, holding pages after they are gone. Its own log lines name the connection instead.
-    async fn serve(mut self, socket: WebSocket) {
+    async fn serve(&mut self, mut stream: SplitStream<WebSocket>) {
         self.app.metrics().connections.inc();
-        let (sink, mut stream) = socket.split();
-        let Some((out, follow)) = self.queues.take() else {
-            return;
-        };
-        // The reader asks the writer for a ping when the client has been quiet.
-        let ping = Arc::new(Notify::new());
-        let mut writer = tokio::spawn(writer::write_frames(
-            sink,
-            writer::FrameSources {
-                out,
-                follow,
-                ping: Arc::clone(&ping),
-                lagged: self.lagged.clone(),
-                shutdown: self.app.shutdown().clone(),
-            },
-        ));
         // Every whole frame (a pong included) shows the client is alive and not stuck inside
         // a frame. After `quiet` without one it is pinged; after as long again it is closed. A
         // client cannot answer a ping in the middle of a frame, so a frame that stalls, or
@@ -164,7 +166,7 @@ impl Connection {
                         break;
                     }
                     pinged = true;
-                    ping.notify_one();
+                    self.signals.ping();
                     continue;
                 }
                 () = self.lagged.cancelled() => break,
@@ -198,11 +200,24 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Detaches from every watched session, then lets `writer` write what is queued and close
+    /// the socket.
+    async fn finish(self, mut writer: JoinHandle<()>) {
         for attachment in self.attached.values() {
             attachment.handle.detach(self.id).await;
         }
-        self.attached.clear();
-        drop(self.out);
+        // The live queues' senders go too, so nothing holds the writer but what it still has
+        // to write.
+        let Self {
+            app,
+            id,
+            out,
+            attached,
+            ..
+        } = self;
+        drop((attached, out));
         // A client that reads nothing cannot hold the connection open past its last frame's
         // grace and the close's.
         if tokio::time::timeout(STUCK_CLIENT + CLOSE_TIMEOUT, &mut writer)
@@ -211,9 +226,9 @@ impl Connection {
         {
             writer.abort();
         }
-        self.app.metrics().connections.dec();
+        app.metrics().connections.dec();
         crate::heap::trim_soon();
-        tracing::debug!(connection = self.id, "connection closed");
+        tracing::debug!(connection = id, "connection closed");
     }
 
     /// Answers one text frame: a refusal at once, a request by its method.
@@ -241,5 +256,30 @@ impl Connection {
                 let _ = queue.send(frame).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns: an `async fn`'s future, without making one.
+    fn returned<A, B, R>(_: impl FnOnce(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    fn returned3<A, B, C, R>(_: impl FnOnce(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn an_idle_connection_keeps_no_dead_copy_of_its_socket() {
+        let connection = returned3(Connection::start);
+        let reader = returned(Connection::serve);
+        let socket = std::mem::size_of::<WebSocket>();
+        assert!(
+            connection < socket + reader,
+            "the connection's future takes {connection} bytes: its reader's {reader} and the {socket} of a socket it no longer uses"
+        );
     }
 }

@@ -68,8 +68,7 @@ impl Connection {
 
     /// Lets the writer drain a session's live frames, after everything queued so far.
     fn forward(&self, live_rx: mpsc::Receiver<Outbound>) {
-        // Fails only once the writer has ended, and then nothing more is written anyway.
-        let _ = self.follow.send(live_rx);
+        self.signals.follow(live_rx);
     }
 
     /// `session/open`: create or re-attach, replay `after_seq`, answer, then go live.

@@ -3,7 +3,8 @@
 //! with one flush, so an answer and the events before it leave in one TCP write.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::future::FutureExt;
@@ -22,14 +23,51 @@ const FRAMES_PER_FLUSH: usize = 64;
 pub(super) struct FrameSources {
     /// Answers and replayed events, in the order the reader queued them.
     pub out: mpsc::Receiver<Outbound>,
-    /// Live queues of watched sessions, each sent once its replay and answer are in `out`.
-    pub follow: mpsc::UnboundedReceiver<mpsc::Receiver<Outbound>>,
-    /// The reader asks for a ping through it when the client has been quiet.
-    pub ping: Arc<Notify>,
+    /// What the reader asks of the writer besides frames.
+    pub signals: Arc<WriterSignals>,
     /// Fired when a session cut this connection off for falling behind.
     pub lagged: CancellationToken,
     /// Fired when the server stops.
     pub shutdown: CancellationToken,
+}
+
+/// The reader's requests to the writer that are not frames: a ping when the client has been
+/// quiet, and the live queues of sessions it now watches. One wake-up carries both, where a
+/// channel of queues would cost every connection a channel it uses once or twice.
+#[derive(Default)]
+pub(super) struct WriterSignals {
+    wake: Notify,
+    ping: AtomicBool,
+    /// Live queues, each handed over once its session's replay and answer are in `out`.
+    follow: Mutex<Vec<mpsc::Receiver<Outbound>>>,
+}
+
+impl WriterSignals {
+    /// Asks for a ping.
+    pub(super) fn ping(&self) {
+        self.ping.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Hands over a session's live queue, to be drained after everything queued in `out` so
+    /// far.
+    pub(super) fn follow(&self, queue: mpsc::Receiver<Outbound>) {
+        self.follow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(queue);
+        self.wake.notify_one();
+    }
+
+    /// The live queues handed over since the last call.
+    fn followed(&self) -> Vec<mpsc::Receiver<Outbound>> {
+        std::mem::take(
+            &mut *self
+                .follow
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 /// One frame, or the end of the socket.
@@ -44,8 +82,7 @@ enum Next {
 pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, sources: FrameSources) {
     let FrameSources {
         mut out,
-        mut follow,
-        ping,
+        signals,
         lagged,
         shutdown,
     } = sources;
@@ -61,13 +98,16 @@ pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, source
                 biased;
                 () = lagged.cancelled() => Next::Close(1013, "too far behind; reconnect with after_seq"),
                 () = shutdown.cancelled() => Next::Close(1001, "server shutting down"),
-                () = ping.notified() => Next::Frame(Message::Ping(Default::default())),
-                queue = follow.recv() => {
-                    if let Some(queue) = queue {
+                () = signals.wake.notified() => {
+                    let followed = signals.followed();
+                    if !followed.is_empty() {
                         backlog.extend(std::iter::from_fn(|| out.try_recv().ok()));
-                        live.push(drain(queue));
+                        live.extend(followed.into_iter().map(drain));
                     }
-                    continue;
+                    if !signals.ping.swap(false, Ordering::AcqRel) {
+                        continue;
+                    }
+                    Next::Frame(Message::Ping(Default::default()))
                 }
                 frame = out.recv() => frame.map_or(Next::Stop, next_of),
                 Some(frame) = live.next(), if !live.is_empty() => next_of(frame),
@@ -76,7 +116,7 @@ pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, source
         let mut batch = match first {
             Next::Frame(message) => vec![message],
             Next::Close(code, reason) => {
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason))).await;
+                send_close(&mut sink, code, reason).await;
                 break;
             }
             Next::Stop => break,
@@ -97,15 +137,25 @@ pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, source
                 Some(Next::Stop) | None => break,
             }
         }
-        if !send_all(&mut sink, batch, &lagged, &shutdown).await {
+        // Boxed, as the closes are: an idle connection's writer keeps room only for waiting.
+        if !Box::pin(send_all(&mut sink, batch, &lagged, &shutdown)).await {
             break;
         }
         if let Some((code, reason)) = closing {
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close(code, reason))).await;
+            send_close(&mut sink, code, reason).await;
             break;
         }
     }
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
+    let _ = Box::pin(tokio::time::timeout(CLOSE_TIMEOUT, sink.close())).await;
+}
+
+/// Sends a close frame, waiting at most [`CLOSE_TIMEOUT`] for a client that does not read.
+async fn send_close(sink: &mut SplitSink<WebSocket, Message>, code: u16, reason: &'static str) {
+    let _ = Box::pin(tokio::time::timeout(
+        CLOSE_TIMEOUT,
+        sink.send(close(code, reason)),
+    ))
+    .await;
 }
 
 /// Writes `batch` with one flush. A client that stops reading blocks the write; cut off (or
