@@ -51,18 +51,20 @@ pub struct ToolRegistry {
     pub(super) tools: BTreeMap<Arc<str>, Entry>,
     /// Tools the hard policy removed; kept only to describe them and to answer
     /// `policy_denied` instead of `unknown_tool`.
-    pub(super) removed: BTreeMap<String, Entry>,
+    /// Shared by every snapshot until one changes it.
+    pub(super) removed: Arc<BTreeMap<String, Entry>>,
     /// Shared, like the two sets below, by every session's snapshot until one changes it.
     pub(super) deferred: SharedNames,
     pub(super) spawn_only: SharedNames,
     /// Names marked spawn_only that are not registered (yet): a session's own MCP server
     /// registers its tools later, and a server's tool that went away may come back.
     pub(super) spawn_only_pending: SharedNames,
-    pub(super) hard_policy: Option<ToolPolicy>,
+    /// Shared, as the policies below are, by every snapshot: set once, read on every check.
+    pub(super) hard_policy: Option<Arc<ToolPolicy>>,
     /// Policies that narrow this registry further (an agent profile's): a tool must pass
     /// each, and tools registered later are held to them too.
-    pub(super) narrowed: Vec<ToolPolicy>,
-    pub(super) provider_policy: Option<ToolPolicy>,
+    pub(super) narrowed: Vec<Arc<ToolPolicy>>,
+    pub(super) provider_policy: Option<Arc<ToolPolicy>>,
     pub(super) context_filter: Vec<String>,
     pub(super) lifecycle: ToolLifecycle,
     pub(super) max_args_bytes: usize,
@@ -103,7 +105,7 @@ impl ToolRegistry {
     pub fn new(lifecycle: ToolLifecycle) -> Self {
         Self {
             tools: BTreeMap::new(),
-            removed: BTreeMap::new(),
+            removed: Arc::default(),
             deferred: SharedNames::default(),
             spawn_only: SharedNames::default(),
             spawn_only_pending: SharedNames::default(),
@@ -160,9 +162,11 @@ impl ToolRegistry {
             self.tools.remove(name.as_str());
             self.deferred.remove(&name);
             self.spawn_only.remove(&name);
-            self.removed.insert(name, entry);
+            Arc::make_mut(&mut self.removed).insert(name, entry);
         } else {
-            self.removed.remove(&name);
+            if self.removed.contains_key(&name) {
+                Arc::make_mut(&mut self.removed).remove(&name);
+            }
             self.lifecycle.touch(&name);
             if !self.shown_at.contains_key(&name) {
                 self.show_last(&name);
@@ -307,7 +311,7 @@ impl ToolRegistry {
     /// names removed.
     pub fn apply_policy(&mut self, policy: ToolPolicy) -> Vec<String> {
         let refused = self.remove_refused(&policy);
-        self.hard_policy = Some(policy);
+        self.hard_policy = Some(Arc::new(policy));
         self.changed();
         refused
     }
@@ -325,7 +329,7 @@ impl ToolRegistry {
             .collect();
         for name in &refused {
             if let Some(entry) = self.tools.remove(name.as_str()) {
-                self.removed.insert(name.clone(), entry);
+                Arc::make_mut(&mut self.removed).insert(name.clone(), entry);
             }
             self.deferred.remove(name);
             self.spawn_only.remove(name);
@@ -338,7 +342,7 @@ impl ToolRegistry {
     /// later must pass it too. Answers the names removed.
     pub fn narrow(&mut self, policy: ToolPolicy) -> Vec<String> {
         let refused = self.remove_refused(&policy);
-        self.narrowed.push(policy);
+        self.narrowed.push(Arc::new(policy));
         self.changed();
         refused
     }
@@ -353,13 +357,13 @@ impl ToolRegistry {
 
     /// The system-wide policy applied to this registry, if any.
     pub fn hard_policy(&self) -> Option<&ToolPolicy> {
-        self.hard_policy.as_ref()
+        self.hard_policy.as_deref()
     }
 
     /// Sets (or clears) the soft policy for the configured model: refused tools stay
     /// registered but leave `specs()` and are refused when called.
     pub fn set_provider_policy(&mut self, policy: Option<ToolPolicy>) {
-        self.provider_policy = policy.filter(|p| !p.is_empty());
+        self.provider_policy = policy.filter(|p| !p.is_empty()).map(Arc::new);
         self.changed();
     }
 
@@ -484,7 +488,7 @@ impl ToolRegistry {
                 .filter(|(name, _)| keep(name))
                 .map(|(name, entry)| (Arc::clone(name), entry.clone()))
                 .collect(),
-            removed: self.removed.clone(),
+            removed: Arc::clone(&self.removed),
             deferred: self.deferred.kept(keep),
             spawn_only: self.spawn_only.kept(keep),
             spawn_only_pending: self.spawn_only_pending.kept(keep),

@@ -515,6 +515,44 @@ async fn rebind_cwd_rebuilds_only_cwd_bound_tools() {
 }
 
 #[tokio::test]
+async fn snapshots_share_their_parents_policies_and_removed_tools() {
+    let mut parent = registry_with(&["shell", "grep", "web_fetch"]);
+    parent.apply_policy(ToolPolicy {
+        deny: vec!["shell".into()],
+        ..ToolPolicy::default()
+    });
+    parent.set_provider_policy(Some(ToolPolicy {
+        deny: vec!["web_fetch".into()],
+        ..ToolPolicy::default()
+    }));
+    let mut session = parent.snapshot_excluding(&[]);
+    let same = |a: &Option<Arc<ToolPolicy>>, b: &Option<Arc<ToolPolicy>>| match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    assert!(same(&session.hard_policy, &parent.hard_policy));
+    assert!(same(&session.provider_policy, &parent.provider_policy));
+    assert!(Arc::ptr_eq(&session.removed, &parent.removed));
+
+    // Registering a tool the policy allows copies nothing; one it refuses changes only the
+    // session's own removed set, and the refusal holds there.
+    session.register(Probe::new("glob").arc()).unwrap();
+    assert!(Arc::ptr_eq(&session.removed, &parent.removed));
+    session.narrow(ToolPolicy {
+        deny: vec!["grep".into()],
+        ..ToolPolicy::default()
+    });
+    assert!(!Arc::ptr_eq(&session.removed, &parent.removed));
+    assert!(parent.removed.contains_key("shell") && !parent.removed.contains_key("grep"));
+    let err = session
+        .execute_with_context(&ctx(), "grep", &json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "policy_denied");
+    assert!(parent.get("grep").is_some());
+}
+
+#[tokio::test]
 async fn hard_policy_removes_tools_for_good_and_answers_policy_denied() {
     let mut registry = registry_with(&["shell", "web_fetch", "web_search", "grep"]);
     registry.defer_group("group:web");
