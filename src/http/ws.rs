@@ -35,7 +35,7 @@ use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
 use super::error::ApiError;
 use crate::error_kind::ErrorKind;
-use crate::session::{Caller, Outbound};
+use crate::session::{Caller, Closing, Outbound};
 
 /// Largest frame, and message, accepted. The socket layer refuses a bigger one as soon as its
 /// header announces the size, before reading (or buffering) any of it, and the connection
@@ -162,7 +162,10 @@ impl Connection {
                     if pinged {
                         tracing::debug!(connection = self.id, "no frame completed in time; closing");
                         // The queue may be full of frames for a client that does not read.
-                        let _ = self.out.try_send(Outbound::Close(1008, "no frame completed in time"));
+                        let _ = self.out.try_send(Outbound::Close(&Closing {
+                            code: 1008,
+                            reason: "no frame completed in time",
+                        }));
                         break;
                     }
                     pinged = true;
@@ -191,9 +194,10 @@ impl Connection {
                     // "Space limit exceeded: Message too long: N > M".
                     let text = err.to_string();
                     if text.contains("Space limit exceeded") || text.contains("too long") {
-                        let _ = self
-                            .out
-                            .try_send(Outbound::Close(1009, "frame larger than 4 MiB"));
+                        let _ = self.out.try_send(Outbound::Close(&Closing {
+                            code: 1009,
+                            reason: "frame larger than 4 MiB",
+                        }));
                     }
                     tracing::debug!(connection = self.id, %err, "websocket read failed");
                     break;

@@ -28,10 +28,10 @@ impl Relay {
     /// Splits a follower's command; the command back for those that never leave this node.
     pub(crate) fn of(command: Command) -> Result<Self, Command> {
         match command {
-            Command::Request { request, reply } => Ok(Self {
-                call: *request,
-                reply,
-            }),
+            Command::Request(asked) => {
+                let (call, reply) = *asked;
+                Ok(Self { call, reply })
+            }
             other => Err(other),
         }
     }

@@ -157,13 +157,22 @@ impl SessionError {
 }
 
 /// One frame for a connection's socket; notifications are serialised once and shared by every
-/// watcher.
+/// watcher. Two words: every connection's queues allocate room for 32 frames up front.
 #[derive(Debug, Clone)]
 pub enum Outbound {
     /// A JSON text frame.
     Text(Arc<str>),
     /// Close the socket with this code and reason.
-    Close(u16, &'static str),
+    Close(&'static Closing),
+}
+
+/// A close frame's status code and reason.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Closing {
+    /// The WebSocket status code.
+    pub code: u16,
+    /// Why, for the client.
+    pub reason: &'static str,
 }
 
 /// A connection watching a session's event stream.
@@ -306,12 +315,10 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<SessionReply, SessionError>>;
 /// internal ones that never leave this node.
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// A request of the session protocol, with where to send the reply. Boxed: a turn's
-    /// start would make every slot of the actor's queue larger.
-    Request {
-        request: Box<SessionRequest>,
-        reply: ReplyTx,
-    },
+    /// A request of the session protocol, with where to send the reply. Boxed together: every
+    /// slot of the actor's queue, which each loaded session allocates 32 of up front, is as
+    /// large as its largest command.
+    Request(Box<(SessionRequest, ReplyTx)>),
     /// A connection starts watching. Boxed, as `Request` is: every slot of the actor's queue
     /// is as large as its largest command.
     Attach(Box<Attach>),
@@ -468,9 +475,8 @@ impl SessionHandle {
         let handle = self.clone();
         async move {
             let _counted = reserved?;
-            let request = Box::new(request);
             handle
-                .ask(|reply| Command::Request { request, reply })
+                .ask(|reply| Command::Request(Box::new((request, reply))))
                 .await?
         }
     }

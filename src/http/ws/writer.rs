@@ -196,7 +196,7 @@ fn drain(queue: mpsc::Receiver<Outbound>) -> BoxStream<'static, Outbound> {
 fn next_of(frame: Outbound) -> Next {
     match frame {
         Outbound::Text(text) => Next::Frame(Message::Text(text.as_ref().into())),
-        Outbound::Close(code, reason) => Next::Close(code, reason),
+        Outbound::Close(closing) => Next::Close(closing.code, closing.reason),
     }
 }
 

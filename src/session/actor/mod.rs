@@ -111,7 +111,8 @@ struct RunningTurn {
 /// A session's turn: the one running, and what waits for its end.
 #[derive(Default)]
 struct TurnPart {
-    running: Option<RunningTurn>,
+    /// Boxed: an idle session keeps a pointer, not room for a turn.
+    running: Option<Box<RunningTurn>>,
     /// Results of background tasks that ended during a turn, added to the history after it.
     notes: Vec<ChatMessage>,
     /// The turn stopped because the store refused its events, and why; it ends
@@ -451,7 +452,10 @@ impl SessionActor {
             Command::Catalog { reply } => {
                 let _ = reply.send(self.registry.catalog());
             }
-            Command::Request { request, reply } => self.handle_request(*request, reply).await,
+            Command::Request(asked) => {
+                let (request, reply) = *asked;
+                self.handle_request(request, reply).await
+            }
             Command::Close => {}
         }
     }
@@ -762,6 +766,17 @@ mod tests {
     /// `run` returns.
     fn returned<A, B, R>(_: impl FnOnce(A, B) -> R) -> usize {
         std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn queued_frames_and_commands_take_two_words() {
+        // Every loaded session's command queue and every connection's frame queues allocate 32
+        // slots up front, whether or not anything is ever sent.
+        let sizes = (
+            std::mem::size_of::<crate::session::Outbound>(),
+            std::mem::size_of::<crate::session::Command>(),
+        );
+        assert_eq!(sizes, (16, 16), "(frame, command) bytes");
     }
 
     #[test]

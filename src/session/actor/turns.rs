@@ -185,13 +185,13 @@ impl SessionActor {
             return Err(SessionError::ActorGone);
         }
         let cancel = self.cancel.child_token();
-        self.turn.running = Some(RunningTurn {
+        self.turn.running = Some(Box::new(RunningTurn {
             turn_id: turn_id.to_string(),
             cancel: cancel.clone(),
             span: tracing::Span::none(),
             interrupters: Vec::new(),
             steers: Vec::new(),
-        });
+        }));
         Ok((settings, cancel))
     }
 
