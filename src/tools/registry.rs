@@ -13,6 +13,7 @@ use super::lifecycle::ToolLifecycle;
 use super::policy::{self, HiddenReason, ToolPolicy, Verdict};
 use super::workspace::Workspace;
 use super::{Tool, ToolSpec};
+use table::ToolTable;
 
 pub use super::deferral::DeferralToolFactory;
 pub use super::dispatch::{CANCEL_GRACE, DispatchError, PreparedCall};
@@ -48,7 +49,7 @@ pub(super) struct Entry {
 /// `dispatch` and `deferral` modules, which add the call path and deferral to this type.
 pub struct ToolRegistry {
     /// Keyed by shared names so a session snapshot copies no text.
-    pub(super) tools: BTreeMap<Arc<str>, Entry>,
+    pub(super) tools: ToolTable,
     /// Tools the hard policy removed; kept only to describe them and to answer
     /// `policy_denied` instead of `unknown_tool`.
     /// Shared by every snapshot until one changes it.
@@ -104,7 +105,7 @@ impl ToolRegistry {
     /// An empty registry with the given LRU settings.
     pub fn new(lifecycle: ToolLifecycle) -> Self {
         Self {
-            tools: BTreeMap::new(),
+            tools: ToolTable::default(),
             removed: Arc::default(),
             deferred: SharedNames::default(),
             spawn_only: SharedNames::default(),
@@ -623,5 +624,6 @@ impl std::ops::Deref for SharedNames {
     }
 }
 
+mod table;
 #[cfg(test)]
 mod tests;

@@ -1028,3 +1028,13 @@ impl Tool for Listing {
         self.probe.call(ctx, args).await
     }
 }
+
+/// An entry for a probe tool called `name`, as the registry would make it.
+pub(super) fn probe_entry(name: &str) -> Entry {
+    let tool: Arc<dyn Tool> = Probe::new(name).arc();
+    Entry {
+        validator: Arc::new(ArgsValidator::compile(tool.input_schema()).unwrap()),
+        group: None,
+        tool,
+    }
+}
