@@ -23,8 +23,9 @@ pub(super) struct Undo {
     checkpoints: std::collections::VecDeque<(String, Arc<Snapshot>)>,
     /// The workspace as the last turn (or revert) left it, with the number of the diff that
     /// found it: a revert compares the workspace with it to see what changed outside the
-    /// session's turns since.
-    settled: tokio::sync::watch::Sender<(u64, Option<Arc<Snapshot>>)>,
+    /// session's turns since. Made when first needed: a watch channel is some 400 bytes, and
+    /// most loaded sessions never take a diff.
+    settled: Option<tokio::sync::watch::Sender<Settled>>,
     /// Diffs started after turns: `settled` is current once it carries this number.
     diffs_started: u64,
 }
@@ -36,9 +37,20 @@ impl Undo {
             store,
             loaded: false,
             checkpoints: std::collections::VecDeque::new(),
-            settled: tokio::sync::watch::Sender::new((0, None)),
+            settled: None,
             diffs_started: 0,
         }
+    }
+}
+
+/// The number of the diff that found the workspace as it was last left, and that state.
+type Settled = (u64, Option<Arc<Snapshot>>);
+
+impl Undo {
+    /// Where the settled state is kept, made on first use.
+    fn settled(&mut self) -> &tokio::sync::watch::Sender<Settled> {
+        self.settled
+            .get_or_insert_with(|| tokio::sync::watch::Sender::new((0, None)))
     }
 }
 
@@ -74,7 +86,7 @@ impl SessionActor {
         };
         if let Some(at) = found.iter().position(|(name, _)| name == SETTLED) {
             let (_, settled) = found.remove(at);
-            self.undo.settled.send_if_modified(|(_, known)| {
+            self.undo.settled().send_if_modified(|(_, known)| {
                 known
                     .is_none()
                     .then(|| *known = Some(Arc::new(settled)))
@@ -143,7 +155,7 @@ impl SessionActor {
         let session_id = self.session_id.clone();
         self.undo.diffs_started += 1;
         let number = self.undo.diffs_started;
-        let settled = self.undo.settled.clone();
+        let settled = self.undo.settled().clone();
         self.tracker.spawn(async move {
             let found = tokio::task::spawn_blocking(move || {
                 let after = Snapshot::take(&workspace, Some(&before), &store);
@@ -183,7 +195,11 @@ impl SessionActor {
         store: &Arc<CheckpointStore>,
         workspace: &Arc<Workspace>,
     ) -> Vec<FileChange> {
-        let mut settled = self.undo.settled.subscribe();
+        // Without the channel, no turn has left the workspace yet: nothing is known.
+        let Some(settled) = &self.undo.settled else {
+            return Vec::new();
+        };
+        let mut settled = settled.subscribe();
         let wanted = self.undo.diffs_started;
         // The last turn's diff is still being taken: it is what the workspace was left as.
         let snapshot = match tokio::time::timeout(
@@ -308,7 +324,7 @@ impl SessionActor {
         };
         self.undo.diffs_started += 1;
         let number = self.undo.diffs_started;
-        self.undo.settled.send_replace((number, settled));
+        self.undo.settled().send_replace((number, settled));
         tracing::info!(turn_id, files = undone.len(), "workspace reverted");
         self.emit(SessionEvent::SessionReverted {
             turn_id: turn_id.to_string(),
