@@ -57,7 +57,7 @@ fn rank<'a>(catalog: &'a ToolCatalog, query: &str) -> Vec<Ranked<'a>> {
                     } else if name.contains(word.as_str()) {
                         score += 4;
                     }
-                    if entry.tags().iter().any(|tag| tag == word) || entry.group == Some(word) {
+                    if entry.tags().iter().any(|tag| tag == word) || entry.group() == Some(word) {
                         score += 3;
                     }
                     if description.contains(word.as_str()) {
@@ -100,7 +100,7 @@ fn listing(ranked: &[Ranked<'_>], heading: &str) -> ToolResult {
     for r in ranked {
         let group = r
             .entry
-            .group
+            .group()
             .map(|g| format!(" (group:{g})"))
             .unwrap_or_default();
         text.push_str(&format!(

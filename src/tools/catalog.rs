@@ -36,8 +36,6 @@ impl ToolState {
 #[derive(Clone)]
 pub struct CatalogEntry {
     pub(crate) tool: Arc<dyn Tool>,
-    /// Its primary group, when it has one.
-    pub group: Option<&'static str>,
     /// Whether calls to it run in the background.
     pub spawn_only: bool,
     /// Whether and why it is visible.
@@ -48,6 +46,11 @@ impl CatalogEntry {
     /// The tool's name.
     pub fn name(&self) -> &str {
         self.tool.name()
+    }
+
+    /// Its primary group, when it has one.
+    pub fn group(&self) -> Option<&'static str> {
+        self.tool.meta().primary_group()
     }
 
     /// Its description.
@@ -75,7 +78,7 @@ impl std::fmt::Debug for CatalogEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CatalogEntry")
             .field("name", &self.name())
-            .field("group", &self.group)
+            .field("group", &self.group())
             .field("spawn_only", &self.spawn_only)
             .field("state", &self.state)
             .finish()
@@ -89,7 +92,7 @@ impl Serialize for CatalogEntry {
         s.serialize_field("name", self.name())?;
         s.serialize_field("description", self.description())?;
         s.serialize_field("tags", self.tags())?;
-        if let Some(group) = self.group {
+        if let Some(group) = self.group() {
             s.serialize_field("group", group)?;
         }
         s.serialize_field("concurrency", &self.concurrency())?;

@@ -169,7 +169,10 @@ impl ToolRegistry {
     /// tool alone.
     pub(super) fn activate_for_call(&mut self, name: &str) {
         if self.deferred.contains(name) {
-            let group = self.tools.get(name).and_then(|entry| entry.group);
+            let group = self
+                .tools
+                .get(name)
+                .and_then(|entry| entry.tool.meta().primary_group());
             let target = match group {
                 Some(group) => format!("group:{group}"),
                 None => name.to_string(),
@@ -236,7 +239,6 @@ impl ToolRegistry {
             Entry {
                 tool,
                 validator: Arc::new(validator),
-                group: None,
             },
         );
     }

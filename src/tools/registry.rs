@@ -38,8 +38,6 @@ pub(super) struct Entry {
     pub(super) tool: Arc<dyn Tool>,
     /// Its compiled argument schema.
     pub(super) validator: Arc<ArgsValidator>,
-    /// Its primary group, if it belongs to one.
-    pub(super) group: Option<&'static str>,
 }
 
 /// The tools one session can use, with its own deferral, policy and LRU state.
@@ -153,7 +151,6 @@ impl ToolRegistry {
             }
         })?;
         let entry = Entry {
-            group: tool.meta().primary_group(),
             validator: Arc::new(validator),
             tool,
         };
@@ -549,13 +546,11 @@ impl ToolRegistry {
             .iter()
             .map(|(name, entry)| CatalogEntry {
                 tool: Arc::clone(&entry.tool),
-                group: entry.group,
                 spawn_only: self.spawn_only.contains(&**name),
                 state: self.state_of(name, entry.tool.as_ref()),
             })
             .chain(self.removed.values().map(|entry| CatalogEntry {
                 tool: Arc::clone(&entry.tool),
-                group: entry.group,
                 spawn_only: false,
                 state: ToolState::Hidden(HiddenReason::PolicyDeny),
             }))

@@ -721,7 +721,7 @@ pub(crate) fn tool_list(registry: &ToolRegistry) -> Value {
                     "concurrency": e.concurrency(),
                     "spawn_only": e.spawn_only,
                 });
-                if let Some(group) = e.group {
+                if let Some(group) = e.group() {
                     info["group"] = Value::String(group.to_string());
                 }
                 info

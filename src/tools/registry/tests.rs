@@ -1034,7 +1034,6 @@ pub(super) fn probe_entry(name: &str) -> Entry {
     let tool: Arc<dyn Tool> = Probe::new(name).arc();
     Entry {
         validator: Arc::new(ArgsValidator::compile(tool.input_schema()).unwrap()),
-        group: None,
         tool,
     }
 }
