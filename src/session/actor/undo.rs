@@ -101,7 +101,11 @@ impl SessionActor {
             .collect();
     }
 
-    /// Takes (and stores) the checkpoint of the turn `turn_id` about to start.
+    /// Takes the checkpoint of the turn `turn_id` about to start, and stores it meanwhile.
+    ///
+    /// The turn waits for the snapshot (its tools must not change a file before it is taken),
+    /// not for the file it is stored in: that is for after a restart, and creating it costs a
+    /// short turn more than the rest of its overhead.
     pub(super) async fn checkpoint(&mut self, turn_id: &str) {
         let Some((store, workspace)) = self.undo_parts() else {
             return;
@@ -115,23 +119,35 @@ impl SessionActor {
         let dropped = (self.undo.checkpoints.len() >= KEPT)
             .then(|| self.undo.checkpoints.pop_front())
             .flatten();
+        let taken = {
+            let (workspace, store) = (workspace, Arc::clone(&store));
+            tokio::task::spawn_blocking(move || {
+                // Ordered by when it was taken, whenever it is stored.
+                let order = now_ns();
+                (
+                    Snapshot::take(&workspace, previous.as_deref(), &store),
+                    order,
+                )
+            })
+            .await
+        };
+        let Ok((snapshot, order)) = taken else {
+            return;
+        };
+        let snapshot = Arc::new(snapshot);
+        self.undo
+            .checkpoints
+            .push_back((turn_id.to_string(), Arc::clone(&snapshot)));
         let (session_id, name) = (self.session_id.clone(), turn_id.to_string());
-        let taken = tokio::task::spawn_blocking(move || {
-            let snapshot = Snapshot::take(&workspace, previous.as_deref(), &store);
-            if let Err(err) = store.save(&session_id, &name, now_ns(), &snapshot) {
+        // Tracked: a server that stops waits for it.
+        self.tracker.spawn_blocking(move || {
+            if let Err(err) = store.save(&session_id, &name, order, &snapshot) {
                 tracing::warn!(%err, "a checkpoint could not be stored; it lasts while the session is loaded");
             }
             if let Some((oldest, _)) = dropped {
                 store.forget(&session_id, &oldest);
             }
-            snapshot
-        })
-        .await;
-        if let Ok(snapshot) = taken {
-            self.undo
-                .checkpoints
-                .push_back((turn_id.to_string(), Arc::new(snapshot)));
-        }
+        });
     }
 
     /// Answers what the turn `turn_id` changed in the workspace (`turn/diff`, when it changed
@@ -157,18 +173,25 @@ impl SessionActor {
         let number = self.undo.diffs_started;
         let settled = self.undo.settled().clone();
         self.tracker.spawn(async move {
-            let found = tokio::task::spawn_blocking(move || {
-                let after = Snapshot::take(&workspace, Some(&before), &store);
-                let files = before.changes(&after);
-                let diff = before.diff(&after, &files, &store);
-                let skipped = before.skipped_with(&after, 100);
-                let _ = store.save(&session_id, SETTLED, now_ns(), &after);
-                (files, (diff, skipped), Arc::new(after))
-            })
-            .await;
-            // Diffs may finish out of order: only a later one replaces what is settled.
-            let after = found.as_ref().ok().map(|(_, _, after)| Arc::clone(after));
-            settled.send_if_modified(|(known, snapshot)| {
+            let found = {
+                let store = Arc::clone(&store);
+                tokio::task::spawn_blocking(move || {
+                    let order = now_ns();
+                    let after = Snapshot::take(&workspace, Some(&before), &store);
+                    let files = before.changes(&after);
+                    let diff = before.diff(&after, &files, &store);
+                    let skipped = before.skipped_with(&after, 100);
+                    (files, (diff, skipped), Arc::new(after), order)
+                })
+                .await
+            };
+            // Diffs may finish out of order: only a later one replaces what is settled. One
+            // that failed settles on nothing known, so no revert waits for it.
+            let after = found
+                .as_ref()
+                .ok()
+                .map(|(_, _, after, _)| Arc::clone(after));
+            let latest = settled.send_if_modified(|(known, snapshot)| {
                 if number <= *known {
                     return false;
                 }
@@ -176,15 +199,25 @@ impl SessionActor {
                 *snapshot = after;
                 true
             });
-            let event = found.ok().filter(|(files, _, _)| !files.is_empty()).map(
-                |(files, (diff, skipped), _)| SessionEvent::TurnDiff {
-                    turn_id,
-                    diff,
-                    files,
-                    skipped,
-                },
-            );
+            let Ok((files, (diff, skipped), after, order)) = found else {
+                let _ = reply.send(None);
+                return;
+            };
+            let event = (!files.is_empty()).then(|| SessionEvent::TurnDiff {
+                turn_id,
+                diff,
+                files,
+                skipped,
+            });
             let _ = reply.send(event);
+            // Stored after the turn heard its diff: the file is for after a restart, and the
+            // turn's end need not wait for it.
+            if latest {
+                let _ = tokio::task::spawn_blocking(move || {
+                    store.save(&session_id, SETTLED, order, &after)
+                })
+                .await;
+            }
         });
     }
 
