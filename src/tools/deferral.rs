@@ -59,7 +59,7 @@ impl ToolRegistry {
     /// Defers one registered tool (never a base tool); whether it was newly deferred.
     pub fn defer_tool(&mut self, name: &str) -> bool {
         let deferrable = self.tools.contains_key(name) && !self.lifecycle.is_base(name);
-        if !deferrable || !self.deferred.insert(&name) {
+        if !deferrable || !self.deferred.insert(name) {
             return false;
         }
         self.changed();

@@ -186,7 +186,7 @@ impl ToolRegistry {
             Arc::make_mut(&mut self.shown_at).remove(name);
         }
         if self.spawn_only.remove(name) {
-            self.spawn_only_pending.insert(&name);
+            self.spawn_only_pending.insert(name);
         }
         self.changed();
         Some(entry.tool)
@@ -277,8 +277,8 @@ impl ToolRegistry {
     /// it is.
     pub fn mark_spawn_only(&mut self, name: &str) {
         if !self.tools.contains_key(name) {
-            self.spawn_only_pending.insert(&name);
-        } else if self.spawn_only.insert(&name) {
+            self.spawn_only_pending.insert(name);
+        } else if self.spawn_only.insert(name) {
             self.changed();
         }
     }

@@ -203,7 +203,7 @@ impl SessionActor {
                 let _ = reply.send(None);
                 return;
             };
-            let event = (!files.is_empty()).then(|| SessionEvent::TurnDiff {
+            let event = (!files.is_empty()).then_some(SessionEvent::TurnDiff {
                 turn_id,
                 diff,
                 files,
