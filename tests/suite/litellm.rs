@@ -37,6 +37,8 @@ const UPSTREAM_KEY: &str = "sk-upstream-mock";
 /// How long the proxy may take to answer its liveliness probe: it imports a large Python
 /// package, which on a busy two-core machine compiling Rust beside it takes a while.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+/// Starts of the proxy tried when the port chosen for it was taken before it could bind it.
+const BIND_ATTEMPTS: u32 = 3;
 
 /// Where `scripts/test` keeps LiteLLM's virtualenv.
 fn litellm_venv() -> PathBuf {
@@ -113,38 +115,62 @@ impl LitellmProxy {
         )
         .unwrap();
         let log = dir.path().join("litellm.log");
-        let output = File::create(&log).unwrap();
-        let port = free_loopback_port();
-        let child = Command::new(command)
-            .arg("--config")
-            .arg(&config)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .current_dir(dir.path())
-            // There is no internet here: no usage telemetry, and the price map LiteLLM ships
-            // instead of the one it would download at start-up.
-            .env("LITELLM_TELEMETRY", "False")
-            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            .env("PYTHONUNBUFFERED", "1")
-            // A database URL in the environment would make the proxy start its Prisma store.
-            .env_remove("DATABASE_URL")
-            .stdin(Stdio::null())
-            .stdout(output.try_clone().unwrap())
-            .stderr(output)
-            .spawn()
-            .expect("the LiteLLM proxy starts");
-        let mut proxy = Self {
-            child,
-            port,
-            log,
-            _dir: dir,
-        };
-        proxy.wait_until_alive().await;
-        proxy
+        let mut dir = Some(dir);
+        // The port is free when chosen but taken only once the proxy has imported itself,
+        // seconds later; another test's connection may take it meanwhile. A proxy that could
+        // not bind it is started again on another.
+        for attempt in 1..=BIND_ATTEMPTS {
+            let output = File::create(&log).unwrap();
+            let port = free_loopback_port();
+            let child = Command::new(&command)
+                .arg("--config")
+                .arg(&config)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .current_dir(dir.as_ref().unwrap().path())
+                // There is no internet here: no usage telemetry, and the price map LiteLLM
+                // ships instead of the one it would download at start-up.
+                .env("LITELLM_TELEMETRY", "False")
+                .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                .env("PYTHONUNBUFFERED", "1")
+                // A database URL in the environment would make the proxy start its Prisma
+                // store.
+                .env_remove("DATABASE_URL")
+                .stdin(Stdio::null())
+                .stdout(output.try_clone().unwrap())
+                .stderr(output)
+                .spawn()
+                .expect("the LiteLLM proxy starts");
+            let mut proxy = Self {
+                child,
+                port,
+                log: log.clone(),
+                _dir: dir.take().unwrap(),
+            };
+            match proxy.wait_until_alive().await {
+                Ok(()) => return proxy,
+                Err(status)
+                    if attempt < BIND_ATTEMPTS
+                        && proxy.log_text().contains("address already in use") =>
+                {
+                    eprintln!("the LiteLLM proxy exited with {status}: port {port} was taken");
+                    // Its directory goes to the next attempt, and its log is started afresh.
+                    dir = Some(std::mem::replace(
+                        &mut proxy._dir,
+                        tempfile::tempdir().unwrap(),
+                    ));
+                }
+                Err(status) => panic!(
+                    "the LiteLLM proxy exited with {status} before it was ready:\n{}",
+                    proxy.log_text()
+                ),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
     }
 
-    /// Polls `/health/liveliness` until it answers 200; fails with the log if the proxy exits
-    /// or takes longer than [`STARTUP_TIMEOUT`].
-    async fn wait_until_alive(&mut self) {
+    /// Polls `/health/liveliness` until it answers 200; the proxy's exit status if it exits
+    /// first. Fails with the log after [`STARTUP_TIMEOUT`].
+    async fn wait_until_alive(&mut self) -> Result<(), std::process::ExitStatus> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
@@ -155,13 +181,10 @@ impl LitellmProxy {
             if let Ok(response) = client.get(&probe).send().await
                 && response.status().is_success()
             {
-                return;
+                return Ok(());
             }
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "the LiteLLM proxy exited with {status} before it was ready:\n{}",
-                    self.log_text()
-                );
+                return Err(status);
             }
             assert!(
                 Instant::now() < deadline,
