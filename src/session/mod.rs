@@ -782,16 +782,17 @@ impl ModelChoice {
 
 #[cfg(test)]
 mod tests {
-    use super::Command;
+    use super::{Command, Outbound};
 
-    /// Every session's queue holds a block of 32 commands from the start, so each byte of the
-    /// largest command costs 32 bytes of every idle session.
+    /// Every loaded session's command queue and every connection's frame queues hold a block
+    /// of 32 slots from the start, so each byte of the largest command or frame costs 32 bytes
+    /// of every idle session.
     #[test]
-    fn a_command_takes_three_words_at_most() {
-        assert!(
-            std::mem::size_of::<Command>() <= 3 * std::mem::size_of::<usize>(),
-            "a command takes {} bytes",
-            std::mem::size_of::<Command>()
+    fn queued_frames_and_commands_take_two_words() {
+        let sizes = (
+            std::mem::size_of::<Outbound>(),
+            std::mem::size_of::<Command>(),
         );
+        assert_eq!(sizes, (16, 16), "(frame, command) bytes");
     }
 }

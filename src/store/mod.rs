@@ -340,14 +340,10 @@ pub trait Writer: Send + Sync + 'static {
 
     /// [`Writer::write_all`] of writes the caller gives up, so a writer that hands them to
     /// another thread moves them instead of copying a step's message and events.
-    async fn write_vec(&self, mut writes: Vec<Write>) -> StoreResult<Vec<i64>> {
-        match writes.pop() {
-            Some(write) if writes.is_empty() => Ok(vec![self.write(write).await?]),
-            Some(last) => {
-                writes.push(last);
-                self.write_all(&writes).await
-            }
-            None => Ok(Vec::new()),
+    async fn write_vec(&self, writes: Vec<Write>) -> StoreResult<Vec<i64>> {
+        match <[Write; 1]>::try_from(writes) {
+            Ok([write]) => Ok(vec![self.write(write).await?]),
+            Err(writes) => self.write_all(&writes).await,
         }
     }
 

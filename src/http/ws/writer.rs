@@ -52,21 +52,20 @@ impl WriterSignals {
     /// Hands over a session's live queue, to be drained after everything queued in `out` so
     /// far.
     pub(super) fn follow(&self, queue: mpsc::Receiver<Outbound>) {
-        self.follow
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(queue);
+        self.queues().push(queue);
         self.wake.notify_one();
     }
 
     /// The live queues handed over since the last call.
     fn followed(&self) -> Vec<mpsc::Receiver<Outbound>> {
-        std::mem::take(
-            &mut *self
-                .follow
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        std::mem::take(&mut *self.queues())
+    }
+
+    /// The queues handed over; a panic elsewhere while holding them leaves a whole list.
+    fn queues(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::Receiver<Outbound>>> {
+        self.follow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -79,9 +79,9 @@ impl SessionActor {
     /// row of the model call that produced the entry if any, so a model's step (its deltas,
     /// its `message/completed`, its message, its cost) is one commit; answers how the entry
     /// went, the row going with it. With events the store refused waiting for their own retry,
-    /// the entry (and its row) is written without the lingering events. If the commit fails, nothing of it is
-    /// stored: the entry fails (the turn ends on it) and the events are committed alone, the
-    /// way [`SessionActor::commit_lingering`] does, retries and all.
+    /// the entry (and its row) is written without the lingering events. If the commit fails,
+    /// nothing of it is stored: the entry fails (the turn ends on it) and the events are
+    /// committed alone, the way [`SessionActor::commit_lingering`] does, retries and all.
     pub(super) async fn commit_with_history(
         &mut self,
         entry: Value,

@@ -769,17 +769,6 @@ mod tests {
     }
 
     #[test]
-    fn queued_frames_and_commands_take_two_words() {
-        // Every loaded session's command queue and every connection's frame queues allocate 32
-        // slots up front, whether or not anything is ever sent.
-        let sizes = (
-            std::mem::size_of::<crate::session::Outbound>(),
-            std::mem::size_of::<crate::session::Command>(),
-        );
-        assert_eq!(sizes, (16, 16), "(frame, command) bytes");
-    }
-
-    #[test]
     fn the_run_future_holds_the_actor_once() {
         let run = returned(SessionActor::run);
         let actor = std::mem::size_of::<SessionActor>();
