@@ -82,7 +82,11 @@ impl ServerProcess {
         config: &str,
         bind: &str,
     ) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+        let dir = match &settings.scratch {
+            Some(scratch) => tempfile::tempdir_in(scratch),
+            None => tempfile::tempdir(),
+        }
+        .context("cannot create a temporary directory")?;
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(&workspace)?;
         std::fs::write(workspace.join(READ_FILE), b"hello, load\n")?;

@@ -111,6 +111,11 @@ struct Cli {
     /// actor stays loaded once its connection is gone, which `idle` sees after the close.
     #[arg(long)]
     idle_unload_secs: Option<u64>,
+    /// Where agentd's data directory and workspace are made (default: the system's temporary
+    /// directory). A tmpfs such as /dev/shm keeps the figures of file-writing scenarios
+    /// (`turns`) from drifting with the state of a disk's file system between runs.
+    #[arg(long)]
+    scratch: Option<PathBuf>,
     /// Tiny counts, so that every scenario finishes in seconds (a check, not a measurement).
     #[arg(long)]
     smoke: bool,
@@ -148,6 +153,8 @@ pub struct Settings {
     pub database: Option<String>,
     /// agentd's `server.idle_unload_secs`, when not its default.
     pub idle_unload_secs: Option<u64>,
+    /// Where agentd's data directory and workspace are made, when not the temporary directory.
+    pub scratch: Option<PathBuf>,
     /// server-everything's entry script, for `mcp`.
     pub mcp_server: PathBuf,
 }
@@ -269,6 +276,7 @@ fn main() -> anyhow::Result<()> {
         agentd,
         database: cli.database,
         idle_unload_secs: cli.idle_unload_secs,
+        scratch: cli.scratch,
         mcp_server: cli
             .mcp_server
             .unwrap_or_else(|| default_mcp_server(&agentd_path)),
