@@ -36,6 +36,7 @@ pub mod http;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
+pub mod mutex;
 pub mod plugin;
 pub mod sandbox;
 pub mod secret;

@@ -1,7 +1,7 @@
 //! Approvals as one step of the call path: the session's rules and grants, and what a call that
 //! must wait asks of its host.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -115,13 +115,13 @@ impl Approvals {
         if self.rules.is_empty() {
             return self.rules.gate(tool, arguments, &[]);
         }
-        let grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let grants = crate::mutex::lock(&self.grants);
         self.rules.gate(tool, arguments, &grants)
     }
 
     /// Lets what `grant` names through for the rest of the session.
     pub(crate) fn grant(&self, grant: Grant) {
-        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut grants = crate::mutex::lock(&self.grants);
         if !grants.contains(&grant) {
             grants.push(grant);
         }

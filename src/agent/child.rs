@@ -3,7 +3,7 @@
 //! in its task's output file.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::sync::{RwLock, mpsc};
@@ -15,6 +15,7 @@ use super::context::{cap_text, repair};
 use super::event::SessionEvent;
 use super::{HistoryError, TurnHost};
 use crate::llm::ChatMessage;
+use crate::mutex::lock;
 use crate::tasks::spool::OutputSpool;
 use crate::tasks::supervisor::RunFailure;
 use crate::tasks::supervisor::TaskReport;
@@ -60,12 +61,6 @@ pub(crate) struct ChildHost<P> {
     exclusivity: Arc<RwLock<()>>,
     /// The parent session's actor, whose clients decide the child's approvals.
     parent: P,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<P: CallHost> ChildHost<P> {

@@ -128,9 +128,7 @@ impl Ledger {
     }
 
     fn rows(&self) -> std::sync::MutexGuard<'_, RowsSeen> {
-        self.rows
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::mutex::lock(&self.rows)
     }
 
     /// What the rows not yet stored add up to, as the store would count them.
@@ -144,9 +142,7 @@ impl Ledger {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, f64>> {
-        self.held
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::mutex::lock(&self.held)
     }
 
     /// The prices the ledger bills at.

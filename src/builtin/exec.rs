@@ -10,7 +10,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -24,6 +24,7 @@ use super::parse_args;
 pub use super::process::{child_env, forbid_env_var};
 pub(crate) use super::process::{kill_group, sandboxed_command, signal_name};
 use super::process::{merged_output, resolve_workdir, shell_command, truncate_middle};
+use crate::mutex::lock;
 use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 const EXEC_NAME: &str = "exec_command";
@@ -470,13 +471,6 @@ impl Drop for ProcessTable {
     fn drop(&mut self) {
         self.kill_all();
     }
-}
-
-/// Locks a mutex, taking the data even if a holder panicked: every update is a whole step.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn yield_duration(requested: Option<u64>, default: u64) -> Duration {

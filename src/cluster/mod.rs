@@ -23,7 +23,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -35,6 +35,7 @@ use tokio_util::task::TaskTracker;
 use self::fenced::{EVENTS_CHANNEL, FencedWriter};
 pub use self::lease::Lease;
 use crate::metrics::Metrics;
+use crate::mutex::lock;
 use crate::secret::Secret;
 use crate::store::{StoreError, StoreResult, Writer, db_error};
 
@@ -110,10 +111,6 @@ impl std::fmt::Debug for Cluster {
             .field("advertise_url", &self.advertise_url)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Cluster {

@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -598,7 +598,7 @@ impl Allowance {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<AllowanceEntry>> {
         // The list stays consistent whatever panicked while holding it.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(&self.entries)
     }
 
     /// A place for a new connection: its place, its "still waiting for the request" flag and

@@ -8,7 +8,7 @@
 //! `notifications/progress`, and `notifications/cancelled` cancels the call.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -24,13 +24,14 @@ use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
 use super::error::ApiError;
 use crate::error_kind::McpClass;
+use crate::mutex::lock;
+use crate::session::frames::{FrameQueue, frame_queue};
 use crate::session::{
     Caller, InvokeOptions, InvokeResult, Outbound, SessionError, SessionHandle, Watcher,
 };
@@ -133,7 +134,7 @@ impl McpOwners {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
         // A panic while holding it leaves a map that is still whole.
-        self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(&self.owners)
     }
 }
 
@@ -187,10 +188,6 @@ impl Drop for Bound {
             runtime.spawn(async move { handle.detach(connection_id).await });
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SessionBridge {
@@ -284,12 +281,12 @@ struct Follower {
 }
 
 /// A follower's queue of the session's events, and the token fired when it fell behind.
-type Events = (mpsc::Receiver<Outbound>, CancellationToken);
+type Events = (FrameQueue, CancellationToken);
 
 impl Follower {
     /// Attaches a fresh watcher (the first, or after falling behind).
     async fn attach(&self) -> Result<Events, SessionError> {
-        let (tx, rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let (tx, rx) = frame_queue(self.app.config().server.ws_queue_frames);
         let lagged = CancellationToken::new();
         let connection_id = self.app.next_connection_id();
         *lock(&self.connection_id) = connection_id;

@@ -14,11 +14,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::error::{ApiError, ApiQuery};
+use crate::session::frames::{FrameQueue, frame_queue};
 use crate::session::{Caller, ModelChoice, Outbound, SessionError, Watcher};
 
 /// Most times a turn is tried again after the running one was interrupted.
@@ -79,7 +79,7 @@ pub async fn start_turn(
     choice.check(app.agent())?;
     let handle = app.sessions().handle(&caller, &id).await?;
     // Watching starts before the turn, so nothing of it is missed.
-    let (tx, mut rx) = mpsc::channel(1024);
+    let (tx, mut rx) = frame_queue(1024);
     let connection_id = app.next_connection_id();
     let watching = query.wait || body.multitask == Multitask::Queue;
     if watching {
@@ -192,10 +192,7 @@ pub async fn start_turn(
 
 /// Reads the session's frames until a turn ends (`turn_id`'s, when given): its method, its
 /// params and the last `message/completed` text before it; `None` once the session stopped.
-async fn next_end(
-    rx: &mut mpsc::Receiver<Outbound>,
-    turn_id: Option<&str>,
-) -> Option<(String, Value, String)> {
+async fn next_end(rx: &mut FrameQueue, turn_id: Option<&str>) -> Option<(String, Value, String)> {
     let mut text = String::new();
     while let Some(frame) = rx.recv().await {
         let Outbound::Text(frame) = frame else {

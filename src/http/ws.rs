@@ -4,7 +4,6 @@
 //! queue. Each watched session has its own bounded live queue, which the writer drains beside
 //! it, so a session's events and the answers to that session's requests keep their order.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,6 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use futures_util::stream::SplitStream;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -30,11 +28,12 @@ mod writer;
 
 use self::dispatch::Dispatched;
 use self::rpc::{RpcError, answer, response};
-use self::watch::Attachment;
+use self::watch::Attached;
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
 use super::error::ApiError;
 use crate::error_kind::ErrorKind;
+use crate::session::frames::{FrameSender, frame_queue};
 use crate::session::{Caller, Closing, Outbound};
 
 /// Largest frame, and message, accepted. The socket layer refuses a bigger one as soon as its
@@ -88,13 +87,13 @@ struct Connection {
     /// Tells this connection's watchers apart within the server.
     id: u64,
     /// Answers and replayed events; the writer holds the other end and ends when it closes.
-    out: mpsc::Sender<Outbound>,
+    out: FrameSender,
     /// Asks the writer for a ping, and hands it watched sessions' live queues.
     signals: Arc<writer::WriterSignals>,
     /// Fired by a session that cut this connection off for falling behind.
     lagged: CancellationToken,
     /// The watched sessions, by id.
-    attached: HashMap<String, Attachment>,
+    attached: Attached,
 }
 
 impl Connection {
@@ -108,7 +107,7 @@ impl Connection {
         caller: Caller,
         socket: WebSocket,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let (out, out_rx) = mpsc::channel(app.config().server.ws_queue_frames);
+        let (out, out_rx) = frame_queue(app.config().server.ws_queue_frames);
         let signals = Arc::<writer::WriterSignals>::default();
         let lagged = CancellationToken::new();
         let (sink, stream) = socket.split();
@@ -128,7 +127,7 @@ impl Connection {
             out,
             signals,
             lagged,
-            attached: HashMap::new(),
+            attached: Attached::default(),
         };
         async move {
             connection.serve(stream).await;
@@ -253,11 +252,10 @@ impl Connection {
                 let Some(frame) = answer(&id, outcome) else {
                     return;
                 };
-                let queue = match route {
-                    Some(live) => live,
-                    None => self.out.clone(),
+                let _ = match route {
+                    Some(mut live) => live.send(frame).await,
+                    None => self.out.send(frame).await,
                 };
-                let _ = queue.send(frame).await;
             }
         }
     }

@@ -3,7 +3,7 @@
 //! it is up, and each becomes an [`McpTool`] that calls it over the same connection.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{McpServerConfig, result, tool_name};
 use crate::builtin::process::sandboxed_command_with_network;
+use crate::mutex::lock;
 use crate::tools::{
     ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult, Workspace,
 };
@@ -392,10 +393,6 @@ impl McpServer {
     pub fn listings(&self) -> watch::Receiver<u64> {
         self.listings.subscribe()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Owns a server's connection while it lives; lists its tools again when it says they

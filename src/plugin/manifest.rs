@@ -2,7 +2,7 @@
 //! workspace binding of the plugin shares.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -161,10 +161,7 @@ impl Definition {
 /// itself lives in the [`Definition`] shared by rebinds and is freed with it.
 fn intern(tag: &str) -> &'static str {
     static TAGS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut tags = TAGS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut tags = crate::mutex::lock(TAGS.get_or_init(Mutex::default));
     if let Some(known) = tags.get(tag) {
         return known;
     }

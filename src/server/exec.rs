@@ -12,13 +12,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Server;
 use crate::agent::approval::Decision;
 use crate::agent::event::TurnCompletion;
 use crate::error_kind::ErrorKind;
+use crate::session::frames::{FrameQueue, frame_queue};
 use crate::session::{Caller, ModelChoice, Outbound, SessionError, SessionHandle, Watcher};
 
 /// The version of the `--json` line format; bumped when a line changes shape.
@@ -163,7 +163,7 @@ impl Server {
         }
         let caller = Caller { user: None };
         let (handle, row) = sessions.create(&caller, task.cwd.as_deref()).await?;
-        let (tx, mut rx) = mpsc::channel(4096);
+        let (tx, mut rx) = frame_queue(4096);
         let watcher = Watcher {
             connection_id: u64::MAX,
             tx,
@@ -230,7 +230,7 @@ impl Server {
     async fn exec_turn(
         &self,
         handle: &SessionHandle,
-        rx: &mut mpsc::Receiver<Outbound>,
+        rx: &mut FrameQueue,
         prompt: String,
         choice: &ModelChoice,
         task: &ExecTask,

@@ -7,12 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc::error::TrySendError;
+use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::forwarding::Relay;
+use super::frames::TrySendError;
 use super::hub::Sessions;
 use super::{Command, Outbound, SessionView, Watcher, notification_frame};
 use crate::cluster::Cluster;
@@ -38,7 +39,7 @@ pub(crate) struct Follower {
 
 impl Follower {
     /// Serves commands until closed, cancelled, or idle for `idle_unload`.
-    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    pub(crate) async fn run(mut self, mut commands: super::CommandRx) {
         let mut watchers: Vec<Watcher> = Vec::new();
         let mut calls: JoinSet<()> = JoinSet::new();
         let (joining_tx, mut joining) = mpsc::channel::<Joining>(16);
@@ -53,8 +54,8 @@ impl Follower {
             let idle_timer = tokio::time::sleep(self.idle_unload);
             tokio::select! {
                 () = self.cancel.cancelled() => break,
-                command = commands.recv() => match command {
-                    Some(Command::Close) | None => break,
+                command = commands.next() => match command {
+                    Some(Command::Close { .. }) | None => break,
                     Some(Command::Attach(attach)) => {
                         let super::Attach { watcher, reply, .. } = *attach;
                         // The view first: the watcher joins once it can be answered, so no
@@ -132,7 +133,7 @@ impl Follower {
             for event in page {
                 self.cursor = event.seq;
                 let frame = Outbound::Text(notification_frame(&event.method, &event.params));
-                watchers.retain(|watcher| match watcher.tx.try_send(frame.clone()) {
+                watchers.retain_mut(|watcher| match watcher.tx.try_send(frame.clone()) {
                     Ok(()) => true,
                     Err(TrySendError::Full(_)) => {
                         watcher.lagged.cancel();

@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::SessionRequest;
-use super::actor::{ActorSetup, COMMAND_QUEUE, SessionActor};
+use super::actor::{ActorSetup, SessionActor};
 use super::forwarding::Relay;
 use super::quota::SessionQuota;
 use super::{Caller, Command, InflightCalls, SessionError, SessionHandle, open_work};
@@ -851,7 +851,7 @@ impl Sessions {
             .map(|sandbox| sandbox.for_session(&row.session_id, &user_root));
         registry.rebind_workspace(Workspace::anchored(root.anchor(), root.below(), sandbox));
         let session_id: Arc<str> = row.session_id.as_str().into();
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let (tx, rx) = super::command_queue();
         let inflight = InflightCalls::new(self.inner.config.max_inflight_per_session);
         let mcp = Arc::new(super::SessionMcp::default());
         let handle = SessionHandle::new(Arc::clone(&session_id), tx, inflight, Arc::clone(&mcp));
@@ -1028,7 +1028,7 @@ impl Sessions {
             None => return Err(SessionError::UnknownSession(row.session_id.clone())),
         };
         let session_id: Arc<str> = row.session_id.as_str().into();
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let (tx, rx) = super::command_queue();
         let handle = SessionHandle::new(
             Arc::clone(&session_id),
             tx,
@@ -1197,7 +1197,7 @@ impl Sessions {
             Err(command) => {
                 match self.route(session_id).await {
                     Ok(Route::Local(handle)) => {
-                        let _ = handle.send_command(command).await;
+                        let _ = handle.send_command(command);
                     }
                     Ok(Route::Remote(_)) => {
                         tracing::debug!(%session_id, "a local-only request for a remote session");

@@ -4,6 +4,7 @@
 pub mod actor;
 mod follower;
 pub mod forwarding;
+pub mod frames;
 pub mod hub;
 pub mod instructions;
 pub mod open_work;
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::error_kind::ErrorKind;
@@ -157,7 +158,7 @@ impl SessionError {
 }
 
 /// One frame for a connection's socket; notifications are serialised once and shared by every
-/// watcher. Two words: every connection's queues allocate room for 32 frames up front.
+/// watcher. Two words: each queued frame allocates a node of this size.
 #[derive(Debug, Clone)]
 pub enum Outbound {
     /// A JSON text frame.
@@ -182,7 +183,7 @@ pub struct Watcher {
     pub connection_id: u64,
     /// The connection's bounded outbound queue; the connection's writer task holds the
     /// receiver and ends when it closes.
-    pub tx: mpsc::Sender<Outbound>,
+    pub tx: frames::FrameSender,
     /// Fired by an actor when the queue is full: the connection must close with 1013 and the
     /// client resume with `after_seq`.
     pub lagged: CancellationToken,
@@ -316,11 +317,9 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<SessionReply, SessionError>>;
 #[derive(Debug)]
 pub(crate) enum Command {
     /// A request of the session protocol, with where to send the reply. Boxed together: every
-    /// slot of the actor's queue, which each loaded session allocates 32 of up front, is as
-    /// large as its largest command.
+    /// queued command takes a node as large as the largest command.
     Request(Box<(SessionRequest, ReplyTx)>),
-    /// A connection starts watching. Boxed, as `Request` is: every slot of the actor's queue
-    /// is as large as its largest command.
+    /// A connection starts watching. Boxed, as `Request` is.
     Attach(Box<Attach>),
     /// Stop taking turns; answered once none runs (cluster draining).
     Drain {
@@ -332,7 +331,26 @@ pub(crate) enum Command {
     Catalog {
         reply: oneshot::Sender<Arc<ToolCatalog>>,
     },
-    Close,
+    /// Stop; `stopped` is dropped once the actor has, with everything it ran.
+    Close {
+        stopped: oneshot::Sender<()>,
+    },
+}
+
+/// Where an actor's commands are sent.
+///
+/// Unbounded, and so without a kilobyte of slots allocated up front for each loaded session
+/// (tokio's bounded queue allocates room for 32 commands before the first): every sender but
+/// `Detach` waits for its reply before it sends again, and tool calls are limited per session
+/// ([`InflightCalls`]), so the queue holds about one command per caller at most.
+pub(crate) type CommandTx = futures_channel::mpsc::UnboundedSender<Command>;
+
+/// An actor's end of its [`CommandTx`]: commands in the order they were sent.
+pub(crate) type CommandRx = futures_channel::mpsc::UnboundedReceiver<Command>;
+
+/// A new actor's command queue.
+pub(crate) fn command_queue() -> (CommandTx, CommandRx) {
+    futures_channel::mpsc::unbounded()
 }
 
 /// A connection that starts watching a session, and where it is told the session's state.
@@ -389,18 +407,12 @@ pub struct SessionMcp(std::sync::Mutex<std::collections::BTreeMap<String, String
 impl SessionMcp {
     /// Records that server `name` is now in `state`.
     pub fn set(&self, name: &str, state: &crate::mcp::McpState) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_string(), state.to_string());
+        crate::mutex::lock(&self.0).insert(name.to_string(), state.to_string());
     }
 
     /// Every server's state, by name.
     pub fn states(&self) -> std::collections::BTreeMap<String, String> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        crate::mutex::lock(&self.0).clone()
     }
 }
 
@@ -408,7 +420,7 @@ impl SessionMcp {
 #[derive(Debug, Clone)]
 pub struct SessionHandle {
     session_id: Arc<str>,
-    tx: mpsc::Sender<Command>,
+    tx: CommandTx,
     inflight: Arc<InflightCalls>,
     mcp: Arc<SessionMcp>,
 }
@@ -416,7 +428,7 @@ pub struct SessionHandle {
 impl SessionHandle {
     pub(crate) fn new(
         session_id: Arc<str>,
-        tx: mpsc::Sender<Command>,
+        tx: CommandTx,
         inflight: Arc<InflightCalls>,
         mcp: Arc<SessionMcp>,
     ) -> Self {
@@ -449,8 +461,7 @@ impl SessionHandle {
     ) -> Result<T, SessionError> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(command(reply))
-            .await
+            .unbounded_send(command(reply))
             .map_err(|_| SessionError::ActorGone)?;
         answer.await.map_err(|_| SessionError::ActorGone)
     }
@@ -514,10 +525,9 @@ impl SessionHandle {
     }
 
     /// Hands a command to the actor as it is (a follower passing on a client's request).
-    pub(crate) async fn send_command(&self, command: Command) -> Result<(), SessionError> {
+    pub(crate) fn send_command(&self, command: Command) -> Result<(), SessionError> {
         self.tx
-            .send(command)
-            .await
+            .unbounded_send(command)
             .map_err(|_| SessionError::ActorGone)
     }
 
@@ -540,7 +550,7 @@ impl SessionHandle {
 
     /// Stops streaming to a connection.
     pub async fn detach(&self, connection_id: u64) {
-        let _ = self.tx.send(Command::Detach { connection_id }).await;
+        let _ = self.tx.unbounded_send(Command::Detach { connection_id });
     }
 
     /// Runs a tool the way a model's call would run, counted as [`Self::request`] says.
@@ -705,9 +715,12 @@ impl SessionHandle {
     /// Stops the actor (the session is being deleted or the server is stopping) and waits
     /// until it has, so its running work is recorded as stopped before anything else happens.
     pub async fn close(&self) {
-        let _ = self.tx.send(Command::Close).await;
-        // The actor drops its receiver when it has finished stopping.
-        self.tx.closed().await;
+        let (stopped, done) = oneshot::channel();
+        // The actor drops `stopped` when it has finished stopping; a queue already closed
+        // means it has stopped.
+        if self.tx.unbounded_send(Command::Close { stopped }).is_ok() {
+            let _ = done.await;
+        }
     }
 }
 
@@ -784,9 +797,9 @@ impl ModelChoice {
 mod tests {
     use super::{Command, Outbound};
 
-    /// Every loaded session's command queue and every connection's frame queues hold a block
-    /// of 32 slots from the start, so each byte of the largest command or frame costs 32 bytes
-    /// of every idle session.
+    /// Each queued command or frame takes a node of its own size (plus a pointer), allocated
+    /// when it is sent; a session's turn queues hundreds of frames, and a burst of requests
+    /// as many commands.
     #[test]
     fn queued_frames_and_commands_take_two_words() {
         let sizes = (

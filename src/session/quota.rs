@@ -60,10 +60,7 @@ impl SessionQuota {
         let capacity = f64::from(self.per_minute);
         let per_second = capacity / 60.0;
         // A panic while holding it leaves buckets that are still whole.
-        let mut buckets = self
-            .buckets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut buckets = crate::mutex::lock(&self.buckets);
         let bucket = buckets.entry(caller.user.clone()).or_insert(Bucket {
             tokens: capacity,
             at: now,

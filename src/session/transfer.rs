@@ -149,7 +149,7 @@ impl Imported {
                 NewEvent {
                     session_id: Arc::clone(&id),
                     seq,
-                    method: method.clone(),
+                    method: method.as_str().into(),
                     params_json: params.to_string().into(),
                     created_at: *created_at,
                 }

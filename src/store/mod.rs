@@ -256,8 +256,8 @@ pub struct NewEvent {
     pub session_id: Arc<str>,
     /// Its per-session sequence number: the session's `last_seq + 1`.
     pub seq: i64,
-    /// The notification's JSON-RPC method.
-    pub method: String,
+    /// The notification's JSON-RPC method, shared as the params are.
+    pub method: Arc<str>,
     /// The notification's params as JSON text, shared: a queued copy costs no allocation.
     pub params_json: Arc<str>,
     /// When it happened; also the session's new `updated_at`.
@@ -270,7 +270,7 @@ impl NewEvent {
         Self {
             session_id,
             seq,
-            method: method.to_owned(),
+            method: method.into(),
             // A `Value` always serialises: its keys are strings.
             params_json: params.to_string().into(),
             created_at: timestamp_now(),

@@ -1,6 +1,7 @@
 //! The live catalog: every tool a registry knows, visible or not, and why; refreshed on every
 //! registry mutation so discovery tools and `tool/list` never read a stale picture.
 
+use crate::mutex::lock;
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
@@ -179,10 +180,4 @@ impl CatalogCell {
             Err(poisoned) => *poisoned.into_inner() = catalog,
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

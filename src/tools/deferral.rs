@@ -169,10 +169,7 @@ impl ToolRegistry {
     /// tool alone.
     pub(super) fn activate_for_call(&mut self, name: &str) {
         if self.deferred.contains(name) {
-            let group = self
-                .tools
-                .get(name)
-                .and_then(|entry| entry.tool.meta().primary_group());
+            let group = self.tools.get(name).and_then(Entry::group);
             let target = match group {
                 Some(group) => format!("group:{group}"),
                 None => name.to_string(),

@@ -40,6 +40,13 @@ pub(super) struct Entry {
     pub(super) validator: Arc<ArgsValidator>,
 }
 
+impl Entry {
+    /// The tool's primary group, which a call to it brings back with it.
+    pub(super) fn group(&self) -> Option<&'static str> {
+        self.tool.meta().primary_group()
+    }
+}
+
 /// The tools one session can use, with its own deferral, policy and LRU state.
 ///
 /// Mutations take `&mut self`: a registry has one owner (the session actor), and calls are
@@ -51,7 +58,7 @@ pub struct ToolRegistry {
     /// Tools the hard policy removed; kept only to describe them and to answer
     /// `policy_denied` instead of `unknown_tool`.
     /// Shared by every snapshot until one changes it.
-    pub(super) removed: Arc<BTreeMap<String, Entry>>,
+    pub(super) removed: RemovedTools,
     /// Shared, like the two sets below, by every session's snapshot until one changes it.
     pub(super) deferred: SharedNames,
     pub(super) spawn_only: SharedNames,
@@ -104,7 +111,7 @@ impl ToolRegistry {
     pub fn new(lifecycle: ToolLifecycle) -> Self {
         Self {
             tools: ToolTable::default(),
-            removed: Arc::default(),
+            removed: RemovedTools::default(),
             deferred: SharedNames::default(),
             spawn_only: SharedNames::default(),
             spawn_only_pending: SharedNames::default(),
@@ -160,11 +167,9 @@ impl ToolRegistry {
             self.tools.remove(name.as_str());
             self.deferred.remove(&name);
             self.spawn_only.remove(&name);
-            Arc::make_mut(&mut self.removed).insert(name, entry);
+            self.removed.insert(name, entry);
         } else {
-            if self.removed.contains_key(&name) {
-                Arc::make_mut(&mut self.removed).remove(&name);
-            }
+            self.removed.remove(&name);
             self.lifecycle.touch(&name);
             if !self.shown_at.contains_key(&name) {
                 self.show_last(&name);
@@ -327,7 +332,7 @@ impl ToolRegistry {
             .collect();
         for name in &refused {
             if let Some(entry) = self.tools.remove(name.as_str()) {
-                Arc::make_mut(&mut self.removed).insert(name.clone(), entry);
+                self.removed.insert(name.clone(), entry);
             }
             self.deferred.remove(name);
             self.spawn_only.remove(name);
@@ -486,7 +491,7 @@ impl ToolRegistry {
                 .filter(|(name, _)| keep(name))
                 .map(|(name, entry)| (Arc::clone(name), entry.clone()))
                 .collect(),
-            removed: Arc::clone(&self.removed),
+            removed: self.removed.clone(),
             deferred: self.deferred.kept(keep),
             spawn_only: self.spawn_only.kept(keep),
             spawn_only_pending: self.spawn_only_pending.kept(keep),
@@ -615,6 +620,39 @@ impl std::ops::Deref for SharedNames {
     type Target = BTreeSet<String>;
 
     fn deref(&self) -> &BTreeSet<String> {
+        &self.0
+    }
+}
+
+/// The tools a hard policy removed, by name, shared by a registry's snapshots as
+/// [`SharedNames`] is: only a real change copies the map.
+#[derive(Clone, Default)]
+pub(super) struct RemovedTools(Arc<BTreeMap<String, Entry>>);
+
+impl RemovedTools {
+    /// Records `entry` as removed, replacing an earlier one of that name.
+    fn insert(&mut self, name: String, entry: Entry) {
+        Arc::make_mut(&mut self.0).insert(name, entry);
+    }
+
+    /// Forgets the removed tool `name`, if there is one.
+    fn remove(&mut self, name: &str) {
+        if self.0.contains_key(name) {
+            Arc::make_mut(&mut self.0).remove(name);
+        }
+    }
+
+    /// Whether `other` is this very map, not a copy.
+    #[cfg(test)]
+    pub(super) fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::ops::Deref for RemovedTools {
+    type Target = BTreeMap<String, Entry>;
+
+    fn deref(&self) -> &BTreeMap<String, Entry> {
         &self.0
     }
 }

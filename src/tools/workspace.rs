@@ -4,11 +4,12 @@
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
 use crate::fs_safe::{self, Beneath, FsError, RootPath};
+use crate::mutex::lock;
 use crate::sandbox::SessionSandbox;
 
 /// What one tool call did to one file.
@@ -326,14 +327,6 @@ impl Journal {
             changed_at: now_rfc3339(),
         });
     }
-}
-
-/// Locks a mutex, taking the data even if a holder panicked: the journal's entries are each
-/// written whole, so a panic cannot leave one half-made.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Now as RFC 3339 UTC with seconds precision, the form every `*_at` field takes.

@@ -36,6 +36,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("heap", 14),
     // Counted into from every layer, it names none of them.
     ("metrics", 14),
+    // Locked from every layer, it names none of them.
+    ("mutex", 14),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -4,21 +4,21 @@
 //! events.
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::Connection;
 use super::request::{ConnectionRequest, Request, TaskParams};
 use super::rpc::{RequestId, RpcError, answer};
 use super::tasks::cancel_task;
 use crate::error_kind::ErrorKind;
-use crate::session::{Outbound, SessionReply, SessionRequest};
+use crate::session::frames::FrameSender;
+use crate::session::{SessionReply, SessionRequest};
 
 /// How a request was handled.
 pub(super) enum Dispatched {
     /// The answer was (or will be) sent by the handler itself.
     Answered,
     /// Send this answer, through the session's live queue when given.
-    Now(Result<Value, RpcError>, Option<mpsc::Sender<Outbound>>),
+    Now(Result<Value, RpcError>, Option<FrameSender>),
 }
 
 impl Connection {
@@ -116,6 +116,7 @@ impl Connection {
             .map_or_else(|| self.out.clone(), |a| a.live.clone());
         let (app, caller) = (self.app.clone(), self.caller.clone());
         tokio::spawn(async move {
+            let mut out = out;
             let outcome = cancel_task(&app, &caller, &params).await;
             if let Some(frame) = answer(&id, outcome) {
                 let _ = out.send(frame).await;
@@ -171,6 +172,7 @@ impl Connection {
             return Dispatched::Now(answered.await, Some(live));
         }
         tokio::spawn(async move {
+            let mut live = live;
             if let Some(frame) = answer(&id, answered.await) {
                 let _ = live.send(frame).await;
             }

@@ -3,19 +3,51 @@
 //! queue to the writer.
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::dispatch::Dispatched;
 use super::request::OpenParams;
 use super::rpc::{RequestId, answer};
 use super::{Connection, REPLAY_PAGE};
+use crate::session::frames::{FrameQueue, FrameSender, frame_queue};
 use crate::session::{OpenedSession, Outbound, SessionError, SessionHandle, SessionView, Watcher};
 
 /// One session this connection watches.
 pub(super) struct Attachment {
     pub handle: SessionHandle,
     /// Answers to this session's requests go through the same queue as its events.
-    pub live: mpsc::Sender<Outbound>,
+    pub live: FrameSender,
+}
+
+/// The sessions one connection watches, by id. A list: a connection watches one session or a
+/// few, and an idle one keeps the list's exact size rather than a hash table's spare room.
+#[derive(Default)]
+pub(super) struct Attached(Vec<(String, Attachment)>);
+
+impl Attached {
+    /// The attachment to `session_id`.
+    pub(super) fn get(&self, session_id: &str) -> Option<&Attachment> {
+        self.0
+            .iter()
+            .find(|(id, _)| id == session_id)
+            .map(|(_, attachment)| attachment)
+    }
+
+    /// Records the attachment to `session_id`, in place of an earlier one.
+    pub(super) fn insert(&mut self, session_id: String, attachment: Attachment) {
+        self.remove(&session_id);
+        self.0.push((session_id, attachment));
+    }
+
+    /// Forgets the attachment to `session_id`, answering it.
+    pub(super) fn remove(&mut self, session_id: &str) -> Option<Attachment> {
+        let at = self.0.iter().position(|(id, _)| id == session_id)?;
+        Some(self.0.swap_remove(at).1)
+    }
+
+    /// Every attachment.
+    pub(super) fn values(&self) -> impl Iterator<Item = &Attachment> {
+        self.0.iter().map(|(_, attachment)| attachment)
+    }
 }
 
 impl Connection {
@@ -23,13 +55,13 @@ impl Connection {
     pub(super) async fn attachment(
         &mut self,
         session_id: &str,
-    ) -> Result<(SessionHandle, mpsc::Sender<Outbound>), SessionError> {
+    ) -> Result<(SessionHandle, FrameSender), SessionError> {
         if let Some(existing) = self.attached.get(session_id)
             && !existing.handle.is_closed()
         {
             return Ok((existing.handle.clone(), existing.live.clone()));
         }
-        let (live, live_rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let (live, live_rx) = frame_queue(self.app.config().server.ws_queue_frames);
         let watcher = Watcher {
             connection_id: self.id,
             tx: live.clone(),
@@ -67,7 +99,7 @@ impl Connection {
     }
 
     /// Lets the writer drain a session's live frames, after everything queued so far.
-    fn forward(&self, live_rx: mpsc::Receiver<Outbound>) {
+    fn forward(&self, live_rx: FrameQueue) {
         self.signals.follow(live_rx);
     }
 
@@ -134,7 +166,7 @@ impl Connection {
         if let Some(previous) = self.attached.remove(&session_id) {
             previous.handle.detach(self.id).await;
         }
-        let (live, live_rx) = mpsc::channel(self.app.config().server.ws_queue_frames);
+        let (live, live_rx) = frame_queue(self.app.config().server.ws_queue_frames);
         let watcher = Watcher {
             connection_id: self.id,
             tx: live.clone(),
@@ -209,7 +241,7 @@ impl Connection {
 
     /// Sends stored events with `after_seq < seq <= up_to`, in order.
     async fn replay(
-        &self,
+        &mut self,
         session_id: &str,
         after_seq: i64,
         up_to: i64,

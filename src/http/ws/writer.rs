@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::future::FutureExt;
-use futures_util::stream::{BoxStream, SelectAll, SplitSink};
+use futures_util::stream::{SelectAll, SplitSink};
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{CLOSE_TIMEOUT, STUCK_CLIENT};
 use crate::session::Outbound;
+use crate::session::frames::FrameQueue;
 
 /// Frames written before one flush, at most; a long backlog still goes out in bounded writes.
 const FRAMES_PER_FLUSH: usize = 64;
@@ -22,7 +23,7 @@ const FRAMES_PER_FLUSH: usize = 64;
 /// Where the writer takes its frames from, and what makes it stop.
 pub(super) struct FrameSources {
     /// Answers and replayed events, in the order the reader queued them.
-    pub out: mpsc::Receiver<Outbound>,
+    pub out: FrameQueue,
     /// What the reader asks of the writer besides frames.
     pub signals: Arc<WriterSignals>,
     /// Fired when a session cut this connection off for falling behind.
@@ -39,7 +40,7 @@ pub(super) struct WriterSignals {
     wake: Notify,
     ping: AtomicBool,
     /// Live queues, each handed over once its session's replay and answer are in `out`.
-    follow: Mutex<Vec<mpsc::Receiver<Outbound>>>,
+    follow: Mutex<Vec<FrameQueue>>,
 }
 
 impl WriterSignals {
@@ -51,21 +52,14 @@ impl WriterSignals {
 
     /// Hands over a session's live queue, to be drained after everything queued in `out` so
     /// far.
-    pub(super) fn follow(&self, queue: mpsc::Receiver<Outbound>) {
-        self.queues().push(queue);
+    pub(super) fn follow(&self, queue: FrameQueue) {
+        crate::mutex::lock(&self.follow).push(queue);
         self.wake.notify_one();
     }
 
     /// The live queues handed over since the last call.
-    fn followed(&self) -> Vec<mpsc::Receiver<Outbound>> {
-        std::mem::take(&mut *self.queues())
-    }
-
-    /// The queues handed over; a panic elsewhere while holding them leaves a whole list.
-    fn queues(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::Receiver<Outbound>>> {
-        self.follow
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn followed(&self) -> Vec<FrameQueue> {
+        std::mem::take(&mut *crate::mutex::lock(&self.follow))
     }
 }
 
@@ -85,7 +79,7 @@ pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, source
         lagged,
         shutdown,
     } = sources;
-    let mut live: SelectAll<BoxStream<'static, Outbound>> = SelectAll::new();
+    let mut live: SelectAll<FrameQueue> = SelectAll::new();
     // Frames taken from `out` when a live queue arrived: they were queued before it, so they
     // are written before anything of it.
     let mut backlog: VecDeque<Outbound> = VecDeque::new();
@@ -100,8 +94,8 @@ pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, source
                 () = signals.wake.notified() => {
                     let followed = signals.followed();
                     if !followed.is_empty() {
-                        backlog.extend(std::iter::from_fn(|| out.try_recv().ok()));
-                        live.extend(followed.into_iter().map(drain));
+                        backlog.extend(std::iter::from_fn(|| out.try_recv()));
+                        live.extend(followed);
                     }
                     if !signals.ping.swap(false, Ordering::AcqRel) {
                         continue;
@@ -125,7 +119,7 @@ pub(super) async fn write_frames(mut sink: SplitSink<WebSocket, Message>, source
         while batch.len() < FRAMES_PER_FLUSH {
             let ready = backlog
                 .pop_front()
-                .or_else(|| out.try_recv().ok())
+                .or_else(|| out.try_recv())
                 .or_else(|| live.next().now_or_never().flatten());
             match ready.map(next_of) {
                 Some(Next::Frame(message)) => batch.push(message),
@@ -182,14 +176,6 @@ async fn send_all(
             matches!(tokio::time::timeout(STUCK_CLIENT, &mut send).await, Ok(Ok(())))
         }
     }
-}
-
-/// A live queue as a stream the writer can poll beside the others.
-fn drain(queue: mpsc::Receiver<Outbound>) -> BoxStream<'static, Outbound> {
-    futures_util::stream::unfold(queue, |mut queue| async move {
-        queue.recv().await.map(|frame| (frame, queue))
-    })
-    .boxed()
 }
 
 fn next_of(frame: Outbound) -> Next {

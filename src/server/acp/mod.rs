@@ -36,6 +36,8 @@ use crate::error_kind::{
     RPC_SERVER_ERROR,
 };
 use crate::mcp::McpServerConfig;
+use crate::mutex::lock;
+use crate::session::frames::{FrameQueue, frame_queue};
 use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
 };
@@ -289,10 +291,7 @@ struct AcpSession {
 
 impl AcpSession {
     fn mode(&self) -> &'static str {
-        *self
-            .mode
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        *lock(&self.mode)
     }
 }
 
@@ -310,13 +309,6 @@ struct Connection {
     next_watcher: AtomicU64,
     /// Fired when stdin closes: pumps and waiting prompts stop.
     closed: CancellationToken,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panicking holder leaves plain data behind; nothing here is left half-changed.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Server {
@@ -609,7 +601,7 @@ impl Connection {
                     .as_str()
                     .ok_or_else(|| RpcError::invalid("agentd answered session/open without an id"))?
                     .to_string();
-                let (tx, rx) = mpsc::channel(WATCH_QUEUE);
+                let (tx, rx) = frame_queue(WATCH_QUEUE);
                 let lagged = CancellationToken::new();
                 remote.route(&session_id, tx, lagged.clone());
                 let last_seq = opened["last_seq"].as_i64().unwrap_or_default();
@@ -671,7 +663,7 @@ impl Connection {
             Backend::Remote(remote) => {
                 refuse_client_mcp(&names)?;
                 // Routed before the attach, so nothing after its `last_seq` is missed.
-                let (tx, rx) = mpsc::channel(WATCH_QUEUE);
+                let (tx, rx) = frame_queue(WATCH_QUEUE);
                 let lagged = CancellationToken::new();
                 remote.route(session_id, tx, lagged.clone());
                 let opened = remote
@@ -696,7 +688,7 @@ impl Connection {
     /// Watches an in-process session like a WebSocket client: its last `seq` when attached,
     /// and the queue its later events arrive on.
     async fn attach_local(&self, handle: &SessionHandle) -> Result<Attached, RpcError> {
-        let (tx, rx) = mpsc::channel(WATCH_QUEUE);
+        let (tx, rx) = frame_queue(WATCH_QUEUE);
         let lagged = CancellationToken::new();
         let watcher = Watcher {
             connection_id: self.next_watcher.fetch_add(1, Ordering::Relaxed),
@@ -821,7 +813,7 @@ impl Connection {
         session_id: &str,
         session: Arc<AcpSession>,
         mut translator: Translator,
-        mut rx: mpsc::Receiver<Outbound>,
+        mut rx: FrameQueue,
         lagged: CancellationToken,
     ) {
         loop {
@@ -1005,7 +997,7 @@ impl Connection {
 
 /// A session being watched: its last `seq` when attached, the queue its later events arrive
 /// on, and the token that fires when that queue overflowed.
-type Attached = (i64, mpsc::Receiver<Outbound>, CancellationToken);
+type Attached = (i64, FrameQueue, CancellationToken);
 
 /// What `session/load` replays.
 struct Replay {

@@ -17,15 +17,17 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
-use super::{NOT_FOUND, RpcError, lock};
+use super::{NOT_FOUND, RpcError};
 use crate::error_kind::ErrorKind;
 use crate::error_kind::{RPC_INTERNAL_ERROR, RPC_SERVER_ERROR};
+use crate::mutex::lock;
 use crate::session::Outbound;
+use crate::session::frames::FrameSender;
 
 /// A session's notification queue on this side, and the token that ends its pump when the
 /// queue overflows or the connection drops.
 struct Route {
-    tx: mpsc::Sender<Outbound>,
+    tx: FrameSender,
     lagged: CancellationToken,
 }
 
@@ -203,7 +205,7 @@ impl Remote {
             return;
         };
         let mut routes = lock(&self.routes);
-        if let Some(route) = routes.get(session_id)
+        if let Some(route) = routes.get_mut(session_id)
             && route.tx.try_send(Outbound::Text(text.into())).is_err()
         {
             // A pump that fell this far behind (or ended) gets no more: as a lagging
@@ -214,12 +216,7 @@ impl Remote {
     }
 
     /// Sends `session_id`'s notifications to `tx` from now on.
-    pub(super) fn route(
-        &self,
-        session_id: &str,
-        tx: mpsc::Sender<Outbound>,
-        lagged: CancellationToken,
-    ) {
+    pub(super) fn route(&self, session_id: &str, tx: FrameSender, lagged: CancellationToken) {
         if self.gone.is_cancelled() {
             lagged.cancel();
             return;

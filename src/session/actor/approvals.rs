@@ -91,7 +91,7 @@ impl SessionActor {
 
     /// Sends a newly attached watcher the requests still waiting that its replay (from
     /// `after_seq`, when it replays) does not hold.
-    pub(super) fn send_pending_approvals(&self, watcher: &Watcher, after_seq: Option<i64>) {
+    pub(super) fn send_pending_approvals(&self, watcher: &mut Watcher, after_seq: Option<i64>) {
         let covered = after_seq.unwrap_or(i64::MAX);
         let mut waiting: Vec<&PendingApproval> = self
             .approvals

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
-use tokio::sync::mpsc::error::TrySendError;
 
 use super::{LINGER, SessionActor, UNSTORED_RETRY};
 use crate::agent::SessionEvent;
+use crate::session::frames::TrySendError;
 use crate::session::{Outbound, ToolNames, Watcher, notification_text, stamp};
 use crate::store::{CostRow, NewEvent, StoreResult, Write};
 use crate::tools::{ToolCatalog, ToolEvent};
@@ -170,7 +170,7 @@ impl SessionActor {
             let frame = Outbound::Text(notification_text(&event.method, &event.params_json));
             self.log
                 .watchers
-                .retain(|watcher| match watcher.tx.try_send(frame.clone()) {
+                .retain_mut(|watcher| match watcher.tx.try_send(frame.clone()) {
                     Ok(()) => true,
                     Err(TrySendError::Full(_)) => {
                         tracing::info!(

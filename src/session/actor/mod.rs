@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -49,8 +50,8 @@ use crate::tools::{ToolEvent, ToolRegistry, ToolState};
 const LINGER: Duration = Duration::from_millis(1);
 /// How soon events the store refused are tried again.
 const UNSTORED_RETRY: Duration = Duration::from_millis(250);
-/// Queue depth for commands sent to one actor.
-pub(crate) const COMMAND_QUEUE: usize = 64;
+/// Queue depth of an actor's own channels: task reports, tool events, requests of its turns.
+const ACTOR_QUEUE: usize = 64;
 
 /// Everything an actor needs from the server when it starts.
 pub(crate) struct ActorSetup {
@@ -303,7 +304,7 @@ impl SessionActor {
     /// The actor comes boxed: an `async fn` keeps an argument taken by value twice in its
     /// future, as the argument and as the local it is moved into, and a loaded session holds
     /// this future for as long as it lives.
-    pub(crate) async fn run(mut self: Box<Self>, mut commands: mpsc::Receiver<Command>) {
+    pub(crate) async fn run(mut self: Box<Self>, mut commands: super::CommandRx) {
         // A span per piece of work, not one for the actor's life: a span's slot keeps its
         // fields' allocation after it closes, and 10,000 such slots made while sessions were
         // open are scattered through the heap, holding pages that would otherwise go back to
@@ -316,6 +317,8 @@ impl SessionActor {
         });
         // Why the session ends, for its SessionEnd hooks.
         let mut ending = "shutdown";
+        // Told when the stopping is done, by being dropped.
+        let mut closed_by = None;
         loop {
             // Questions whose tool gave up (timeout, interruption) no longer wait.
             self.calls
@@ -341,8 +344,13 @@ impl SessionActor {
                 () = sleep_until_some(linger_until), if linger_until.is_some() => {
                     Box::pin(self.commit_lingering()).instrument(span()).await;
                 }
-                command = commands.recv() => match command {
-                    Some(Command::Close) | None => {
+                command = commands.next() => match command {
+                    Some(Command::Close { stopped }) => {
+                        ending = "closed";
+                        closed_by = Some(stopped);
+                        break;
+                    }
+                    None => {
                         ending = "closed";
                         break;
                     }
@@ -398,6 +406,9 @@ impl SessionActor {
             .instrument(stopping),
         )
         .await;
+        // Closes waiting on this actor (this one, and any still queued) return once it has
+        // stopped, not before.
+        drop((closed_by, commands));
     }
 
     /// Stores what lingers and marks the session clear before an idle unload.
@@ -431,11 +442,11 @@ impl SessionActor {
         match command {
             Command::Attach(attach) => {
                 let super::Attach {
-                    watcher,
+                    mut watcher,
                     after_seq,
                     reply,
                 } = *attach;
-                self.send_pending_approvals(&watcher, after_seq);
+                self.send_pending_approvals(&mut watcher, after_seq);
                 self.log.watchers.push(watcher);
                 let _ = reply.send((self.log.last_seq, self.view()));
             }
@@ -456,7 +467,7 @@ impl SessionActor {
                 let (request, reply) = *asked;
                 self.handle_request(request, reply).await
             }
-            Command::Close => {}
+            Command::Close { .. } => {}
         }
     }
 
@@ -678,7 +689,7 @@ impl<T> LazyChannel<T> {
         match &self.tx {
             Some(tx) => tx.clone(),
             None => {
-                let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+                let (tx, rx) = mpsc::channel(ACTOR_QUEUE);
                 self.rx = Some(rx);
                 self.tx.insert(tx).clone()
             }

@@ -332,7 +332,7 @@ fn insert_events(connection: &Connection, events: &[NewEvent]) -> StoreResult<()
             .execute(params![
                 &*event.session_id,
                 event.seq,
-                event.method,
+                &*event.method,
                 &*event.params_json,
                 ts(event.created_at)?
             ])

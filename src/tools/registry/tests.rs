@@ -532,17 +532,17 @@ async fn snapshots_share_their_parents_policies_and_removed_tools() {
     };
     assert!(same(&session.hard_policy, &parent.hard_policy));
     assert!(same(&session.provider_policy, &parent.provider_policy));
-    assert!(Arc::ptr_eq(&session.removed, &parent.removed));
+    assert!(session.removed.shares(&parent.removed));
 
     // Registering a tool the policy allows copies nothing; one it refuses changes only the
     // session's own removed set, and the refusal holds there.
     session.register(Probe::new("glob").arc()).unwrap();
-    assert!(Arc::ptr_eq(&session.removed, &parent.removed));
+    assert!(session.removed.shares(&parent.removed));
     session.narrow(ToolPolicy {
         deny: vec!["grep".into()],
         ..ToolPolicy::default()
     });
-    assert!(!Arc::ptr_eq(&session.removed, &parent.removed));
+    assert!(!session.removed.shares(&parent.removed));
     assert!(parent.removed.contains_key("shell") && !parent.removed.contains_key("grep"));
     let err = session
         .execute_with_context(&ctx(), "grep", &json!({}))
