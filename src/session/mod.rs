@@ -795,7 +795,48 @@ impl ModelChoice {
 
 #[cfg(test)]
 mod tests {
-    use super::{Command, Outbound};
+    use std::sync::Arc;
+
+    use futures_util::{FutureExt, StreamExt};
+    use tokio::sync::oneshot;
+
+    use super::{Command, InflightCalls, Outbound, SessionHandle, SessionMcp, command_queue};
+
+    /// `close` promises the actor has stopped when it returns: deleting a session relies on
+    /// it to find no process or write of the session still running.
+    #[tokio::test]
+    async fn close_returns_only_once_the_actor_has_stopped() {
+        let (tx, mut commands) = command_queue();
+        let handle = SessionHandle::new(
+            Arc::from("s"),
+            tx,
+            InflightCalls::new(1),
+            Arc::new(SessionMcp::default()),
+        );
+        let (release, released) = oneshot::channel::<()>();
+        let actor = tokio::spawn(async move {
+            let Some(Command::Close { stopped }) = commands.next().await else {
+                panic!("expected a close");
+            };
+            // Still stopping: the closer must wait.
+            let _ = released.await;
+            drop(stopped);
+            commands
+        });
+        let mut closing = Box::pin(handle.close());
+        for _ in 0..100 {
+            assert!(
+                (&mut closing).now_or_never().is_none(),
+                "close returned before the stop"
+            );
+            tokio::task::yield_now().await;
+        }
+        release.send(()).unwrap();
+        closing.await;
+        // An actor already gone answers at once.
+        drop(actor.await.unwrap());
+        handle.close().await;
+    }
 
     /// Each queued command or frame takes a node of its own size (plus a pointer), allocated
     /// when it is sent; a session's turn queues hundreds of frames, and a burst of requests
