@@ -36,8 +36,9 @@ pub struct ToolSpec {
     pub name: String,
     /// What it does and when to use it.
     pub description: String,
-    /// JSON Schema of its arguments.
-    pub input_schema: Value,
+    /// JSON Schema of its arguments, shared with the tool's own: every session's list of
+    /// specs, and every model request's, holds the schema without copying it.
+    pub input_schema: Arc<Value>,
 }
 
 /// One tool call the model asked for.

@@ -250,9 +250,29 @@ impl Pricing {
         }
     }
 
-    /// The serialised size of one message or tool spec, as the estimate counts it.
+    /// The serialised size of one message or tool spec, as the estimate counts it. Counted as
+    /// it is written, not written out: a model call measures every message and spec, some of
+    /// them twice.
     pub fn json_bytes(value: &impl serde::Serialize) -> u64 {
-        serde_json::to_string(value).map_or(0, |text| text.len() as u64)
+        /// Counts what is written to it, and keeps none of it.
+        struct Counted(u64);
+
+        impl std::io::Write for Counted {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len() as u64;
+                Ok(bytes.len())
+            }
+
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        let mut counted = Counted(0);
+        match serde_json::to_writer(&mut counted, value) {
+            Ok(()) => counted.0,
+            Err(_) => 0,
+        }
     }
 
     /// [`Pricing::estimate_prompt_tokens`] from sizes already measured with
@@ -281,6 +301,29 @@ mod tests {
     use super::*;
     use crate::llm::ToolCall;
     use serde_json::json;
+
+    #[test]
+    fn json_bytes_counts_what_serde_json_writes() {
+        let message = ChatMessage::user("naïve 日本語 \"quoted\" \n line");
+        let spec = ToolSpec {
+            name: "read_file".into(),
+            description: "Reads a file".into(),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}})
+                .into(),
+        };
+        for (counted, written) in [
+            (
+                Pricing::json_bytes(&message),
+                serde_json::to_string(&message).unwrap(),
+            ),
+            (
+                Pricing::json_bytes(&spec),
+                serde_json::to_string(&spec).unwrap(),
+            ),
+        ] {
+            assert_eq!(counted, written.len() as u64, "{written}");
+        }
+    }
 
     fn pricing() -> Pricing {
         let mut table = BTreeMap::new();
@@ -397,7 +440,7 @@ mod tests {
         let tool = ToolSpec {
             name: "read_file".into(),
             description: "Reads a file".into(),
-            input_schema: json!({"type":"object","properties":{"path":{"type":"string"}}}),
+            input_schema: json!({"type":"object","properties":{"path":{"type":"string"}}}).into(),
         };
         let with_tool = Pricing::estimate_prompt_tokens(&[], std::slice::from_ref(&tool));
         let tool_bytes = serde_json::to_string(&tool).unwrap().len() as u64;

@@ -435,7 +435,7 @@ async fn tags_concurrency_spawn_only_and_schema_come_from_the_config() {
     assert_eq!(tool.meta().tags, ["fs", "custom-plugin-tag"]);
     assert_eq!(tool.meta().concurrency, ConcurrencyClass::Safe);
     assert!(tool.spawn_only());
-    assert_eq!(tool.meta().input_schema, schema);
+    assert_eq!(*tool.meta().input_schema, schema);
 
     let plain = fx.plugin(&config("plain", "/bin/true"));
     assert_eq!(plain.meta().tags, [] as [&str; 0]);

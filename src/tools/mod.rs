@@ -296,8 +296,8 @@ pub struct ToolMeta {
     pub name: String,
     /// What it does, written for the model.
     pub description: String,
-    /// JSON Schema of the arguments.
-    pub input_schema: Value,
+    /// JSON Schema of the arguments, shared with every spec made of it.
+    pub input_schema: Arc<Value>,
     /// Capability tags (`fs`, `search`, `web`, …); an untagged tool passes every tag filter.
     pub tags: Vec<&'static str>,
     /// Safe tools run concurrently within a batch; Exclusive ones run alone.
@@ -331,7 +331,7 @@ impl ToolMeta {
         Self {
             name: name.into(),
             description: description.into(),
-            input_schema,
+            input_schema: Arc::new(input_schema),
             tags: Vec::new(),
             concurrency: ConcurrencyClass::Safe,
             uses_models: false,

@@ -440,7 +440,7 @@ impl ToolRegistry {
                 .map(|(_, name, tool)| ToolSpec {
                     name: name.to_string(),
                     description: tool.description().to_string(),
-                    input_schema: tool.input_schema().clone(),
+                    input_schema: Arc::clone(&tool.meta().input_schema),
                 })
                 .collect()
         }))

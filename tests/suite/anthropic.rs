@@ -54,7 +54,8 @@ fn ask(text: &str) -> ChatRequest {
         tools: vec![ToolSpec {
             name: "read_file".into(),
             description: "Reads a file".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}})
+                .into(),
         }]
         .into(),
         max_tokens: 256,

@@ -224,12 +224,12 @@ async fn the_request_body_carries_the_conversation_tools_and_limits() {
             ToolSpec {
                 name: "read_file".into(),
                 description: "Reads a file.".into(),
-                input_schema: read_schema.clone(),
+                input_schema: read_schema.clone().into(),
             },
             ToolSpec {
                 name: "grep".into(),
                 description: "Searches files.".into(),
-                input_schema: grep_schema.clone(),
+                input_schema: grep_schema.clone().into(),
             },
         ]
         .into(),

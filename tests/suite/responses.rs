@@ -114,7 +114,7 @@ fn ask(messages: Vec<ChatMessage>) -> ChatRequest {
         tools: vec![ToolSpec {
             name: "read_file".into(),
             description: "Reads a file.".into(),
-            input_schema: json!({"type":"object","properties":{"path":{"type":"string"}}}),
+            input_schema: json!({"type":"object","properties":{"path":{"type":"string"}}}).into(),
         }]
         .into(),
         max_tokens: 1024,

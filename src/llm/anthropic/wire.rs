@@ -335,7 +335,7 @@ mod tests {
         ToolSpec {
             name: "read_file".into(),
             description: "Reads a file".into(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         }
     }
 

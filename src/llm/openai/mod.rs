@@ -311,7 +311,7 @@ mod tests {
             tools: vec![ToolSpec {
                 name: "read_file".into(),
                 description: "Reads".into(),
-                input_schema: json!({"type":"object"}),
+                input_schema: json!({"type":"object"}).into(),
             }]
             .into(),
             max_tokens: 64,

@@ -192,7 +192,7 @@ fn wire_tool(spec: &ToolSpec) -> ChatCompletionTools {
         function: FunctionObject {
             name: spec.name.clone(),
             description: (!spec.description.is_empty()).then(|| spec.description.clone()),
-            parameters: Some(spec.input_schema.clone()),
+            parameters: Some(Value::clone(&spec.input_schema)),
             strict: None,
         },
     })

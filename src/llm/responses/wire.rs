@@ -178,7 +178,8 @@ mod tests {
         request.tools = vec![ToolSpec {
             name: "read_file".into(),
             description: "Reads a file.".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}})
+                .into(),
         }]
         .into();
         let body = request_body(&request, None);

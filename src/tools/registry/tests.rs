@@ -55,7 +55,7 @@ impl Probe {
         self
     }
     fn schema(mut self, schema: Value) -> Self {
-        self.meta.input_schema = schema;
+        self.meta.input_schema = schema.into();
         self
     }
     fn cwd(mut self, cwd: &str) -> Self {
@@ -136,7 +136,7 @@ fn specs_keep_the_order_tools_became_visible_in() {
     );
     let spec = &registry.specs()[0];
     assert_eq!(spec.description, "a probe");
-    assert_eq!(spec.input_schema, json!({"type": "object"}));
+    assert_eq!(*spec.input_schema, json!({"type": "object"}));
 
     // Deferring and bringing a tool back appends it; the others do not move.
     registry.defer_tool("grep");
@@ -1000,6 +1000,41 @@ fn the_deferral_tool_follows_the_deferred_set() {
         registry.contains("activate_tools"),
         "the parent keeps its own"
     );
+}
+
+#[test]
+fn a_new_listing_compiles_the_deferral_tools_schema_only_when_it_changed() {
+    let mut registry = registry_with(&["web_fetch", "web_search", "grep"]);
+    // The schema names the deferred tools only while more than one is deferred.
+    let factory: DeferralToolFactory = Arc::new(|deferred: &[&str]| {
+        let mut probe = Probe::new("activate_tools");
+        probe.meta.name = format!("activate_tools[{}]", deferred.join(","));
+        let mut listing = Listing::new(probe);
+        if deferred.len() > 1 {
+            listing.meta.input_schema = json!({"type": "object", "description": "several"}).into();
+        }
+        Arc::new(listing) as Arc<dyn Tool>
+    });
+    registry.set_deferral_tool("activate_tools", factory);
+    let validator = |registry: &ToolRegistry| {
+        Arc::clone(&registry.tools.get("activate_tools").unwrap().validator)
+    };
+    registry.defer_group("group:web");
+    let several = validator(&registry);
+    registry.defer_tool("grep");
+    assert_eq!(
+        registry.get("activate_tools").unwrap().description(),
+        "activate_tools[grep,web_fetch,web_search]"
+    );
+    assert!(
+        Arc::ptr_eq(&several, &validator(&registry)),
+        "a new listing with the same schema keeps its validator"
+    );
+    registry.activate("grep");
+    registry.activate("web_fetch");
+    let one = validator(&registry);
+    assert!(!Arc::ptr_eq(&several, &one), "a new schema is compiled");
+    assert!(registry.prepare("activate_tools", &json!({})).is_ok());
 }
 
 /// Wraps a probe so its description is its (generated) name.
