@@ -127,6 +127,15 @@ impl Ledger {
         }
     }
 
+    /// Tells the ledger its session has no stored rows yet (it was just created), so the first
+    /// model call does not read them back.
+    pub(crate) fn knows_no_rows(&self) {
+        let mut seen = self.rows();
+        if seen.writing == 0 && seen.stored_usd.is_none() {
+            seen.stored_usd = Some(0.0);
+        }
+    }
+
     fn rows(&self) -> std::sync::MutexGuard<'_, RowsSeen> {
         crate::mutex::lock(&self.rows)
     }

@@ -284,7 +284,7 @@ impl Sessions {
         self.inner.metrics.sessions_created.inc();
         let handle = match &self.inner.config.cluster {
             Some(_) => self.follow(&row).await?,
-            None => self.load_with_mcp(&row, None, mcp).await?,
+            None => self.load_with_mcp(&row, None, mcp, true).await?,
         };
         Ok((handle, row))
     }
@@ -361,7 +361,7 @@ impl Sessions {
             }
         }
         self.inner.metrics.sessions_created.inc();
-        let handle = self.load(&row, None).await?;
+        let handle = self.load_with_mcp(&row, None, Vec::new(), true).await?;
         Ok((handle, row))
     }
 
@@ -709,7 +709,7 @@ impl Sessions {
             ));
         }
         let row = self.row(caller, session_id).await?;
-        self.load_with_mcp(&row, None, mcp).await
+        self.load_with_mcp(&row, None, mcp, false).await
     }
 
     /// Stops the session's actor, if loaded, and deletes the session with all its data.
@@ -810,15 +810,18 @@ impl Sessions {
         row: &SessionRow,
         owned: Option<Lease>,
     ) -> Result<SessionHandle, SessionError> {
-        self.load_with_mcp(row, owned, Vec::new()).await
+        self.load_with_mcp(row, owned, Vec::new(), false).await
     }
 
-    /// [`Self::load`] starting `extra_mcp` too when it starts the actor.
+    /// [`Self::load`] starting `extra_mcp` too when it starts the actor; `created` when the
+    /// session was created just now, so its actor need not read back a history and cost rows
+    /// that cannot exist yet.
     async fn load_with_mcp(
         &self,
         row: &SessionRow,
         owned: Option<Lease>,
         extra_mcp: Vec<crate::mcp::McpServerConfig>,
+        created: bool,
     ) -> Result<SessionHandle, SessionError> {
         let mut live = self.inner.live.lock().await;
         if let Some(existing) = live.get(&row.session_id)
@@ -873,6 +876,7 @@ impl Sessions {
             writer,
             registry,
             last_seq: row.last_seq,
+            created,
             idle_unload: self.inner.config.idle_unload,
             profiles: self.inner.config.profiles.clone(),
             cancel,

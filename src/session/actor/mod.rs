@@ -61,6 +61,8 @@ pub(crate) struct ActorSetup {
     pub profiles: crate::session::profiles::Profiles,
     pub session_id: Arc<str>,
     pub store: Arc<dyn Store>,
+    /// Whether the session was created just now: it has no history nor cost row yet.
+    pub created: bool,
     /// Where the session's work is written: the group commit, or the lease's fence.
     pub writer: Arc<dyn Writer>,
     pub registry: ToolRegistry,
@@ -179,6 +181,7 @@ pub(crate) struct SessionActor {
 
 impl SessionActor {
     pub(crate) fn new(setup: ActorSetup) -> Self {
+        let created = setup.created;
         let (pricing, cap_usd) = match &setup.agent {
             Some(settings) => (settings.pricing.clone(), settings.budget_usd),
             None => (Pricing::default(), None),
@@ -204,7 +207,7 @@ impl SessionActor {
                 &setup.session_id,
             )
         });
-        Self {
+        let mut actor = Self {
             tasks: TaskSupervisor::new(setup.tasks_dir),
             reports: LazyChannel::default(),
             session_id: setup.session_id,
@@ -245,7 +248,14 @@ impl SessionActor {
             hooks,
             session_started: false,
             undo: undo::Undo::new(setup.checkpoints),
+        };
+        // A session created just now has no history and no cost row to read back before its
+        // first model call.
+        if created {
+            actor.ledger.knows_no_rows();
+            actor.turn.history = Some(Vec::new());
         }
+        actor
     }
 
     /// Runs the `SessionEnd` hooks as the actor stops, and tells what they did.
