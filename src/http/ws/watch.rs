@@ -35,6 +35,8 @@ impl Attached {
     /// Records the attachment to `session_id`, in place of an earlier one.
     pub(super) fn insert(&mut self, session_id: String, attachment: Attachment) {
         self.remove(&session_id);
+        // Room for this one only: a first push would make room for four.
+        self.0.reserve_exact(1);
         self.0.push((session_id, attachment));
     }
 

@@ -973,12 +973,8 @@ fn activation_requests_from_tools_apply_before_the_next_iteration() {
 #[test]
 fn the_deferral_tool_follows_the_deferred_set() {
     let mut registry = registry_with(&["web_fetch", "web_search", "grep"]);
-    let factory: DeferralToolFactory = Arc::new(|deferred: &[&str]| {
-        let mut probe = Probe::new("activate_tools");
-        probe.meta.name = format!("activate_tools[{}]", deferred.join(","));
-        // The registry keys by the configured name; the probe's own name carries the list.
-        Arc::new(Listing::new(probe)) as Arc<dyn Tool>
-    });
+    let factory: DeferralToolFactory =
+        Arc::new(|deferred: &[&str]| Arc::new(Listing::of(deferred)) as Arc<dyn Tool>);
     registry.set_deferral_tool("activate_tools", factory);
     assert!(!registry.contains("activate_tools"), "nothing deferred yet");
     registry.defer_group("group:web");
@@ -1007,9 +1003,7 @@ fn a_new_listing_compiles_the_deferral_tools_schema_only_when_it_changed() {
     let mut registry = registry_with(&["web_fetch", "web_search", "grep"]);
     // The schema names the deferred tools only while more than one is deferred.
     let factory: DeferralToolFactory = Arc::new(|deferred: &[&str]| {
-        let mut probe = Probe::new("activate_tools");
-        probe.meta.name = format!("activate_tools[{}]", deferred.join(","));
-        let mut listing = Listing::new(probe);
+        let mut listing = Listing::of(deferred);
         if deferred.len() > 1 {
             listing.meta.input_schema = json!({"type": "object", "description": "several"}).into();
         }
@@ -1044,7 +1038,11 @@ struct Listing {
 }
 
 impl Listing {
-    fn new(probe: Probe) -> Self {
+    /// The deferral tool for `deferred`. The registry keys it by the configured name; the
+    /// probe's own name carries the list.
+    fn of(deferred: &[&str]) -> Self {
+        let mut probe = Probe::new("activate_tools");
+        probe.meta.name = format!("activate_tools[{}]", deferred.join(","));
         let meta = ToolMeta::new(
             "activate_tools",
             &probe.meta.name,
