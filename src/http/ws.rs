@@ -4,6 +4,7 @@
 //! queue. Each watched session has its own bounded live queue, which the writer drains beside
 //! it, so a session's events and the answers to that session's requests keep their order.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ mod writer;
 
 use self::dispatch::Dispatched;
 use self::rpc::{RpcError, answer, response};
-use self::watch::Attached;
+use self::watch::Attachment;
 use super::AppState;
 use super::auth::{origin_allowed, origin_and_host};
 use super::error::ApiError;
@@ -93,7 +94,7 @@ struct Connection {
     /// Fired by a session that cut this connection off for falling behind.
     lagged: CancellationToken,
     /// The watched sessions, by id.
-    attached: Attached,
+    attached: HashMap<String, Attachment>,
 }
 
 impl Connection {
@@ -127,7 +128,7 @@ impl Connection {
             out,
             signals,
             lagged,
-            attached: Attached::default(),
+            attached: HashMap::new(),
         };
         async move {
             connection.serve(stream).await;

@@ -18,40 +18,6 @@ pub(super) struct Attachment {
     pub live: FrameSender,
 }
 
-/// The sessions one connection watches, by id. A list: a connection watches one session or a
-/// few, and an idle one keeps the list's exact size rather than a hash table's spare room.
-#[derive(Default)]
-pub(super) struct Attached(Vec<(String, Attachment)>);
-
-impl Attached {
-    /// The attachment to `session_id`.
-    pub(super) fn get(&self, session_id: &str) -> Option<&Attachment> {
-        self.0
-            .iter()
-            .find(|(id, _)| id == session_id)
-            .map(|(_, attachment)| attachment)
-    }
-
-    /// Records the attachment to `session_id`, in place of an earlier one.
-    pub(super) fn insert(&mut self, session_id: String, attachment: Attachment) {
-        self.remove(&session_id);
-        // Room for this one only: a first push would make room for four.
-        self.0.reserve_exact(1);
-        self.0.push((session_id, attachment));
-    }
-
-    /// Forgets the attachment to `session_id`, answering it.
-    pub(super) fn remove(&mut self, session_id: &str) -> Option<Attachment> {
-        let at = self.0.iter().position(|(id, _)| id == session_id)?;
-        Some(self.0.swap_remove(at).1)
-    }
-
-    /// Every attachment.
-    pub(super) fn values(&self) -> impl Iterator<Item = &Attachment> {
-        self.0.iter().map(|(_, attachment)| attachment)
-    }
-}
-
 impl Connection {
     /// The watched session, attaching (live only) when this connection has not opened it yet.
     pub(super) async fn attachment(
@@ -124,7 +90,7 @@ impl Connection {
             );
             return Dispatched::Now(Err(refused.into()), None);
         }
-        let (session_id, resumed, worktree) = match &params.session_id {
+        let (row, resumed) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {
                 Ok(row) if params.agent.is_some() && params.agent != row.agent => {
                     let refused = SessionError::InvalidParams(format!(
@@ -134,7 +100,7 @@ impl Connection {
                     ));
                     return Dispatched::Now(Err(refused.into()), None);
                 }
-                Ok(row) => (row.session_id, true, row.worktree),
+                Ok(row) => (row, true),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
             None => match if worktree {
@@ -156,10 +122,14 @@ impl Connection {
                     )
                     .await
             } {
-                Ok((_handle, row)) => (row.session_id, false, row.worktree),
+                Ok((_handle, row)) => (row, false),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
         };
+        let (session_id, worktree) = (row.session_id.clone(), row.worktree.clone());
+        // The answer names the session's model from its row: read again only when this open
+        // changed it.
+        let known = choice.is_empty().then_some(row);
         if !choice.is_empty()
             && let Err(err) = sessions.set_model(&self.caller, &session_id, choice).await
         {
@@ -201,9 +171,12 @@ impl Connection {
         if let Some(worktree) = worktree {
             result["worktree"] = json!(worktree);
         }
-        if let Some(agent) = self.app.agent()
-            && let Ok(row) = sessions.row(&self.caller, &session_id).await
-        {
+        let row = match (self.app.agent(), known) {
+            (None, _) => None,
+            (Some(_), Some(row)) => Some(row),
+            (Some(_), None) => sessions.row(&self.caller, &session_id).await.ok(),
+        };
+        if let (Some(agent), Some(row)) = (self.app.agent(), row) {
             let profile_model = row
                 .agent
                 .as_deref()
