@@ -12,13 +12,18 @@ pub const MAX_TOOL_OUTPUT_IN_HISTORY: usize = 32 * 1024;
 /// first, a model answer always together with the tool results that follow it, so what is
 /// sent stays a valid conversation; the system prompt then says how many were left out. The
 /// newest exchange is always sent, fitting or not (the endpoint then says the context is too
-/// long). The stored history is untouched.
+/// long). The stored history is untouched. `measured` is the estimate of the whole request
+/// when the caller has made it already: within `room`, nothing is measured again.
 pub(crate) fn fit_context(
     system: &str,
     history: Vec<ChatMessage>,
     tools: &[ToolSpec],
     room: u64,
+    measured: Option<u64>,
 ) -> (Vec<ChatMessage>, u64) {
+    if let Some(estimate) = measured.filter(|estimate| *estimate <= room) {
+        return (with_system(system, history), estimate);
+    }
     // Each message is measured once; the trials below only add up sizes.
     let tool_bytes: u64 = tools.iter().map(Pricing::json_bytes).sum();
     let estimate = |system: &ChatMessage, history_bytes: u64, history_len: usize| {
@@ -39,14 +44,8 @@ pub(crate) fn fit_context(
         content: system.to_string(),
     };
     let whole_estimate = estimate(&whole, after[0], history.len());
-    let untrimmed = |history: Vec<ChatMessage>| {
-        let mut messages = Vec::with_capacity(history.len() + 1);
-        messages.push(whole.clone());
-        messages.extend(history);
-        (messages, whole_estimate)
-    };
     if whole_estimate <= room {
-        return untrimmed(history);
+        return (with_system(system, history), whole_estimate);
     }
     // Where each droppable exchange starts: any message but a tool result.
     let starts: Vec<usize> = (0..history.len())
@@ -68,12 +67,22 @@ pub(crate) fn fit_context(
         }
     }
     if keep_from == 0 {
-        return untrimmed(history);
+        return (with_system(system, history), whole_estimate);
     }
     tracing::info!(dropped = keep_from, "history trimmed to the context window");
     let mut trimmed = vec![note(keep_from)];
     trimmed.extend(history.into_iter().skip(keep_from));
     (trimmed, kept_estimate)
+}
+
+/// The system prompt, then `history`.
+fn with_system(system: &str, history: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut messages = Vec::with_capacity(history.len() + 1);
+    messages.push(ChatMessage::System {
+        content: system.to_string(),
+    });
+    messages.extend(history);
+    messages
 }
 
 /// What a tool call whose result was never stored answers in the history.
@@ -227,11 +236,14 @@ mod tests {
             assistant(&[]),
             user("third"),
         ];
-        let (whole, estimate) = fit_context("sys", history.clone(), &[], u64::MAX);
+        let (whole, estimate) = fit_context("sys", history.clone(), &[], u64::MAX, None);
         assert_eq!(whole.len(), 7, "everything fits an unlimited window");
         assert_eq!(estimate, Pricing::estimate_prompt_tokens(&whole, &[]));
 
-        let (fitted, estimate) = fit_context("sys", history.clone(), &[], 400);
+        // A caller's own estimate is taken as it is when it fits, and ignored when it does not.
+        let (again, known) = fit_context("sys", history.clone(), &[], u64::MAX, Some(estimate));
+        assert_eq!((&again, known), (&whole, estimate));
+        let (fitted, estimate) = fit_context("sys", history.clone(), &[], 400, Some(estimate));
         assert_eq!(estimate, Pricing::estimate_prompt_tokens(&fitted, &[]));
         let ChatMessage::System { content } = &fitted[0] else {
             panic!("the system prompt comes first");
@@ -243,7 +255,7 @@ mod tests {
         // The assistant answer went with its tool result: no unanswered or stray tool message.
         assert_eq!(&fitted[1..], &history[3..]);
 
-        let (nothing_fits, estimate) = fit_context("sys", history.clone(), &[], 1);
+        let (nothing_fits, estimate) = fit_context("sys", history.clone(), &[], 1, None);
         assert_eq!(
             estimate,
             Pricing::estimate_prompt_tokens(&nothing_fits, &[])

@@ -266,13 +266,13 @@ impl<H: TurnHost> Turn<H> {
                     };
                 }
             };
-            let history = self
+            let (history, measured) = self
                 .compact_if_long(history, &specs, &mut compaction_settled, spend)
                 .await;
             let room = u64::from(self.settings.context_window)
                 .saturating_sub(u64::from(self.settings.max_tokens));
             let (messages, estimate) =
-                fit_context(self.host.system_prompt(), history, &specs, room);
+                fit_context(self.host.system_prompt(), history, &specs, room, measured);
             let request = ChatRequest {
                 model: self.settings.model.clone(),
                 messages,
@@ -404,18 +404,19 @@ impl<H: TurnHost> Turn<H> {
     }
 
     /// Summarises the older part of `history` when the next request would pass
-    /// `llm.compact_at` of the context window; answers the history to send. A failed
-    /// compaction leaves it whole (the trimming of `fit_context` then applies) and is not
-    /// tried again in this turn.
+    /// `llm.compact_at` of the context window; answers the history to send, with the whole
+    /// request's estimate when it measured that history and left it as it was (so
+    /// `fit_context` need not measure it again). A failed compaction leaves it whole (the
+    /// trimming of `fit_context` then applies) and is not tried again in this turn.
     async fn compact_if_long(
         &self,
         history: Vec<ChatMessage>,
         specs: &[crate::llm::ToolSpec],
         settled: &mut bool,
         spend: &mut Spend,
-    ) -> Vec<ChatMessage> {
+    ) -> (Vec<ChatMessage>, Option<u64>) {
         if *settled {
-            return history;
+            return (history, None);
         }
         let system = self.host.system_prompt();
         let threshold = (f64::from(self.settings.context_window) * self.settings.compact_at) as u64;
@@ -432,7 +433,7 @@ impl<H: TurnHost> Turn<H> {
             specs.len(),
         );
         if estimate <= threshold {
-            return history;
+            return (history, Some(estimate));
         }
         if let Some(hooks) = &self.scope.hooks
             && hooks.any(HookEvent::PreCompact, None)
@@ -466,7 +467,7 @@ impl<H: TurnHost> Turn<H> {
                 if let Err(err) = self.host.compacted(Some(&self.turn_id), compacted).await {
                     tracing::error!(%err, "compaction not recorded; sent for this request only");
                 }
-                view
+                (view, None)
             }
             Err(err) => {
                 crate::telemetry::attribute(&span, "agentd.compaction.outcome", err.to_string());
@@ -474,7 +475,7 @@ impl<H: TurnHost> Turn<H> {
                     tracing::warn!(%err, "compaction failed; the oldest messages are left out instead");
                 }
                 *settled = true;
-                history
+                (history, None)
             }
         }
     }

@@ -171,10 +171,12 @@ impl Connection {
         if let Some(worktree) = worktree {
             result["worktree"] = json!(worktree);
         }
-        let row = match (self.app.agent(), known) {
-            (None, _) => None,
-            (Some(_), Some(row)) => Some(row),
-            (Some(_), None) => sessions.row(&self.caller, &session_id).await.ok(),
+        let row = match known {
+            Some(row) => Some(row),
+            None if self.app.agent().is_some() => {
+                sessions.row(&self.caller, &session_id).await.ok()
+            }
+            None => None,
         };
         if let (Some(agent), Some(row)) = (self.app.agent(), row) {
             let profile_model = row
