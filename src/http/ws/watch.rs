@@ -35,7 +35,7 @@ impl Connection {
             tx: live.clone(),
             lagged: self.lagged.clone(),
         };
-        let (handle, _) = self.attach(session_id, watcher, None).await?;
+        let (handle, _) = self.attach(session_id, watcher, None, None).await?;
         self.forward(live_rx);
         self.attached.insert(
             session_id.to_string(),
@@ -47,16 +47,21 @@ impl Connection {
         Ok((handle, live))
     }
 
-    /// Attaches a watcher, loading the actor again if it unloaded in between.
+    /// Attaches a watcher, loading the actor again if it unloaded in between; `created` is the
+    /// handle of a session made just now, tried first without reading its row back.
     async fn attach(
         &self,
         session_id: &str,
         watcher: Watcher,
         after_seq: Option<i64>,
+        mut created: Option<SessionHandle>,
     ) -> Result<(SessionHandle, (i64, SessionView)), SessionError> {
         let mut attempts = 0;
         loop {
-            let handle = self.app.sessions().handle(&self.caller, session_id).await?;
+            let handle = match created.take() {
+                Some(handle) => handle,
+                None => self.app.sessions().handle(&self.caller, session_id).await?,
+            };
             match handle.attach_replaying(watcher.clone(), after_seq).await {
                 Ok(attached) => return Ok((handle, attached)),
                 // An idle actor may unload between lookup and attach; a fresh one is loaded.
@@ -90,7 +95,7 @@ impl Connection {
             );
             return Dispatched::Now(Err(refused.into()), None);
         }
-        let (row, resumed) = match &params.session_id {
+        let (row, resumed, created) = match &params.session_id {
             Some(session_id) => match sessions.row(&self.caller, session_id).await {
                 Ok(row) if params.agent.is_some() && params.agent != row.agent => {
                     let refused = SessionError::InvalidParams(format!(
@@ -100,7 +105,7 @@ impl Connection {
                     ));
                     return Dispatched::Now(Err(refused.into()), None);
                 }
-                Ok(row) => (row, true),
+                Ok(row) => (row, true, None),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
             None => match if worktree {
@@ -122,7 +127,7 @@ impl Connection {
                     )
                     .await
             } {
-                Ok((_handle, row)) => (row, false),
+                Ok((handle, row)) => (row, false, Some(handle)),
                 Err(err) => return Dispatched::Now(Err(err.into()), None),
             },
         };
@@ -144,11 +149,13 @@ impl Connection {
             tx: live.clone(),
             lagged: self.lagged.clone(),
         };
-        let (handle, (last_seq, view)) =
-            match self.attach(&session_id, watcher, params.after_seq).await {
-                Ok(attached) => attached,
-                Err(err) => return Dispatched::Now(Err(err.into()), None),
-            };
+        let (handle, (last_seq, view)) = match self
+            .attach(&session_id, watcher, params.after_seq, created)
+            .await
+        {
+            Ok(attached) => attached,
+            Err(err) => return Dispatched::Now(Err(err.into()), None),
+        };
         // Events up to last_seq come from the store, later ones from the live queue, which
         // starts draining only after the replay and the answer: no gap, no duplicate.
         if let Some(after_seq) = params.after_seq
