@@ -64,7 +64,7 @@ impl Follower {
                         let cursor = delivered.subscribe();
                         calls.spawn(async move {
                             let (tx, rx) = oneshot::channel();
-                            sessions.relay(&id, user.as_deref(), Command::Request(Box::new((super::SessionRequest::Describe {}, tx))), cursor).await;
+                            sessions.relay(&id, user.as_deref(), Command::Request(Box::new((super::SessionRequest::Describe {}, super::ReplyTx::Waiting(tx)))), cursor).await;
                             if let Ok(Ok(super::SessionReply::View(view))) = rx.await {
                                 let _ = joining.send((watcher, *view, reply)).await;
                             }

@@ -111,6 +111,18 @@ mod tests {
         assert!(tx.send(text(6)).await.is_err());
     }
 
+    #[test]
+    fn a_new_sender_finds_room_for_its_first_frame_in_a_full_queue() {
+        // A request's answer is queued with a sender of its own, without waiting: it must
+        // never be refused for room while the connection reads.
+        let (mut tx, _rx) = frame_queue(1);
+        tx.try_send(text(0)).unwrap();
+        tx.try_send(text(1)).unwrap();
+        assert!(matches!(tx.try_send(text(2)), Err(TrySendError::Full(_))));
+        let mut answer = tx.clone();
+        answer.try_send(text(3)).unwrap();
+    }
+
     #[tokio::test]
     async fn a_waiting_send_goes_through_once_there_is_room() {
         let (mut tx, mut rx) = frame_queue(0);

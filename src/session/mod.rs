@@ -11,6 +11,7 @@ pub mod open_work;
 pub mod profiles;
 pub mod protocol;
 mod quota;
+pub(crate) mod reply;
 pub mod retention;
 pub mod transfer;
 pub mod worktree;
@@ -309,8 +310,7 @@ pub(crate) fn stamp(session_id: &str, seq: i64, params: Value) -> Value {
     Value::Object(map)
 }
 
-/// Where the actor sends its answer to one [`SessionRequest`].
-pub(crate) type ReplyTx = oneshot::Sender<Result<SessionReply, SessionError>>;
+pub(crate) use reply::ReplyTx;
 
 /// A message to a session actor: a request of the session protocol, or one of the few
 /// internal ones that never leave this node.
@@ -487,9 +487,37 @@ impl SessionHandle {
         async move {
             let _counted = reserved?;
             handle
-                .ask(|reply| Command::Request(Box::new((request, reply))))
+                .ask(|reply| Command::Request(Box::new((request, ReplyTx::Waiting(reply)))))
                 .await?
         }
+    }
+
+    /// [`Self::request`] with no one waiting: the actor runs `deliver` with the answer itself
+    /// (or with `ActorGone` when it stops first, `Overloaded` past the in-flight limit), so
+    /// the answer lands wherever `deliver` puts it right after the events before it.
+    pub(crate) fn request_delivered(
+        &self,
+        request: SessionRequest,
+        deliver: impl FnOnce(reply::Outcome) + Send + Sync + 'static,
+    ) {
+        let counted = if matches!(request, SessionRequest::InvokeTool { .. }) {
+            match self.inflight.reserve() {
+                Ok(counted) => Some(counted),
+                Err(refused) => return deliver(Err(refused)),
+            }
+        } else {
+            None
+        };
+        let delivery = reply::Delivery::new(move |outcome| {
+            // Counted until answered, as a waiting caller's call is.
+            let _counted = counted;
+            deliver(outcome);
+        });
+        // Refused, the command and its delivery are dropped: ActorGone is delivered.
+        let _ = self.tx.unbounded_send(Command::Request(Box::new((
+            request,
+            ReplyTx::Delivered(delivery),
+        ))));
     }
 
     /// [`Self::request`], for the answer `pick` takes; any other is the wrong kind.

@@ -161,20 +161,21 @@ impl Connection {
             Ok(found) => found,
             Err(err) => return Dispatched::Now(Err(err.into()), None),
         };
-        let runs_long = request.runs_long();
-        let call = handle.request(request);
-        let answered = async move {
-            call.await
+        if !request.runs_long() {
+            let answered = handle
+                .request(request)
+                .await
                 .map(SessionReply::into_wire)
-                .map_err(RpcError::from)
-        };
-        if !runs_long {
-            return Dispatched::Now(answered.await, Some(live));
+                .map_err(RpcError::from);
+            return Dispatched::Now(answered, Some(live));
         }
-        tokio::spawn(async move {
+        // The actor queues the answer itself, behind the events it committed before it. The
+        // sender is this request's own, so its first frame always finds room.
+        handle.request_delivered(request, move |outcome| {
             let mut live = live;
-            if let Some(frame) = answer(&id, answered.await) {
-                let _ = live.send(frame).await;
+            let outcome = outcome.map(SessionReply::into_wire).map_err(RpcError::from);
+            if let Some(frame) = answer(&id, outcome) {
+                let _ = live.try_send(frame);
             }
         });
         Dispatched::Answered
