@@ -63,13 +63,17 @@ impl SessionActor {
             }
         };
         self.checkpoint(&turn_id).await;
-        self.emit(SessionEvent::TurnStarted {
+        // The title is its own write: queued beside turn/started's commit, not after it.
+        let title =
+            (!std::mem::replace(&mut self.title_checked, true)).then(|| self.title_from(&input));
+        let started = self.emit(SessionEvent::TurnStarted {
             turn_id: turn_id.clone(),
-        })
-        .await;
-        if !self.title_checked {
-            self.title_checked = true;
-            self.title_from(&input).await;
+        });
+        match title {
+            Some(title) => {
+                tokio::join!(started, title);
+            }
+            None => started.await,
         }
         let mut scope = self.call_scope(CostLabels {
             node_id: "agent".into(),
@@ -143,17 +147,19 @@ impl SessionActor {
     }
 
     /// Names an untitled session after the first line of its first message (a title a person
-    /// set is kept: the store only fills an empty one).
-    async fn title_from(&self, input: &str) {
-        let Some(title) = title_of(input) else {
-            return;
-        };
-        if let Err(err) = self
-            .store
-            .set_title_if_unset(&self.session_id, &title)
-            .await
-        {
-            tracing::warn!(%err, "could not title the session");
+    /// set is kept: the store only fills an empty one). The write borrows nothing of the
+    /// actor, so it can run beside the actor's own commits.
+    fn title_from(&self, input: &str) -> impl Future<Output = ()> + use<> {
+        let title = title_of(input);
+        let store = Arc::clone(&self.store);
+        let session_id = Arc::clone(&self.session_id);
+        async move {
+            let Some(title) = title else {
+                return;
+            };
+            if let Err(err) = store.set_title_if_unset(&session_id, &title).await {
+                tracing::warn!(%err, "could not title the session");
+            }
         }
     }
 
