@@ -1,7 +1,9 @@
 //! Argument safety for tool calls: an exact allocation-free JSON size, per-tool schema
 //! validation, and the capped copy of the arguments that events record.
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
+use std::sync::{Arc, Weak};
 
 use jsonschema::ValidationError;
 use serde_json::{Number, Value, json};
@@ -163,6 +165,39 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<ArgsValidator>();
 };
+
+/// Validators by the JSON text of the schema they were compiled from, shared by a registry and
+/// every snapshot of it: a schema seen before is not compiled again (an MCP server's tools
+/// listed again, a session's own server bringing the tools the last session's did, the
+/// deferral tool listed anew). Held weakly: a validator no tool uses any more is dropped.
+#[derive(Debug, Default)]
+pub struct CompiledSchemas(std::sync::Mutex<HashMap<String, Weak<ArgsValidator>>>);
+
+impl CompiledSchemas {
+    /// The validator of `schema`, compiled now only if no live one was compiled from the
+    /// same text.
+    pub fn compile(&self, schema: &Value) -> Result<Arc<ArgsValidator>, SchemaError> {
+        let key = schema.to_string();
+        if let Some(known) = crate::mutex::lock(&self.0)
+            .get(&key)
+            .and_then(Weak::upgrade)
+        {
+            return Ok(known);
+        }
+        // Compiled outside the lock: other registries' lookups need not wait for it.
+        let compiled = Arc::new(ArgsValidator::compile(schema)?);
+        let mut known = crate::mutex::lock(&self.0);
+        known.retain(|_, validator| validator.strong_count() > 0);
+        known.insert(key, Arc::downgrade(&compiled));
+        Ok(compiled)
+    }
+
+    /// How many schemas it knows, live or not swept yet.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        crate::mutex::lock(&self.0).len()
+    }
+}
 
 /// A schema that is not valid JSON Schema.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

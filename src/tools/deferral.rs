@@ -3,9 +3,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
-use super::args::ArgsValidator;
 use super::registry::{Entry, ToolRegistry};
 use super::{Tool, ToolMeta};
 
@@ -22,9 +19,6 @@ pub(super) struct DeferralTool {
     factory: DeferralToolFactory,
     /// The deferred names the registered instance was built for.
     listed: Vec<String>,
-    /// The argument validator and the schema it was compiled from: a new listing seldom
-    /// changes the schema, and comparing costs far less than compiling.
-    compiled: Option<(Arc<Value>, Arc<ArgsValidator>)>,
 }
 
 impl DeferralTool {
@@ -41,7 +35,6 @@ impl ToolRegistry {
             name: name.into(),
             factory,
             listed: Vec::new(),
-            compiled: None,
         });
         self.changed();
     }
@@ -232,17 +225,9 @@ impl ToolRegistry {
         }
         let tool = (deferral.factory)(&listed);
         let schema = &tool.meta().input_schema;
-        let validator = match &deferral.compiled {
-            Some((compiled, validator)) if compiled == schema => Arc::clone(validator),
-            _ => {
-                let Ok(validator) = ArgsValidator::compile(schema) else {
-                    tracing::error!(tool = %deferral.name, "deferral tool has an invalid schema");
-                    return;
-                };
-                let validator = Arc::new(validator);
-                deferral.compiled = Some((Arc::clone(schema), Arc::clone(&validator)));
-                validator
-            }
+        let Ok(validator) = self.validators.compile(schema) else {
+            tracing::error!(tool = %deferral.name, "deferral tool has an invalid schema");
+            return;
         };
         deferral.listed = listed.iter().map(|s| s.to_string()).collect();
         self.lifecycle.touch(&deferral.name);

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use super::args::{ArgsValidator, DEFAULT_MAX_ARGS_BYTES};
+use super::args::{ArgsValidator, CompiledSchemas, DEFAULT_MAX_ARGS_BYTES};
 use super::catalog::{CatalogCell, CatalogEntry, ToolCatalog, ToolState};
 use super::deferral::DeferralTool;
 use super::lifecycle::ToolLifecycle;
@@ -87,6 +87,8 @@ pub struct ToolRegistry {
     pub(super) next_shown: u64,
     /// The tools the last model request was offered (see `next_request`).
     pub(super) last_offered: Option<Arc<[ToolSpec]>>,
+    /// The validators compiled for this registry and every snapshot of it.
+    pub(super) validators: Arc<CompiledSchemas>,
 }
 
 impl Default for ToolRegistry {
@@ -128,6 +130,7 @@ impl ToolRegistry {
             shown_at: Arc::default(),
             next_shown: 0,
             last_offered: None,
+            validators: Arc::default(),
         }
     }
 
@@ -151,16 +154,14 @@ impl ToolRegistry {
     /// as removed instead, so it stays forbidden rather than unknown.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let name = tool.name().to_string();
-        let validator = ArgsValidator::compile(tool.input_schema()).map_err(|err| {
-            RegistryError::InvalidSchema {
+        let validator = self
+            .validators
+            .compile(tool.input_schema())
+            .map_err(|err| RegistryError::InvalidSchema {
                 tool: name.clone(),
                 message: err.message,
-            }
-        })?;
-        let entry = Entry {
-            validator: Arc::new(validator),
-            tool,
-        };
+            })?;
+        let entry = Entry { validator, tool };
 
         let refused = self.hard_refuses(&name, &entry.tool.meta().groups, entry.tool.tags());
         if refused {
@@ -508,6 +509,7 @@ impl ToolRegistry {
             shown_at: Arc::clone(&self.shown_at),
             next_shown: self.next_shown,
             last_offered: None,
+            validators: Arc::clone(&self.validators),
         };
         child.refresh_catalog();
         child

@@ -1031,6 +1031,55 @@ fn a_new_listing_compiles_the_deferral_tools_schema_only_when_it_changed() {
     assert!(registry.prepare("activate_tools", &json!({})).is_ok());
 }
 
+#[test]
+fn one_schema_is_compiled_once_for_a_registry_and_its_snapshots() {
+    let validator = |registry: &ToolRegistry, name: &str| {
+        Arc::clone(&registry.tools.get(name).unwrap().validator)
+    };
+    let schema = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+    let mut base = ToolRegistry::default();
+    base.register(Probe::new("mcp_a").schema(schema.clone()).arc())
+        .unwrap();
+    let mut session = base.snapshot_excluding(&[]);
+    // A session's own server listing a tool of the same shape, then listing it again.
+    session
+        .register(Probe::new("mcp_b").schema(schema.clone()).arc())
+        .unwrap();
+    let first = validator(&session, "mcp_b");
+    assert!(Arc::ptr_eq(&validator(&base, "mcp_a"), &first));
+    session
+        .register(Probe::new("mcp_b").schema(schema.clone()).arc())
+        .unwrap();
+    assert!(Arc::ptr_eq(&first, &validator(&session, "mcp_b")));
+    // Another shape is its own validator, and it validates by its own schema.
+    session
+        .register(
+            Probe::new("mcp_c")
+                .schema(json!({"type": "object", "required": ["n"]}))
+                .arc(),
+        )
+        .unwrap();
+    assert!(!Arc::ptr_eq(&first, &validator(&session, "mcp_c")));
+    assert!(session.prepare("mcp_c", &json!({})).is_err());
+    assert!(session.prepare("mcp_b", &json!({"q": "x"})).is_ok());
+    assert!(session.prepare("mcp_b", &json!({"q": 1})).is_err());
+}
+
+#[test]
+fn a_validator_no_tool_uses_is_not_kept() {
+    let compiled = CompiledSchemas::default();
+    let schema = json!({"type": "object", "description": "once"});
+    let weak = Arc::downgrade(&compiled.compile(&schema).unwrap());
+    assert!(weak.upgrade().is_none(), "dropped with its last user");
+    let again = compiled.compile(&schema).unwrap();
+    assert!(again.validate(&json!({})).is_ok());
+    // Compiling another schema sweeps the dead entry away.
+    let _other = compiled.compile(&json!({"type": "string"})).unwrap();
+    drop(again);
+    let _third = compiled.compile(&json!({"type": "number"})).unwrap();
+    assert_eq!(compiled.len(), 2);
+}
+
 /// Wraps a probe so its description is its (generated) name.
 struct Listing {
     probe: Probe,
