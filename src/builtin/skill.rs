@@ -42,14 +42,12 @@ impl crate::tools::workspace::SharedState for SkillIndex {}
 impl SkillIndex {
     /// Replaces the list (each turn's gathering does).
     pub fn set(&self, skills: Vec<Skill>) {
-        *self.skills.lock().unwrap_or_else(|p| p.into_inner()) = skills;
+        *crate::mutex::lock(&self.skills) = skills;
     }
 
     /// The skill named `name`.
     pub fn find(&self, name: &str) -> Option<Skill> {
-        self.skills
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::mutex::lock(&self.skills)
             .iter()
             .find(|skill| skill.name == name)
             .cloned()
@@ -57,9 +55,7 @@ impl SkillIndex {
 
     /// Every skill's name.
     pub fn names(&self) -> Vec<String> {
-        self.skills
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::mutex::lock(&self.skills)
             .iter()
             .map(|skill| skill.name.clone())
             .collect()

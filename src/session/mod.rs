@@ -480,9 +480,7 @@ impl SessionHandle {
         &self,
         request: SessionRequest,
     ) -> impl Future<Output = Result<SessionReply, SessionError>> + Send + 'static {
-        let reserved = matches!(request, SessionRequest::InvokeTool { .. })
-            .then(|| self.inflight.reserve())
-            .transpose();
+        let reserved = self.counted(&request);
         let handle = self.clone();
         async move {
             let _counted = reserved?;
@@ -500,13 +498,9 @@ impl SessionHandle {
         request: SessionRequest,
         deliver: impl FnOnce(reply::Outcome) + Send + Sync + 'static,
     ) {
-        let counted = if matches!(request, SessionRequest::InvokeTool { .. }) {
-            match self.inflight.reserve() {
-                Ok(counted) => Some(counted),
-                Err(refused) => return deliver(Err(refused)),
-            }
-        } else {
-            None
+        let counted = match self.counted(&request) {
+            Ok(counted) => counted,
+            Err(refused) => return deliver(Err(refused)),
         };
         let delivery = reply::Delivery::new(move |outcome| {
             // Counted until answered, as a waiting caller's call is.
@@ -518,6 +512,14 @@ impl SessionHandle {
             request,
             ReplyTx::Delivered(delivery),
         ))));
+    }
+
+    /// The in-flight slot `request` takes until it is answered: a `tool/invoke` counts
+    /// against the session's limit, or is `Overloaded` past it; other requests take none.
+    fn counted(&self, request: &SessionRequest) -> Result<Option<InflightCall>, SessionError> {
+        matches!(request, SessionRequest::InvokeTool { .. })
+            .then(|| self.inflight.reserve())
+            .transpose()
     }
 
     /// [`Self::request`], for the answer `pick` takes; any other is the wrong kind.
