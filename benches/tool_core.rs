@@ -1,5 +1,8 @@
 //! Costs of the tool core's hot paths: dispatch, the argument size cap, session snapshots.
 
+// Reads what the test or benchmark made itself; the bounded readers are for the server.
+#![allow(clippy::disallowed_methods)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 

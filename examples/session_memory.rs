@@ -4,6 +4,9 @@
 //!
 //! `cargo run --release --example session_memory -- 2000`
 
+// Reads what the test or benchmark made itself; the bounded readers are for the server.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::Duration;
 
 use agentd::Server;

@@ -363,11 +363,12 @@ impl ClusterConfig {
         if !self.node_id.is_empty() {
             return self.node_id.clone();
         }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|name| name.trim().to_string())
-            .ok()
-            .filter(|name| !name.is_empty())
-            .unwrap_or_else(|| "agentd".to_string());
+        let host =
+            crate::capped_read::read_file_to_string(Path::new("/proc/sys/kernel/hostname"), 256)
+                .map(|name| name.trim().to_string())
+                .ok()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "agentd".to_string());
         format!("{host}-{}", std::process::id())
     }
 }
@@ -825,10 +826,14 @@ impl Config {
 
     /// Parses a TOML file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // An operator's file, but read like any other: a config is kilobytes.
+        let text =
+            crate::capped_read::read_file_to_string(path, 16 * 1024 * 1024).map_err(|source| {
+                ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         Self::from_toml(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
             source,

@@ -182,6 +182,28 @@ pub fn read_no_follow(root: &Path, rel: &Path, limit: u64) -> Result<Vec<u8>, Fs
     Beneath::new(root, Walk::detect())?.read(rel, limit)
 }
 
+/// Reads at most the first `limit` bytes of a regular file, however large it is; answers
+/// them with the file's size, so a caller can say that it cut.
+pub fn read_prefix_no_follow(root: &Path, rel: &Path, limit: u64) -> Result<Prefix, FsError> {
+    Beneath::new(root, Walk::detect())?.read_prefix(rel, limit)
+}
+
+/// The start of a file and how long the file is: what [`read_prefix_no_follow`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prefix {
+    /// At most the limit's bytes, from the start.
+    pub bytes: Vec<u8>,
+    /// The file's size when it was opened, or the bytes seen if it grew past that.
+    pub size: u64,
+}
+
+impl Prefix {
+    /// Whether the file holds more than [`Prefix::bytes`].
+    pub fn cut(&self) -> bool {
+        self.size > self.bytes.len() as u64
+    }
+}
+
 /// Atomically replaces (or creates) a file via a temp file and `renameat`.
 pub fn write_no_follow(
     root: &Path,
@@ -202,6 +224,16 @@ pub fn open_dir_no_follow(root: &Path, rel: &Path) -> Result<File, FsError> {
 /// Lists a directory beneath `root` without following links, sorted by name.
 pub fn list_dir_no_follow(root: &Path, rel: &Path) -> Result<Vec<DirEntryInfo>, FsError> {
     Beneath::new(root, Walk::detect())?.list_dir(rel)
+}
+
+/// Lists at most `max_entries` entries of a directory (the first the file system gives,
+/// then sorted by name), so a directory of millions of names costs no more than `max_entries`.
+pub fn list_dir_at_most_no_follow(
+    root: &Path,
+    rel: &Path,
+    max_entries: usize,
+) -> Result<Vec<DirEntryInfo>, FsError> {
+    Beneath::new(root, Walk::detect())?.list_dir_at_most(rel, max_entries)
 }
 
 /// Creates a directory and any missing parents beneath `root`.
@@ -499,8 +531,9 @@ impl Beneath {
             let path = show(&comps);
             return Err(FsError::TooLarge { path, size, limit });
         }
-        let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        let mut buf = Vec::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0));
         // The file may grow after fstat; one byte past the limit is enough to notice.
+        #[allow(clippy::disallowed_methods)] // bounded by the `take` before it
         (&file)
             .take(limit.saturating_add(1))
             .read_to_end(&mut buf)
@@ -511,6 +544,27 @@ impl Beneath {
             return Err(FsError::TooLarge { path, size, limit });
         }
         Ok(buf)
+    }
+
+    /// See [`read_prefix_no_follow`].
+    pub fn read_prefix(&self, rel: &Path, limit: u64) -> Result<Prefix, FsError> {
+        let comps = normalize(rel)?;
+        let file = self.file_at(&comps)?;
+        let size = file.metadata().map_err(|e| io_err(&comps, e))?.len();
+        // The buffer is sized from the limit, never from the file: a 1 TiB sparse file costs
+        // what its first `limit` bytes cost.
+        let mut bytes = Vec::with_capacity(usize::try_from(size.min(limit)).unwrap_or(0));
+        #[allow(clippy::disallowed_methods)] // bounded by the `take` before it
+        (&file)
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_err(&comps, e))?;
+        let seen = bytes.len() as u64;
+        bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(Prefix {
+            bytes,
+            size: size.max(seen),
+        })
     }
 
     /// See [`write_no_follow`].
@@ -552,11 +606,22 @@ impl Beneath {
 
     /// See [`list_dir_no_follow`].
     pub fn list_dir(&self, rel: &Path) -> Result<Vec<DirEntryInfo>, FsError> {
+        self.list_dir_at_most(rel, usize::MAX)
+    }
+
+    /// See [`list_dir_at_most_no_follow`].
+    pub fn list_dir_at_most(
+        &self,
+        rel: &Path,
+        max_entries: usize,
+    ) -> Result<Vec<DirEntryInfo>, FsError> {
         let comps = normalize(rel)?;
         let fd = self.open_at(&comps, DIR_FLAGS)?;
         let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| io_err(&comps, e))?;
         let mut out = Vec::new();
-        while let Some(entry) = dir.read() {
+        while out.len() < max_entries
+            && let Some(entry) = dir.read()
+        {
             let entry = entry.map_err(|e| io_err(&comps, e))?;
             let name = OsStr::from_bytes(entry.file_name().to_bytes());
             if name == "." || name == ".." {

@@ -10,6 +10,8 @@
 //! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
 //! - [`checkpoint`]: a session's workspace snapshots, for `turn/diff` and `session/revert`.
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
+//! - [`capped_read`]: reads that stop one byte past a cap, for everything a user, a model or
+//!   a peer controls.
 //! - [`secret`]: strings (keys, tokens) that never show in logs.
 //! - [`error_kind`]: the one vocabulary of refusals, with each kind's HTTP status, JSON-RPC code
 //!   and MCP class.
@@ -24,8 +26,12 @@
 //! - [`store`]: persistence — the `Store` trait over SQLite or PostgreSQL (sqlx), its rows and
 //!   migrations.
 
+// Tests read files they made and answers they asked for whole; the product does not.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod agent;
 pub mod builtin;
+pub mod capped_read;
 pub mod checkpoint;
 pub mod cluster;
 pub mod config;

@@ -171,32 +171,34 @@ enum Transfer {
 /// `agentd export` / `agentd import`: the session moved through the store in-process, as the
 /// REST routes do for a running server.
 fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Transfer) -> ExitCode {
-    use std::io::Read as _;
     let (config, telemetry) = match quiet_start(serve) {
         Ok(started) => started,
         Err(code) => return code,
     };
-    let body = match &what {
-        Transfer::Import(path) if path.as_os_str() == "-" => {
-            let mut text = String::new();
-            match std::io::stdin().read_to_string(&mut text) {
-                Ok(_) => Some(text),
-                Err(err) => return fail(&format!("cannot read the export from stdin: {err}")),
-            }
-        }
-        Transfer::Import(path) => match std::fs::read_to_string(path) {
-            Ok(text) => Some(text),
+    // The file is opened before the server starts, so a wrong path fails alone; it is read a
+    // line at a time, as the REST route reads its body.
+    let file = match &what {
+        Transfer::Import(path) if path.as_os_str() != "-" => match std::fs::File::open(path) {
+            Ok(file) => Some(file),
             Err(err) => return fail(&format!("cannot read {}: {err}", path.display())),
         },
-        Transfer::Export(..) => None,
+        _ => None,
     };
     in_process(config, telemetry, false, |server| async move {
-        let outcome = match (what, body) {
-            (Transfer::Export(id, checkpoints), _) => {
+        let outcome = match what {
+            Transfer::Export(id, checkpoints) => {
                 server.export_session(user, &id, checkpoints).await
             }
-            (Transfer::Import(_), Some(body)) => server.import_session(user, &body).await,
-            (Transfer::Import(_), None) => unreachable!("read above"),
+            Transfer::Import(_) => match file {
+                Some(file) => {
+                    let body = tokio::io::BufReader::new(tokio::fs::File::from_std(file));
+                    server.import_session(user, body).await
+                }
+                None => {
+                    let body = tokio::io::BufReader::new(tokio::io::stdin());
+                    server.import_session(user, body).await
+                }
+            },
         };
         server.stop().await;
         match outcome {
@@ -266,17 +268,21 @@ fn start_telemetry(
     agentd::telemetry::Telemetry::start(&settings).map(Some)
 }
 
+/// The largest prompt `agentd exec` reads from stdin.
+const MAX_PROMPT_BYTES: u64 = 16 * 1024 * 1024;
+
 /// `agentd exec`: one task in-process; the exit code says how its turn ended.
 fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
-    use std::io::Read as _;
     let prompt = match args.prompt.as_deref() {
         Some(prompt) if prompt != "-" => prompt.to_string(),
         _ => {
-            let mut text = String::new();
-            if let Err(err) = std::io::stdin().read_to_string(&mut text) {
-                return fail(&format!("cannot read the prompt from stdin: {err}"));
+            let read =
+                agentd::capped_read::read_all(std::io::stdin(), MAX_PROMPT_BYTES, "the prompt")
+                    .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other));
+            match read {
+                Ok(text) => text,
+                Err(err) => return fail(&format!("cannot read the prompt from stdin: {err}")),
             }
-            text
         }
     };
     if prompt.trim().is_empty() {
@@ -284,7 +290,7 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
     }
     let output_schema = match args
         .output_schema
-        .as_ref()
+        .as_deref()
         .map(agentd::server::exec::read_schema)
     {
         Some(Err(err)) => return fail(&err),
@@ -320,7 +326,7 @@ fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
     }
     let token = match &args.token_file {
         None => None,
-        Some(file) => match std::fs::read_to_string(file) {
+        Some(file) => match agentd::capped_read::read_file_to_string(file, 64 * 1024) {
             Ok(token) if !token.trim().is_empty() => Some(token.trim().to_string()),
             Ok(_) => return fail(&format!("the token file {} is empty", file.display())),
             Err(err) => {

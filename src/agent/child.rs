@@ -321,6 +321,9 @@ impl<P: CallHost + 'static> TurnHost for ChildHost<P> {
     async fn finished(&self, _turn_id: &str) {}
 }
 
+/// The largest child history journal read back.
+const MAX_HISTORY_BYTES: u64 = 256 * 1024 * 1024;
+
 /// A child's history as JSON lines in `<tasks_dir>/<agent_id>.history.jsonl`, appended as it
 /// grows; what a later start reads to bring the child back.
 #[derive(Debug)]
@@ -344,8 +347,11 @@ impl HistoryJournal {
             .read(true)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&path)?;
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut &file, &mut text)?;
+        // The journal is the server's own writing, but of what a model said: bounded like any
+        // model output, far above what a compacted history holds.
+        let bytes =
+            crate::capped_read::read_all(&file, MAX_HISTORY_BYTES, "a sub-agent's history")?;
+        let text = String::from_utf8_lossy(&bytes);
         let messages = super::compaction::model_view(
             text.lines()
                 .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()),

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::builtin::process::{kill_group, shell_command};
+use crate::capped_read::{Prefix, read_prefix, response_prefix};
 use crate::secret::Secret;
 use crate::tools::workspace::Workspace;
 
@@ -290,15 +291,33 @@ impl SessionHooks {
             Err(err) => return Answer::Failed(format!("cannot start: {err}")),
         };
         let pgid = child.id().unwrap_or(0);
-        let mut stdin = child.stdin.take();
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let input = body.as_bytes().to_vec();
         let run = async move {
-            if let Some(stdin) = stdin.as_mut() {
-                // A hook that does not read its input is no failure.
-                let _ = stdin.write_all(&input).await;
-            }
-            drop(stdin);
-            child.wait_with_output().await
+            let feed = async move {
+                if let Some(mut stdin) = stdin {
+                    // A hook that does not read its input is no failure.
+                    let _ = stdin.write_all(&input).await;
+                }
+            };
+            // Each stream costs at most its cap, however much the hook prints; the rest is
+            // read and dropped so the hook is never stopped by a full pipe.
+            let out = async move {
+                match stdout {
+                    Some(stdout) => read_prefix(stdout, MAX_OUTPUT_BYTES).await,
+                    None => Ok(Prefix::default()),
+                }
+            };
+            let err = async move {
+                match stderr {
+                    Some(stderr) => read_prefix(stderr, MAX_OUTPUT_BYTES).await,
+                    None => Ok(Prefix::default()),
+                }
+            };
+            let ((), out, err) = tokio::join!(feed, out, err);
+            let status = child.wait().await?;
+            Ok::<_, std::io::Error>((status, out?, err?))
         };
         match tokio::time::timeout(timeout, run).await {
             Err(_) => {
@@ -306,10 +325,10 @@ impl SessionHooks {
                 Answer::TimedOut
             }
             Ok(Err(err)) => Answer::Failed(format!("cannot run: {err}")),
-            Ok(Ok(output)) => Answer::Exited {
-                code: output.status.code(),
-                stdout: capped(&output.stdout),
-                stderr: capped(&output.stderr),
+            Ok(Ok((status, stdout, stderr))) => Answer::Exited {
+                code: status.code(),
+                stdout: String::from_utf8_lossy(&stdout.bytes).into_owned(),
+                stderr: String::from_utf8_lossy(&stderr.bytes).into_owned(),
             },
         }
     }
@@ -339,10 +358,10 @@ impl SessionHooks {
             }
             match request.send().await {
                 Ok(response) if response.status().is_success() => {
-                    let text = response.text().await.unwrap_or_default();
+                    let body = response_prefix(response, MAX_OUTPUT_BYTES).await;
                     return Answer::Exited {
                         code: Some(0),
-                        stdout: text,
+                        stdout: String::from_utf8_lossy(&body.bytes).into_owned(),
                         stderr: String::new(),
                     };
                 }
@@ -372,6 +391,7 @@ pub fn signature(secret: &Secret, body: &str) -> String {
 }
 
 /// How a hook ended.
+#[derive(Debug)]
 enum Answer {
     Exited {
         code: Option<i32>,
@@ -380,10 +400,6 @@ enum Answer {
     },
     TimedOut,
     Failed(String),
-}
-
-fn capped(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_OUTPUT_BYTES)]).into_owned()
 }
 
 /// Claude Code's hook output, the parts this server acts on.
@@ -576,5 +592,66 @@ mod tests {
             signature(&secret, "what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    /// Set in the child test process that measures its own peak memory.
+    const MEMORY_PROBE: &str = "AGENTD_HOOK_MEMORY_PROBE";
+
+    /// A command hook that prints 512 MiB on each stream adds at most its caps to the server:
+    /// measured as the peak resident memory of a process that runs this test alone.
+    #[tokio::test]
+    async fn a_hook_printing_a_gibibyte_costs_its_output_cap() {
+        if std::env::var_os(MEMORY_PROBE).is_none() {
+            let module = module_path!().split_once("::").unwrap().1;
+            let name = format!("{module}::a_hook_printing_a_gibibyte_costs_its_output_cap");
+            let probe = tokio::process::Command::new(std::env::current_exe().unwrap())
+                .args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+                .env(MEMORY_PROBE, "1")
+                .kill_on_drop(true)
+                .output();
+            let probe = tokio::time::timeout(Duration::from_secs(120), probe)
+                .await
+                .unwrap()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&probe.stdout);
+            let stderr = String::from_utf8_lossy(&probe.stderr);
+            assert!(probe.status.success(), "{stdout}\n{stderr}");
+            assert!(
+                stdout.contains("1 passed"),
+                "the probe did not run: {stdout}"
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        let workspace = Workspace::new(dir.path().join("root"));
+        let command = "head -c 536870912 /dev/zero; head -c 536870912 /dev/zero >&2";
+        let hooks: Arc<[HookConfig]> = Arc::new([toml::from_str::<HookConfig>(&format!(
+            "event = \"PreToolUse\"\ncommand = {command:?}"
+        ))
+        .unwrap()]);
+        let session = SessionHooks::new(&hooks, Default::default(), workspace, "s").unwrap();
+        let answer = session
+            .run_command(command, "{}", Duration::from_secs(100))
+            .await;
+        let Answer::Exited {
+            code: Some(0),
+            stdout,
+            stderr,
+        } = answer
+        else {
+            panic!("the hook did not run to its end: {answer:?}");
+        };
+        assert_eq!(
+            (stdout.len(), stderr.len()),
+            (MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+        );
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let peak_kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        assert!(peak_kib < 200 * 1024, "peak resident memory {peak_kib} KiB");
     }
 }

@@ -20,6 +20,8 @@ use super::{Entry, Hash, Limits, Snapshot, Stamp};
 
 /// The manifest format this version writes and reads.
 const MANIFEST_VERSION: u32 = 1;
+/// The largest manifest, or imported blob, read back: above what an export's line can carry.
+const MAX_STORED_BYTES: u64 = 64 * 1024 * 1024;
 /// A blob younger than this is never collected.
 const GRACE: Duration = Duration::from_secs(3600);
 
@@ -70,9 +72,18 @@ pub enum CheckpointImportError {
     /// A manifest naming contents by something that is not a SHA-256.
     #[error("{0:?} is no SHA-256")]
     NoHash(String),
-    /// A manifest naming contents neither the export nor the store has.
+    /// A manifest naming contents the export does not carry.
     #[error("checkpoint {0} names contents the export lacks")]
     Lacking(String),
+    /// A manifest naming a path a checkpoint never holds: inside `.git`, absolute, or
+    /// leading out with `..`.
+    #[error("checkpoint {name} names the path {path:?}, which no checkpoint holds")]
+    Path {
+        /// The checkpoint.
+        name: String,
+        /// The path.
+        path: String,
+    },
     /// Contents whose bytes do not hash to their name.
     #[error("checkpoint contents {0} do not match their SHA-256")]
     Forged(String),
@@ -122,7 +133,10 @@ impl CheckpointStore {
 
     /// The bytes stored under `hash`.
     pub(super) fn get(&self, hash: &Hash) -> std::io::Result<Vec<u8>> {
-        std::fs::read(self.blob_path(hash))
+        crate::capped_read::read_file(
+            &self.blob_path(hash),
+            self.limits.max_file_bytes.max(MAX_STORED_BYTES),
+        )
     }
 
     fn session_dir(&self, session_id: &str) -> PathBuf {
@@ -173,8 +187,10 @@ impl CheckpointStore {
             .flatten()
             .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "json"))
             .filter_map(|entry| {
-                let manifest: Manifest =
-                    serde_json::from_slice(&std::fs::read(entry.path()).ok()?).ok()?;
+                let manifest: Manifest = serde_json::from_slice(
+                    &crate::capped_read::read_file(&entry.path(), MAX_STORED_BYTES).ok()?,
+                )
+                .ok()?;
                 (manifest.version == MANIFEST_VERSION).then_some(())?;
                 let mut snapshot = Snapshot::default();
                 for (path, blob, size, inode, modified_ns, changed_ns) in manifest.files {
@@ -220,8 +236,10 @@ impl CheckpointStore {
             if entry.path().extension().is_none_or(|ext| ext != "json") {
                 continue;
             }
-            let Ok(manifest) = serde_json::from_slice::<Manifest>(&std::fs::read(entry.path())?)
-            else {
+            let Ok(manifest) = serde_json::from_slice::<Manifest>(&crate::capped_read::read_file(
+                &entry.path(),
+                MAX_STORED_BYTES,
+            )?) else {
                 continue;
             };
             named.extend(manifest.files.iter().map(|file| file.1.clone()));
@@ -253,9 +271,17 @@ impl CheckpointStore {
                 return Err(Refused::Version(manifest.version));
             }
             for file in &manifest.files {
-                let hash = unhex(&file.1).ok_or_else(|| Refused::NoHash(file.1.clone()))?;
-                if !blobs.contains_key(&file.1) && !self.blob_path(&hash).exists() {
+                unhex(&file.1).ok_or_else(|| Refused::NoHash(file.1.clone()))?;
+                // Only the export's own contents: a blob another user's files put in the
+                // store must neither be confirmed by an import nor written by its revert.
+                if !blobs.contains_key(&file.1) {
                     return Err(Refused::Lacking(manifest.name.clone()));
+                }
+                if !checkpointable(&file.0) {
+                    return Err(Refused::Path {
+                        name: manifest.name.clone(),
+                        path: file.0.clone(),
+                    });
                 }
             }
             read.push(manifest);
@@ -291,7 +317,8 @@ impl CheckpointStore {
                 continue;
             };
             for manifest in manifests.flatten() {
-                let Ok(text) = std::fs::read(manifest.path()) else {
+                let Ok(text) = crate::capped_read::read_file(&manifest.path(), MAX_STORED_BYTES)
+                else {
                     continue;
                 };
                 match serde_json::from_slice::<Manifest>(&text) {
@@ -377,6 +404,18 @@ fn unhex(text: &str) -> Option<Hash> {
         *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(hash)
+}
+
+/// Whether a manifest's path is one a checkpoint can hold: relative, every part a plain
+/// name, none of them `.git` (a snapshot leaves `.git/` out, and a revert writes with the
+/// server's rights).
+fn checkpointable(path: &str) -> bool {
+    let path = Path::new(path);
+    !path.as_os_str().is_empty()
+        && path.components().all(|part| match part {
+            std::path::Component::Normal(name) => name != ".git",
+            _ => false,
+        })
 }
 
 #[cfg(test)]

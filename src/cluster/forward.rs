@@ -7,6 +7,9 @@ use serde_json::{Value, json};
 
 use super::Cluster;
 
+/// The largest answer read from the node that owns a session.
+const MAX_OWNER_ANSWER: usize = 64 * 1024 * 1024;
+
 /// The path of the owner's endpoint.
 pub const CALL_PATH: &str = "/cluster/call";
 
@@ -58,8 +61,7 @@ impl Cluster {
             }
         })?;
         let status = response.status();
-        let bytes = response
-            .bytes()
+        let bytes = crate::capped_read::response_body(response, MAX_OWNER_ANSWER)
             .await
             .map_err(|err| Undelivered::Lost(err.to_string()))?;
         if status == reqwest::StatusCode::CONFLICT {

@@ -82,6 +82,8 @@ struct AppInner {
     shutdown: CancellationToken,
     connection_ids: AtomicU64,
     mcp_owners: mcp::McpOwners,
+    /// Imports being read; each holds up to its body in typed records.
+    imports: tokio::sync::Semaphore,
 }
 
 /// What every route shares; cheap to clone.
@@ -108,6 +110,7 @@ impl AppState {
                 shutdown,
                 connection_ids: AtomicU64::new(1),
                 mcp_owners: mcp::McpOwners::default(),
+                imports: tokio::sync::Semaphore::new(IMPORTS_AT_ONCE),
             }),
         }
     }
@@ -152,6 +155,12 @@ impl AppState {
         &self.inner.shutdown
     }
 
+    /// Waits for room to read an import: at most [`IMPORTS_AT_ONCE`] are read at a time, so
+    /// however many connections send one, the server holds at most that many bodies.
+    pub async fn import_slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.inner.imports.acquire().await.ok()
+    }
+
     /// A fresh id for a WebSocket connection.
     pub fn next_connection_id(&self) -> u64 {
         self.inner.connection_ids.fetch_add(1, Ordering::Relaxed)
@@ -160,6 +169,11 @@ impl AppState {
 
 /// The largest export `POST /api/sessions/import` takes.
 pub const MAX_IMPORT_BYTES: usize = 256 * 1024 * 1024;
+
+/// Imports read at once; the others wait their turn before a byte of their body is read, so
+/// at the connection limit the server still holds at most this many bodies (each as typed
+/// records of about its own size).
+pub const IMPORTS_AT_ONCE: usize = 2;
 
 /// The whole application as a router, drivable without a socket.
 pub fn router(state: AppState) -> Router {
@@ -172,11 +186,7 @@ pub fn router(state: AppState) -> Router {
             "/api/sessions/{id}",
             get(rest::get_session).delete(rest::delete_session),
         )
-        .route(
-            "/api/sessions/import",
-            post(rest::import_session)
-                .layer(axum::extract::DefaultBodyLimit::max(MAX_IMPORT_BYTES)),
-        )
+        .route("/api/sessions/import", post(rest::import_session))
         .route("/api/sessions/{id}/export", get(rest::export_session))
         .route("/api/sessions/{id}/events", get(rest::events))
         .route("/api/sessions/{id}/messages", get(rest::messages))

@@ -236,21 +236,62 @@ pub async fn export_session(
 }
 
 /// `POST /api/sessions/import`: a new session of the caller's from an export's JSON Lines;
-/// 201 with `{session_id}` and the session.
+/// 201 with `{session_id}` and the session. The body is read a line at a time, after an
+/// import slot is free, and refused past [`super::MAX_IMPORT_BYTES`].
 pub async fn import_session(
     State(app): State<AppState>,
     caller: Caller,
     headers: axum::http::HeaderMap,
-    body: String,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    use futures_util::StreamExt as _;
     // It creates a session, so the Origin rule of session creation applies.
     super::auth::check_origin(&headers, &app.config().server.allowed_origins)?;
-    let imported = crate::session::transfer::parse(&body)
-        .map_err(|err| ApiError::BadRequest(err.to_string()))?;
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > super::MAX_IMPORT_BYTES as u64) {
+        return Ok(too_large());
+    }
+    let Some(_slot) = app.import_slot().await else {
+        return Err(ApiError::Unavailable("the server is shutting down".into()));
+    };
+    let mut seen = 0usize;
+    let stream = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        seen += chunk.len();
+        if seen > super::MAX_IMPORT_BYTES {
+            return Err(crate::capped_read::too_large(
+                "the export",
+                super::MAX_IMPORT_BYTES as u64,
+            ));
+        }
+        Ok(chunk)
+    });
+    let reader = tokio::io::BufReader::new(tokio_util::io::StreamReader::new(stream));
+    let imported = match crate::session::transfer::read(reader).await {
+        Ok(imported) => imported,
+        Err(crate::session::transfer::ExportFormatError::Unreadable(io))
+            if io.kind() == std::io::ErrorKind::FileTooLarge =>
+        {
+            return Ok(too_large());
+        }
+        Err(err) => return Err(ApiError::BadRequest(err.to_string())),
+    };
     let row = app.sessions().import(&caller, imported).await?;
     let mut answer = json!(row);
     answer["session_id"] = json!(row.session_id);
-    Ok((StatusCode::CREATED, Json(answer)))
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
+}
+
+/// The refusal of an export past [`super::MAX_IMPORT_BYTES`], as the body limit of every
+/// other route answers it.
+fn too_large() -> Response {
+    let text = format!(
+        "an export may hold at most {} bytes",
+        super::MAX_IMPORT_BYTES
+    );
+    (StatusCode::PAYLOAD_TOO_LARGE, text).into_response()
 }
 
 /// `GET /api/sessions/{id}`.

@@ -437,16 +437,9 @@ pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// Up to `limit` bytes of a body as text; a broken body reads as what arrived.
-async fn read_capped(mut response: reqwest::Response, limit: usize) -> String {
-    let mut bytes = Vec::new();
-    while bytes.len() < limit {
-        match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    bytes.truncate(limit);
-    String::from_utf8_lossy(&bytes).into_owned()
+async fn read_capped(response: reqwest::Response, limit: usize) -> String {
+    let prefix = crate::capped_read::response_prefix(response, limit).await;
+    String::from_utf8_lossy(&prefix.bytes).into_owned()
 }
 
 /// A transport error and its causes on one line, without the URL.

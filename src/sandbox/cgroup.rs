@@ -91,8 +91,8 @@ impl SessionCgroups {
     /// Finds the writable controllers and makes this server's directories for them; `None`
     /// when there is none.
     pub fn setup() -> Option<Self> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let mountinfo = crate::capped_read::read_kernel_file("/proc/self/mountinfo").ok()?;
+        let own = crate::capped_read::read_kernel_file("/proc/self/cgroup").ok()?;
         // A process may run several servers (tests do): each gets directories of its own.
         static SERVERS: AtomicU32 = AtomicU32::new(0);
         let serial = SERVERS.fetch_add(1, Ordering::Relaxed);
@@ -138,7 +138,7 @@ impl SessionCgroups {
         let hierarchy = self.hierarchy(Controller::Pids)?;
         let procs = hierarchy.base.join(session_id).join("cgroup.procs");
         Some(
-            std::fs::read_to_string(procs)
+            crate::capped_read::read_kernel_file(procs)
                 .map(|text| text.lines().count())
                 .unwrap_or(0),
         )
@@ -153,7 +153,8 @@ impl SessionCgroups {
         } else {
             "memory.oom_control"
         };
-        let text = std::fs::read_to_string(hierarchy.base.join(session_id).join(file)).ok()?;
+        let text = crate::capped_read::read_kernel_file(hierarchy.base.join(session_id).join(file))
+            .ok()?;
         Some(counter(&text, "oom_kill").unwrap_or(0))
     }
 }
@@ -319,7 +320,8 @@ fn find_dirs(mountinfo: &str, own: &str) -> Vec<(PathBuf, bool, Vec<Controller>)
         && let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::"))
     {
         let dir = join_cgroup(&mount, path);
-        let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+        let available = crate::capped_read::read_kernel_file(dir.join("cgroup.controllers"))
+            .unwrap_or_default();
         let wanted: Vec<Controller> = missing
             .into_iter()
             .filter(|c| available.split_whitespace().any(|a| a == c.name()))
@@ -384,7 +386,8 @@ fn kill_and_remove(dir: &Path, has_kill: bool) {
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");
     }
     for round in 0..200 {
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let procs =
+            crate::capped_read::read_kernel_file(dir.join("cgroup.procs")).unwrap_or_default();
         let pids: Vec<i32> = procs
             .lines()
             .filter_map(|l| l.trim().parse().ok())

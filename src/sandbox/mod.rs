@@ -88,7 +88,7 @@ impl SandboxConfig {
         if self.memory_max_mb > 0 {
             return self.memory_max_mb;
         }
-        let total = std::fs::read_to_string("/proc/meminfo")
+        let total = crate::capped_read::read_kernel_file("/proc/meminfo")
             .ok()
             .and_then(|text| {
                 let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -548,14 +548,14 @@ impl Sandbox {
             .join(format!("self-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(SelfTestError::Prepare)?;
         let spec = self.spec(&[], Path::new("/"), Some(dir.clone()), &[], Vec::new());
-        let output = self
+        let mut command = self
             .command(
                 &spec,
                 OsStr::new("sh"),
                 &[OsStr::new("-c"), OsStr::new("true")],
             )
-            .map_err(SelfTestError::Prepare)?
-            .output()
+            .map_err(SelfTestError::Prepare)?;
+        let output = crate::capped_read::output(&mut command, PROBE_OUTPUT_BYTES)
             .await
             .map_err(|source| SelfTestError::Spawn {
                 launcher: self.launcher.clone(),
@@ -567,7 +567,9 @@ impl Sandbox {
         } else {
             Err(SelfTestError::Failed {
                 status: output.status,
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr.bytes)
+                    .trim()
+                    .to_string(),
             })
         }
     }
@@ -788,22 +790,23 @@ fn default_launcher() -> Result<PathBuf, SandboxError> {
     Ok(if small.is_file() { small } else { exe })
 }
 
+/// Most bytes kept of each stream of the launcher's probes: a report, or why it failed.
+const PROBE_OUTPUT_BYTES: usize = 1024 * 1024;
+
 /// Runs the launcher's probe.
 async fn run_probe(launcher: &Path) -> Result<ProbeReport, SandboxError> {
-    let output = tokio::process::Command::new(launcher)
-        .arg(launcher::SUBCOMMAND)
-        .arg("--probe")
-        .stdin(std::process::Stdio::null())
-        .output()
+    let mut command = tokio::process::Command::new(launcher);
+    command.arg(launcher::SUBCOMMAND).arg("--probe");
+    let output = crate::capped_read::output(&mut command, PROBE_OUTPUT_BYTES)
         .await
         .map_err(|err| {
             SandboxError::Launcher(format!("cannot run {}: {err}", launcher.display()))
         })?;
-    serde_json::from_slice(&output.stdout).map_err(|err| {
+    serde_json::from_slice(&output.stdout.bytes).map_err(|err| {
         SandboxError::Launcher(format!(
             "{} sandbox-exec --probe answered no report ({err}): {}",
             launcher.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
+            String::from_utf8_lossy(&output.stderr.bytes).trim()
         ))
     })
 }

@@ -9,7 +9,7 @@
 //! the valid answer (and in `--json` mode, a last `{"type": "output", "value"}` line).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -116,18 +116,24 @@ enum AnswerProblem {
     RetryIncomplete,
 }
 
+/// The largest `--output-schema` file read.
+const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
+
 /// Reads `--output-schema`'s file as a JSON Schema.
-pub fn read_schema(path: &PathBuf) -> Result<Value, SchemaFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SchemaFileError::Read {
-        path: path.clone(),
-        source,
-    })?;
+pub fn read_schema(path: &Path) -> Result<Value, SchemaFileError> {
+    let text =
+        crate::capped_read::read_file_to_string(path, MAX_SCHEMA_BYTES).map_err(|source| {
+            SchemaFileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     let schema: Value = serde_json::from_str(&text).map_err(|source| SchemaFileError::NotJson {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     })?;
     jsonschema::validator_for(&schema).map_err(|err| SchemaFileError::NotSchema {
-        path: path.clone(),
+        path: path.to_path_buf(),
         reason: err.to_string(),
     })?;
     Ok(schema)

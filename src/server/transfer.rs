@@ -32,13 +32,14 @@ impl Server {
             .await?)
     }
 
-    /// A new session of `user`'s from an export's JSON Lines; answers its id and a newline.
+    /// A new session of `user`'s from an export's JSON Lines, read a line at a time; answers
+    /// its id and a newline.
     pub async fn import_session(
         &self,
         user: Option<String>,
-        body: &str,
+        body: impl tokio::io::AsyncBufRead + Unpin,
     ) -> Result<String, TransferError> {
-        let imported = crate::session::transfer::parse(body)?;
+        let imported = crate::session::transfer::read(body).await?;
         let row = self
             .state
             .sessions()

@@ -493,13 +493,19 @@ impl Sessions {
             .await?;
         let id = row.session_id.clone();
         let filled = async {
-            let events = imported.new_events(&id);
-            for chunk in events.chunks(500) {
-                store.append_events(chunk).await?;
+            let mut events = imported.new_events(&id).peekable();
+            while events.peek().is_some() {
+                let chunk: Vec<_> = events.by_ref().take(500).collect();
+                store.append_events(&chunk).await?;
             }
-            let last_seq = events.len() as i64;
+            let last_seq = imported.events.len() as i64;
             for message in &imported.messages {
-                store.append_message(&id, message, last_seq).await?;
+                // One message is a tree at a time; the import holds the rest as text.
+                let message: serde_json::Value =
+                    serde_json::from_str(message.get()).map_err(|err| {
+                        crate::store::StoreError::Database(sqlx::Error::Decode(err.into()))
+                    })?;
+                store.append_message(&id, &message, last_seq).await?;
             }
             for cost in &imported.costs {
                 let mut cost = cost.clone();
@@ -913,7 +919,7 @@ impl Sessions {
                     self.inner.config.instructions.text.as_deref(),
                     profile,
                 ),
-                max_bytes: self.inner.config.instructions.max_bytes,
+                limits: self.inner.config.instructions.limits,
             },
             hooks: Arc::clone(&self.inner.config.hooks),
             user_root: user_root

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
@@ -106,10 +107,11 @@ pub struct Imported {
     pub model: Option<String>,
     /// Its reasoning effort.
     pub reasoning_effort: Option<String>,
-    /// The history, as stored.
-    pub messages: Vec<Value>,
-    /// The events: method, params and when.
-    pub events: Vec<(String, Value, OffsetDateTime)>,
+    /// The history, as stored, each message as the JSON text it came in (parsed again one
+    /// at a time when stored, so an import holds its text once rather than as a tree).
+    pub messages: Vec<Box<RawValue>>,
+    /// The events: method, params (as the JSON text they came in) and when.
+    pub events: Vec<(String, Box<RawValue>, OffsetDateTime)>,
     /// The cost rows.
     pub costs: Vec<CostRow>,
     /// The task records, with the ids they had.
@@ -124,15 +126,16 @@ pub struct Imported {
 
 impl Imported {
     /// The events as the new session `session_id` stores them: numbered from 1, their params
-    /// naming the new session and seq.
-    pub fn new_events(&self, session_id: &str) -> Vec<NewEvent> {
+    /// naming the new session and seq; made one at a time, so the caller can store them in
+    /// chunks without a second copy of them all.
+    pub fn new_events<'a>(&'a self, session_id: &'a str) -> impl Iterator<Item = NewEvent> + 'a {
         let id: Arc<str> = session_id.into();
         self.events
             .iter()
             .enumerate()
-            .map(|(index, (method, params, created_at))| {
+            .map(move |(index, (method, params, created_at))| {
                 let seq = index as i64 + 1;
-                let mut params = params.clone();
+                let mut params: Value = serde_json::from_str(params.get()).unwrap_or(Value::Null);
                 if let Value::Object(fields) = &mut params {
                     fields.insert("session_id".into(), json!(session_id));
                     fields.insert("seq".into(), json!(seq));
@@ -154,7 +157,6 @@ impl Imported {
                     created_at: *created_at,
                 }
             })
-            .collect()
     }
 
     /// The task records as the new session `session_id` stores them: new ids, output at
@@ -233,6 +235,25 @@ pub enum ExportFormatError {
         /// The task.
         task_id: String,
     },
+    /// A line longer than [`MAX_LINE_BYTES`].
+    #[error("line {line} is longer than {limit} bytes")]
+    LineTooLong {
+        /// Its number.
+        line: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A record that reads, but cannot be true (a negative cost, a time to come).
+    #[error("line {line}: {problem}")]
+    Implausible {
+        /// Its number.
+        line: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// The body broke off or passed its size limit (`FileTooLarge`) while it was read.
+    #[error("the export could not be read: {0}")]
+    Unreadable(std::io::Error),
     /// A record of a type exports do not have.
     #[error(
         "line {line}: unknown type {kind:?} (session, message, event, cost, task, checkpoint or blob)"
@@ -245,17 +266,98 @@ pub enum ExportFormatError {
     },
 }
 
-/// Reads an export; the error names the line and what is wrong with it.
+/// Most bytes of one line of an export: room for a checkpoint blob of a 16 MiB file in
+/// base64, or a message carrying images; a longer line is refused before it is held.
+pub const MAX_LINE_BYTES: usize = 24 * 1024 * 1024;
+
+/// How far in the future a cost row's time may lie (clocks differ between servers).
+const COST_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
+
+/// Reads an export held whole; the error names the line and what is wrong with it.
 pub fn parse(body: &str) -> Result<Imported, ExportFormatError> {
-    let mut lines = body
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let Some((_, first)) = lines.next() else {
-        return Err(ExportFormatError::Empty);
-    };
-    let header: Value = serde_json::from_str(first)
-        .map_err(|source| ExportFormatError::NotJson { line: 1, source })?;
+    let mut reader = ExportReader::default();
+    for line in body.split_inclusive('\n') {
+        reader.line(line.as_bytes())?;
+    }
+    reader.finish()
+}
+
+/// Reads an export from a stream, one line of at most [`MAX_LINE_BYTES`] at a time, so what
+/// it holds is the typed records, never the whole body nor a tree of it.
+pub async fn read<R: tokio::io::AsyncBufRead + Unpin>(
+    mut body: R,
+) -> Result<Imported, ExportFormatError> {
+    use tokio::io::AsyncBufReadExt as _;
+    use tokio::io::AsyncReadExt as _;
+    let mut reader = ExportReader::default();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut body)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(ExportFormatError::Unreadable)?;
+        if read == 0 {
+            break;
+        }
+        reader.line(&line)?;
+    }
+    reader.finish()
+}
+
+/// An export read a line at a time: [`ExportReader::line`] for each, then
+/// [`ExportReader::finish`].
+#[derive(Debug, Default)]
+pub struct ExportReader {
+    /// The lines seen, blank ones included, so errors name the line a person sees.
+    number: usize,
+    /// What the lines so far made; `None` until the header.
+    imported: Option<Imported>,
+}
+
+impl ExportReader {
+    /// Takes the next line (with or without its newline).
+    pub fn line(&mut self, line: &[u8]) -> Result<(), ExportFormatError> {
+        self.number += 1;
+        let number = self.number;
+        if line.len() > MAX_LINE_BYTES + 1
+            || (line.len() == MAX_LINE_BYTES + 1 && line.last() != Some(&b'\n'))
+        {
+            return Err(ExportFormatError::LineTooLong {
+                line: number,
+                limit: MAX_LINE_BYTES,
+            });
+        }
+        let text = std::str::from_utf8(line)
+            .map_err(|_| ExportFormatError::Incomplete {
+                line: number,
+                problem: "a line must be UTF-8",
+            })?
+            .trim();
+        if text.is_empty() {
+            return Ok(());
+        }
+        let Some(imported) = self.imported.as_mut() else {
+            self.imported = Some(header(text, number)?);
+            return Ok(());
+        };
+        record(imported, text, number)
+    }
+
+    /// The export, once every line was read.
+    pub fn finish(self) -> Result<Imported, ExportFormatError> {
+        self.imported.ok_or(ExportFormatError::Empty)
+    }
+}
+
+/// The `{"type": "session"}` line.
+fn header(line: &str, number: usize) -> Result<Imported, ExportFormatError> {
+    let header: Value =
+        serde_json::from_str(line).map_err(|source| ExportFormatError::NotJson {
+            line: number,
+            source,
+        })?;
     if header["type"] != "session" {
         return Err(ExportFormatError::NoHeader);
     }
@@ -263,94 +365,167 @@ pub fn parse(body: &str) -> Result<Imported, ExportFormatError> {
         return Err(ExportFormatError::Version(header["version"].clone()));
     }
     let text = |key: &str| header[key].as_str().map(str::to_string);
-    let mut imported = Imported {
+    Ok(Imported {
         source_id: text("session_id").unwrap_or_default(),
         title: text("title"),
         cwd: text("cwd").unwrap_or_default(),
         model: text("model"),
         reasoning_effort: text("reasoning_effort"),
         ..Imported::default()
+    })
+}
+
+/// The fields of a record the reader looks at before it takes the rest as the type says.
+#[derive(serde::Deserialize)]
+struct RecordHead<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// An `event` record; its params kept as the text they came in.
+#[derive(serde::Deserialize)]
+struct EventRecord {
+    method: Option<String>,
+    params: Option<Box<RawValue>>,
+    created_at: Option<String>,
+}
+
+/// A `message` record.
+#[derive(serde::Deserialize)]
+struct MessageRecord {
+    message: Option<Box<RawValue>>,
+}
+
+/// A `blob` record.
+#[derive(serde::Deserialize)]
+struct BlobRecord {
+    sha256: Option<String>,
+    data: Option<String>,
+}
+
+/// A `checkpoint` record.
+#[derive(serde::Deserialize)]
+struct CheckpointRecord {
+    manifest: Option<Value>,
+}
+
+/// One line after the header, into `imported`.
+fn record(imported: &mut Imported, line: &str, number: usize) -> Result<(), ExportFormatError> {
+    let incomplete = |problem| ExportFormatError::Incomplete {
+        line: number,
+        problem,
     };
-    for (index, line) in lines {
-        let number = index + 1;
-        let incomplete = |problem| ExportFormatError::Incomplete {
-            line: number,
-            problem,
-        };
-        let mut value: Value =
-            serde_json::from_str(line).map_err(|source| ExportFormatError::NotJson {
-                line: number,
-                source,
-            })?;
-        match value["type"].as_str() {
-            Some("message") => imported.messages.push(value["message"].take()),
-            Some("event") => {
-                let method = value["method"]
-                    .as_str()
-                    .filter(|m| !m.is_empty())
-                    .ok_or_else(|| incomplete("an event needs a method"))?
-                    .to_string();
-                let created_at = value["created_at"]
-                    .as_str()
-                    .and_then(|at| {
-                        OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
-                            .ok()
-                    })
-                    .ok_or_else(|| incomplete("created_at must be RFC 3339"))?;
-                imported
-                    .events
-                    .push((method, value["params"].take(), created_at));
-            }
-            Some("cost") => {
-                let row: CostRow =
-                    serde_json::from_value(value).map_err(|source| ExportFormatError::NotA {
-                        line: number,
-                        what: "cost row",
-                        source,
-                    })?;
-                imported.costs.push(row);
-            }
-            Some("task") => {
-                let row: TaskRow =
-                    serde_json::from_value(value).map_err(|source| ExportFormatError::NotA {
-                        line: number,
-                        what: "task record",
-                        source,
-                    })?;
-                let fresh = uuid::Uuid::new_v4().simple().to_string();
-                if imported
-                    .task_ids
-                    .insert(row.task_id.clone(), fresh)
-                    .is_some()
-                {
-                    return Err(ExportFormatError::DuplicateTask {
-                        line: number,
-                        task_id: row.task_id,
-                    });
-                }
-                imported.tasks.push(row);
-            }
-            Some("checkpoint") => imported.checkpoints.push(value["manifest"].take()),
-            Some("blob") => {
-                use base64::Engine as _;
-                let sha256 = value["sha256"]
-                    .as_str()
-                    .ok_or_else(|| incomplete("a blob needs its sha256"))?;
-                let data = value["data"]
-                    .as_str()
-                    .and_then(|data| base64::engine::general_purpose::STANDARD.decode(data).ok())
-                    .ok_or_else(|| incomplete("a blob's data must be base64"))?;
-                imported.blobs.insert(sha256.to_string(), data);
-            }
-            other => {
-                return Err(ExportFormatError::UnknownType {
+    let not_json = |source| ExportFormatError::NotJson {
+        line: number,
+        source,
+    };
+    let head: RecordHead = serde_json::from_str(line).map_err(not_json)?;
+    match head.kind.as_deref() {
+        Some("message") => {
+            let record: MessageRecord = serde_json::from_str(line).map_err(not_json)?;
+            let message = record
+                .message
+                .ok_or_else(|| incomplete("a message record needs its message"))?;
+            imported.messages.push(message);
+        }
+        Some("event") => {
+            let record: EventRecord = serde_json::from_str(line).map_err(not_json)?;
+            let method = record
+                .method
+                .filter(|m| !m.is_empty())
+                .ok_or_else(|| incomplete("an event needs a method"))?;
+            let created_at = record
+                .created_at
+                .and_then(|at| {
+                    OffsetDateTime::parse(&at, &time::format_description::well_known::Rfc3339).ok()
+                })
+                .ok_or_else(|| incomplete("created_at must be RFC 3339"))?;
+            let params = match record.params {
+                Some(params) => params,
+                None => RawValue::from_string("null".into()).map_err(not_json)?,
+            };
+            imported.events.push((method, params, created_at));
+        }
+        Some("cost") => {
+            let row: CostRow =
+                serde_json::from_str(line).map_err(|source| ExportFormatError::NotA {
                     line: number,
-                    kind: other.map(str::to_string),
+                    what: "cost row",
+                    source,
+                })?;
+            if let Some(problem) = implausible_cost(&row) {
+                return Err(ExportFormatError::Implausible {
+                    line: number,
+                    problem,
                 });
             }
+            imported.costs.push(row);
+        }
+        Some("task") => {
+            let row: TaskRow =
+                serde_json::from_str(line).map_err(|source| ExportFormatError::NotA {
+                    line: number,
+                    what: "task record",
+                    source,
+                })?;
+            let fresh = uuid::Uuid::new_v4().simple().to_string();
+            if imported
+                .task_ids
+                .insert(row.task_id.clone(), fresh)
+                .is_some()
+            {
+                return Err(ExportFormatError::DuplicateTask {
+                    line: number,
+                    task_id: row.task_id,
+                });
+            }
+            imported.tasks.push(row);
+        }
+        Some("checkpoint") => {
+            let record: CheckpointRecord = serde_json::from_str(line).map_err(not_json)?;
+            imported
+                .checkpoints
+                .push(record.manifest.unwrap_or(Value::Null));
+        }
+        Some("blob") => {
+            use base64::Engine as _;
+            let record: BlobRecord = serde_json::from_str(line).map_err(not_json)?;
+            let sha256 = record
+                .sha256
+                .ok_or_else(|| incomplete("a blob needs its sha256"))?;
+            let data = record
+                .data
+                .and_then(|data| base64::engine::general_purpose::STANDARD.decode(data).ok())
+                .ok_or_else(|| incomplete("a blob's data must be base64"))?;
+            imported.blobs.insert(sha256, data);
+        }
+        other => {
+            return Err(ExportFormatError::UnknownType {
+                line: number,
+                kind: other.map(str::to_string),
+            });
         }
     }
-    Ok(imported)
+    Ok(())
+}
+
+/// Why a cost row cannot be what a call cost: the budgets add these rows up, so a negative
+/// amount or count would lift them, and a row from the future would count in windows to come.
+fn implausible_cost(row: &CostRow) -> Option<&'static str> {
+    let amounts = [row.reserved_usd, row.actual_usd];
+    if amounts.iter().any(|usd| !usd.is_finite() || *usd < 0.0) {
+        return Some("a cost row's USD amounts must be finite and not negative");
+    }
+    if [row.tokens_in, row.tokens_out, row.tokens_cached]
+        .iter()
+        .any(|tokens| *tokens < 0)
+    {
+        return Some("a cost row's token counts must not be negative");
+    }
+    if row.created_at > OffsetDateTime::now_utc() + COST_CLOCK_SKEW {
+        return Some("a cost row's created_at must not be in the future");
+    }
+    None
 }
 
 #[cfg(test)]
@@ -409,11 +584,13 @@ mod tests {
         let imported = parse(&body).unwrap();
         assert_eq!(imported.title.as_deref(), Some("Fix it"));
         assert_eq!(imported.model.as_deref(), Some("p/m"));
-        assert_eq!(
-            imported.messages,
-            [json!({"role": "user", "content": "hi"})]
-        );
-        let new = imported.new_events("new");
+        let messages: Vec<Value> = imported
+            .messages
+            .iter()
+            .map(|m| serde_json::from_str(m.get()).unwrap())
+            .collect();
+        assert_eq!(messages, [json!({"role": "user", "content": "hi"})]);
+        let new: Vec<NewEvent> = imported.new_events("new").collect();
         assert_eq!(new.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
         let params: Value = serde_json::from_str(&new[1].params_json).unwrap();
         assert_eq!(
@@ -448,5 +625,46 @@ mod tests {
             body.lines().next().unwrap().to_owned() + "\n"
         );
         assert!(parse(&bad).unwrap_err().to_string().contains("line 2"));
+    }
+
+    fn header_line() -> String {
+        json!({"type": "session", "version": FORMAT_VERSION, "session_id": "s", "cwd": ""})
+            .to_string()
+            + "\n"
+    }
+
+    #[test]
+    fn negative_and_future_cost_rows_are_refused() {
+        let row = |usd: f64, at: &str| {
+            let mut line = json!({
+                "type": "cost", "session_id": "s", "node_id": "agent", "model": "m",
+                "reserved_usd": 0.0, "actual_usd": usd, "tokens_in": 1, "tokens_out": 1,
+                "committed": true, "turn_id": null, "task_id": null, "created_at": at,
+            });
+            line["type"] = json!("cost");
+            format!("{}{line}\n", header_line())
+        };
+        assert!(parse(&row(0.01, "2026-01-01T00:00:00Z")).is_ok());
+        let err = parse(&row(-1000.0, "2026-01-01T00:00:00Z")).unwrap_err();
+        assert!(
+            err.to_string().contains("line 2: a cost row's USD"),
+            "{err}"
+        );
+        let err = parse(&row(0.01, "2099-01-01T00:00:00Z")).unwrap_err();
+        assert!(err.to_string().contains("future"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_endless_line_is_refused_once_it_passes_its_limit() {
+        // A header, then a line that never ends: the reader holds at most the limit of it.
+        let endless = tokio::io::AsyncReadExt::chain(
+            std::io::Cursor::new(header_line().into_bytes()),
+            tokio::io::repeat(b'x'),
+        );
+        let err = read(tokio::io::BufReader::new(endless)).await.unwrap_err();
+        assert!(
+            matches!(err, ExportFormatError::LineTooLong { line: 2, .. }),
+            "{err}"
+        );
     }
 }

@@ -16,6 +16,9 @@ use crate::builtin::process::sandboxed_command;
 use crate::store::SessionWorktree;
 use crate::tools::workspace::Workspace;
 
+/// Most bytes of each of git's streams kept: lists of paths, a merge's complaint.
+const MAX_GIT_OUTPUT: usize = 4 * 1024 * 1024;
+
 /// How a new session is kept apart from others working in the same checkout.
 #[derive(serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -93,7 +96,8 @@ impl Git {
         self.workspace.root()
     }
 
-    /// Runs `git args` in `dir` (relative to the user's root).
+    /// Runs `git args` in `dir` (relative to the user's root); each stream is kept up to
+    /// [`MAX_GIT_OUTPUT`], since the repository (and so what git prints) is the user's.
     async fn run(&self, dir: &Path, args: &[&str]) -> Result<Ran, SessionError> {
         let mut argv: Vec<&OsStr> = GIT_SAFETY.iter().map(OsStr::new).collect();
         argv.extend(args.iter().map(OsStr::new));
@@ -105,23 +109,24 @@ impl Git {
             &[],
         )
         .map_err(|err| SessionError::InvalidParams(format!("cannot run git: {err}")))?;
-        command
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin(std::process::Stdio::null());
-        let output = tokio::time::timeout(GIT_TIMEOUT, command.output())
-            .await
-            .map_err(|_| {
-                SessionError::InvalidParams(format!(
-                    "git {} took longer than {} s",
-                    args.first().copied().unwrap_or_default(),
-                    GIT_TIMEOUT.as_secs()
-                ))
-            })?
-            .map_err(|err| SessionError::InvalidParams(format!("cannot run git: {err}")))?;
+        command.env("GIT_TERMINAL_PROMPT", "0");
+        let output = tokio::time::timeout(
+            GIT_TIMEOUT,
+            crate::capped_read::output(&mut command, MAX_GIT_OUTPUT),
+        )
+        .await
+        .map_err(|_| {
+            SessionError::InvalidParams(format!(
+                "git {} took longer than {} s",
+                args.first().copied().unwrap_or_default(),
+                GIT_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|err| SessionError::InvalidParams(format!("cannot run git: {err}")))?;
         Ok(Ran {
             ok: output.status.success(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            stdout: String::from_utf8_lossy(&output.stdout.bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr.bytes).into_owned(),
         })
     }
 

@@ -105,3 +105,76 @@ async fn agents_files_root_first_skills_on_demand_and_an_edit_counts_from_the_ne
     let output = answer["result"]["output"].as_str().unwrap_or_default();
     assert!(output.contains("deploy"), "{answer}");
 }
+
+/// Alice's repository holds a 1 TiB `AGENTS.md` (sparse: no disk) and 300 skills whose
+/// descriptions run to 100 KiB each, one of them a 1 TiB `SKILL.md`. Her sessions open, her
+/// model requests stay within `max_bytes`, and Bob, on the same server, works as before.
+#[tokio::test]
+async fn a_tebibyte_agents_file_and_a_flood_of_skills_cost_their_budget_only() {
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::text(&["alice done"]),
+        Reply::text(&["bob done"]),
+    ]))
+    .await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+        c.instructions.max_bytes = 16 * 1024;
+        c.instructions.max_skills = 50;
+        c.server.users = ["alice", "bob"]
+            .map(|name| agentd::config::UserConfig {
+                name: name.into(),
+                token: agentd::config::Secret::new(format!("{name}-token")),
+            })
+            .to_vec();
+    })
+    .await;
+    let alice_root = app.workspace().join("alice");
+    std::fs::create_dir_all(alice_root.join("proj")).unwrap();
+    let huge = std::fs::File::create(alice_root.join("proj/AGENTS.md")).unwrap();
+    huge.set_len(1 << 40).unwrap();
+    let long_description = "x".repeat(100 * 1024);
+    for n in 0..300 {
+        let dir = alice_root.join(format!("proj/.agents/skills/s{n:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: s{n:03}\ndescription: {long_description}\n---\nbody\n"),
+        )
+        .unwrap();
+    }
+    let sparse_skill = alice_root.join("proj/.agents/skills/s000/SKILL.md");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sparse_skill)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let opened = alice.result("session/open", json!({"cwd": "proj"})).await;
+    assert_eq!(
+        opened["instructions"],
+        json!([{"path": "proj/AGENTS.md", "bytes": 1u64 << 40, "cut": true}]),
+        "{opened}"
+    );
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    let (_, end) = run_turn(&mut alice, &session, "hi").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let prompt = system_prompt(&mock.requests()[0]);
+    let base = agentd::agent::SYSTEM_PROMPT.len();
+    // The budget, plus the headings and cut notes the prompt puts around what it took.
+    assert!(
+        prompt.len() < base + 16 * 1024 + 1024,
+        "{} bytes",
+        prompt.len()
+    );
+    assert!(prompt.contains("[cut: more skills"), "{prompt}");
+
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let opened = bob.result("session/open", json!({})).await;
+    let session = opened["session_id"].as_str().unwrap().to_string();
+    let (_, end) = run_turn(&mut bob, &session, "hi").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+}

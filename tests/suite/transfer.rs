@@ -240,3 +240,127 @@ async fn agentd_export_and_import_carry_a_session_on_the_command_line() {
     let missing = agentd(&["export", "no-such-session"]).output().unwrap();
     assert_eq!(missing.status.code(), Some(2), "{missing:?}");
 }
+
+/// Bob imports exports made to lift his budget, to confirm the contents of Alice's files by
+/// their hash, and to have a revert write `.git/config`: each is refused whole, with the line
+/// or the checkpoint at fault, and no session is made.
+#[tokio::test]
+async fn an_import_is_refused_what_it_cannot_have_made_itself() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let mock = MockLlm::start(Script::always(Reply::text(&["noted"]))).await;
+    let base_url = mock.base_url();
+    let app = TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+        c.server.users = ["alice", "bob"]
+            .map(|name| agentd::config::UserConfig {
+                name: name.into(),
+                token: agentd::config::Secret::new(format!("{name}-token")),
+            })
+            .to_vec();
+    })
+    .await;
+    // Alice's secret is in the checkpoint store once a turn of hers has run.
+    let secret = "alice's secret\n";
+    std::fs::create_dir_all(app.workspace().join("alice")).unwrap();
+    std::fs::write(app.workspace().join("alice/secret.txt"), secret).unwrap();
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let session = alice.open().await;
+    let (_, end) = run_turn(&mut alice, &session, "hello").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+
+    let header = json!({"type": "session", "version": 1, "session_id": "x", "cwd": ""});
+    let hash = |bytes: &[u8]| {
+        sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let manifest = |path: &str, sha: &str, size: usize| {
+        json!({"type": "checkpoint", "manifest": {
+            "version": 1, "name": "t1", "order": 1,
+            "files": [[path, sha, size, 0, 0, 0]], "skipped": [],
+        }})
+    };
+    let blob = |bytes: &[u8]| {
+        json!({"type": "blob", "sha256": hash(bytes),
+               "data": base64::engine::general_purpose::STANDARD.encode(bytes)})
+    };
+    let cost = |usd: f64, at: &str| {
+        json!({"type": "cost", "session_id": "x", "node_id": "agent", "model": "m",
+               "reserved_usd": 0.0, "actual_usd": usd, "tokens_in": 1, "tokens_out": 1,
+               "committed": true, "turn_id": null, "task_id": null, "created_at": at})
+    };
+    let planted = b"[core]\n\tfsmonitor = rm -rf ~\n";
+    let attempts = [
+        (
+            vec![manifest(
+                "stolen.txt",
+                &hash(secret.as_bytes()),
+                secret.len(),
+            )],
+            "lacks",
+        ),
+        (
+            vec![
+                blob(planted),
+                manifest(".git/config", &hash(planted), planted.len()),
+            ],
+            ".git/config",
+        ),
+        (
+            vec![
+                blob(planted),
+                manifest("../escape", &hash(planted), planted.len()),
+            ],
+            "../escape",
+        ),
+        (vec![cost(-1000.0, "2026-01-01T00:00:00Z")], "line 2"),
+        (vec![cost(0.5, "2099-01-01T00:00:00Z")], "future"),
+    ];
+    for (records, expected) in attempts {
+        let mut body = format!("{header}\n");
+        for record in &records {
+            body.push_str(&format!("{record}\n"));
+        }
+        let answer = reqwest::Client::new()
+            .post(app.url("/api/sessions/import"))
+            .bearer_auth("bob-token")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{expected}");
+        let answer: Value = answer.json().await.unwrap();
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{expected}: {message}");
+    }
+    let bobs = app.get_json("/api/sessions", Some("bob-token")).await;
+    assert_eq!(bobs["sessions"], json!([]), "{bobs}");
+}
+
+/// An export body past the import limit is refused as it streams, and one line that never
+/// ends is refused once it passes the line limit, without the server holding either.
+#[tokio::test]
+async fn an_endless_import_line_is_refused_at_its_limit() {
+    let app = TestApp::spawn().await;
+    let header = json!({"type": "session", "version": 1, "session_id": "x", "cwd": ""});
+    let endless = format!("{header}\n{{\"type\": \"message\", \"message\": \"")
+        + &"x".repeat(agentd::session::transfer::MAX_LINE_BYTES + 10);
+    let answer = reqwest::Client::new()
+        .post(app.url("/api/sessions/import"))
+        .body(endless)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    let answer: Value = answer.json().await.unwrap();
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("line 2 is longer than"),
+        "{answer}"
+    );
+}

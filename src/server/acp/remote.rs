@@ -24,6 +24,9 @@ use crate::mutex::lock;
 use crate::session::Outbound;
 use crate::session::frames::FrameSender;
 
+/// The largest REST answer read from the agentd bridged to (a page of events or messages).
+const MAX_REST_ANSWER: usize = 64 * 1024 * 1024;
+
 /// A session's notification queue on this side, and the token that ends its pump when the
 /// queue overflows or the connection drops.
 struct Route {
@@ -265,7 +268,11 @@ impl Remote {
             kind: ErrorKind::Internal,
         })?;
         let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let body: Value = crate::capped_read::response_body(response, MAX_REST_ANSWER)
+            .await
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or(Value::Null);
         if status.is_success() {
             return Ok(body);
         }

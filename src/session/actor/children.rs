@@ -487,15 +487,19 @@ impl SessionActor {
                 worktree: None,
             }
         };
-        let profile = std::fs::read_to_string(profile_marker(self.tasks.dir(), agent_id))
-            .ok()
-            .and_then(|name| match self.profiles.get(name.trim()) {
-                Ok(profile) => Some(profile.clone()),
-                Err(err) => {
-                    tracing::warn!(agent_id, %err, "the sub-agent's profile is gone");
-                    None
-                }
-            });
+        // The marker holds a profile's name, which the server wrote.
+        let profile = crate::capped_read::read_file_to_string(
+            &profile_marker(self.tasks.dir(), agent_id),
+            4096,
+        )
+        .ok()
+        .and_then(|name| match self.profiles.get(name.trim()) {
+            Ok(profile) => Some(profile.clone()),
+            Err(err) => {
+                tracing::warn!(agent_id, %err, "the sub-agent's profile is gone");
+                None
+            }
+        });
         let mut registry = self.profiled_registry(profile.as_ref());
         let recorded = ChildWorktree::recorded(&worktree_marker(self.tasks.dir(), agent_id));
         if let Some(tree) = &recorded {
@@ -815,7 +819,7 @@ pub(crate) struct ChildWorktree {
 impl ChildWorktree {
     /// The worktree recorded in `marker`, when there is one.
     pub(crate) fn recorded(marker: &std::path::Path) -> Option<Self> {
-        serde_json::from_slice(&std::fs::read(marker).ok()?).ok()
+        serde_json::from_slice(&crate::capped_read::read_file(marker, 64 * 1024).ok()?).ok()
     }
 }
 

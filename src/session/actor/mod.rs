@@ -298,7 +298,7 @@ impl SessionActor {
         let gathered = gather(
             crate::agent::SYSTEM_PROMPT,
             self.instructions.text.as_deref(),
-            self.instructions.max_bytes,
+            self.instructions.limits,
             root.anchor(),
             &self.user_root,
             root.below(),
