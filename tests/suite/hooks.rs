@@ -14,6 +14,7 @@ use crate::support::mock_llm::{MockLlm, Reply, Script};
 
 fn command_hook(event: HookEvent, matcher: &str, command: &str) -> HookConfig {
     HookConfig {
+        name: None,
         event,
         matcher: (!matcher.is_empty()).then(|| matcher.to_string()),
         command: Some(command.to_string()),
