@@ -744,3 +744,134 @@ fn a_lock_left_by_a_killed_server_blocks_nothing() {
     );
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// One ACP exchange with an `agentd acp` child: sends `request`, answers the reply with its id.
+async fn acp_ask(
+    stdin: &mut tokio::process::ChildStdin,
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    use tokio::io::AsyncWriteExt as _;
+    let request =
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    stdin
+        .write_all(format!("{request}\n").as_bytes())
+        .await
+        .unwrap();
+    loop {
+        let line = tokio::time::timeout(crate::support::WAIT, lines.next_line())
+            .await
+            .expect("agentd acp answers in time")
+            .unwrap()
+            .expect("agentd acp is still there");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    }
+}
+
+#[tokio::test]
+async fn in_process_acp_with_users_needs_a_known_user_and_opens_only_their_root() {
+    use tokio::io::AsyncBufReadExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("acp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndata_dir = \"{0}/data\"\nworkspace = \"{0}/ws\"\n\
+             [[server.users]]\nname = \"alice\"\ntoken = \"alice-token\"\n\
+             [[server.users]]\nname = \"bob\"\ntoken = \"bob-token\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    for (args, said) in [
+        (vec!["acp", "--config", config], "needs --user NAME"),
+        (
+            vec!["acp", "--config", config, "--user", "carol"],
+            "--user \"carol\" is not one of [[server.users]]",
+        ),
+        (
+            vec![
+                "acp",
+                "--config",
+                config,
+                "--user",
+                "alice",
+                "--url",
+                "ws://127.0.0.1:1/api/ws",
+            ],
+            "with --url the token says who you are",
+        ),
+    ] {
+        let (code, stderr) = run_briefly(&args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    // Nothing was started for them: the data directory was never made.
+    assert!(!dir.path().join("data").exists());
+
+    let workspace = dir.path().join("ws");
+    for project in ["alice/proj", "bob/proj"] {
+        std::fs::create_dir_all(workspace.join(project)).unwrap();
+    }
+    let workspace = workspace.canonicalize().unwrap();
+    let mut child = tokio::process::Command::from(agentd())
+        .args(["acp", "--config", config, "--user", "alice"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = acp_ask(
+        &mut stdin,
+        &mut lines,
+        1,
+        "initialize",
+        serde_json::json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await;
+    assert!(init.get("result").is_some(), "{init}");
+    let new_session = |cwd: std::path::PathBuf| serde_json::json!({"cwd": cwd.to_str().unwrap(), "mcpServers": []});
+    let mine = acp_ask(
+        &mut stdin,
+        &mut lines,
+        2,
+        "session/new",
+        new_session(workspace.join("alice/proj")),
+    )
+    .await;
+    let session = mine["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{mine}"))
+        .to_string();
+    // Another user's folder and the whole workspace are outside alice's root.
+    for (id, cwd) in [(3, workspace.join("bob/proj")), (4, workspace.clone())] {
+        let refused = acp_ask(&mut stdin, &mut lines, id, "session/new", new_session(cwd)).await;
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("is outside"), "{refused}");
+    }
+    drop(stdin);
+    let status = tokio::time::timeout(crate::support::WAIT, child.wait())
+        .await
+        .expect("agentd acp ends when its input closes")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+
+    // The session was made as alice's: bob cannot see it, alice can.
+    let (code, stderr) =
+        run_briefly(&["export", &session, "--config", config, "--user", "bob"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("unknown session"), "{stderr}");
+    let (code, stderr) =
+        run_briefly(&["export", &session, "--config", config, "--user", "alice"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+}
