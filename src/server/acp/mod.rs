@@ -1533,6 +1533,31 @@ fn title(name: &str, arguments: &Value) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn with_users_the_acp_caller_must_be_one_of_them() {
+        let alice = crate::config::UserConfig {
+            name: "alice".into(),
+            token: crate::config::Secret::new("alice-token"),
+        };
+        let users = [alice];
+        assert_eq!(acp_caller(&[], None), Ok(Caller::anonymous()));
+        assert_eq!(
+            acp_caller(&[], Some("alice".into())),
+            Err(AcpUserError::NoUsers)
+        );
+        assert_eq!(acp_caller(&users, None), Err(AcpUserError::Missing));
+        assert_eq!(
+            acp_caller(&users, Some("mallory".into())),
+            Err(AcpUserError::Unknown("mallory".into()))
+        );
+        assert_eq!(
+            acp_caller(&users, Some("alice".into())),
+            Ok(Caller {
+                user: Some("alice".into())
+            })
+        );
+    }
+
     fn translator() -> Translator {
         Translator {
             kinds: HashMap::from([("read_file".to_string(), "read")]),
