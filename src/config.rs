@@ -579,6 +579,10 @@ pub struct AcpArgs {
     /// The file holding the bearer token for `--url`.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// In-process: the `[[server.users]]` user whose sessions and workspace root are served
+    /// (required when users are configured).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
     /// Settings, as for `serve`.
     #[command(flatten)]
     pub serve: ServeArgs,

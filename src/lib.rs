@@ -8,6 +8,7 @@
 //! - [`builtin`]: the tools every registry offers, each family in its file.
 //! - [`plugin`]: external programs from `[[plugins]]` offered as tools.
 //! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
+//! - [`data_dir`]: the one process's exclusive hold on its data directory.
 //! - [`checkpoint`]: a session's workspace snapshots, for `turn/diff` and `session/revert`.
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
 //! - [`capped_read`]: reads that stop one byte past a cap, for everything a user, a model or
@@ -35,6 +36,7 @@ pub mod capped_read;
 pub mod checkpoint;
 pub mod cluster;
 pub mod config;
+pub mod data_dir;
 pub mod error_kind;
 pub mod fs_safe;
 pub mod heap;

@@ -93,6 +93,16 @@ fn main() -> ExitCode {
             }
         });
     }
+    // gc and migrate change the store as a server would: not under a running one. (A backup
+    // is a read, made while the server runs; `serve` holds the directory in `Server::start`.)
+    let _data_dir = if gc || !serving {
+        match agentd::data_dir::DataDirLock::acquire(&config.server.data_dir) {
+            Ok(held) => Some(held),
+            Err(err) => return fail(&err),
+        }
+    } else {
+        None
+    };
     if gc {
         return runtime.block_on(async {
             let store = match agentd::store::connect(&config.server.database_url()).await {
@@ -184,7 +194,9 @@ fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Trans
         },
         _ => None,
     };
-    in_process(config, telemetry, false, |server| async move {
+    let when_held = "against a running server, use its REST API (GET \
+                     /api/sessions/{id}/export, POST /api/sessions/import)";
+    in_process(config, telemetry, false, when_held, |server| async move {
         let outcome = match what {
             Transfer::Export(id, checkpoints) => {
                 server.export_session(user, &id, checkpoints).await
@@ -213,11 +225,13 @@ fn transfer(serve: &agentd::config::ServeArgs, user: Option<String>, what: Trans
 
 /// Runs `run` on a server started in-process from `config` (for the commands that run one
 /// piece of work and exit), then stops the runtime (`abandon`: without waiting for blocking
-/// reads, such as of stdin) and sends what telemetry still holds.
+/// reads, such as of stdin) and sends what telemetry still holds. `when_held` is what to do
+/// instead when another process (a running server) holds the data directory.
 fn in_process<F, Fut>(
     config: Config,
     telemetry: Option<agentd::telemetry::Telemetry>,
     abandon: bool,
+    when_held: &str,
     run: F,
 ) -> ExitCode
 where
@@ -231,6 +245,9 @@ where
     let code = runtime.block_on(async move {
         match Server::start(config).await {
             Ok(server) => run(server).await,
+            Err(
+                err @ agentd::StartupError::DataDir(agentd::data_dir::DataDirError::Held { .. }),
+            ) => fail(&format!("{err}; {when_held}")),
             Err(err) => fail(&err),
         }
     });
@@ -310,7 +327,10 @@ fn exec_task(args: agentd::config::ExecArgs) -> ExitCode {
         cwd: args.cwd,
         approve_all: args.approve == "all",
     };
-    in_process(config, telemetry, false, |server| async move {
+    // exec has no client mode: a running server takes the task over REST instead.
+    let when_held = "give this exec a --data-dir of its own, or run the task on the running \
+                     server (POST /api/sessions, then POST /api/sessions/{id}/turns?wait=true)";
+    in_process(config, telemetry, false, when_held, |server| async move {
         let mut stdout = std::io::stdout();
         ExitCode::from(server.exec(task, &mut stdout).await)
     })
@@ -337,10 +357,23 @@ fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
             }
         },
     };
+    if args.user.is_some() && args.url.is_some() {
+        return fail(
+            &"acp --user is for in-process sessions; with --url the token says who you are",
+        );
+    }
     // Warnings and worse only, on stderr: editors show it as the agent's log.
     let (config, telemetry) = match quiet_start(&args.serve) {
         Ok(started) => started,
         Err(code) => return code,
+    };
+    let caller = if args.url.is_none() {
+        match agentd::server::acp::acp_caller(&config.server.users, args.user) {
+            Ok(caller) => Some(caller),
+            Err(err) => return fail(&err),
+        }
+    } else {
+        None
     };
     let protocol = (
         std::io::stdin().as_fd().try_clone_to_owned(),
@@ -362,8 +395,10 @@ fn acp_stdio(args: agentd::config::AcpArgs) -> ExitCode {
     let input = tokio::fs::File::from_std(std::fs::File::from(input));
     let output = tokio::fs::File::from_std(std::fs::File::from(output));
     let Some(url) = args.url else {
-        return in_process(config, telemetry, true, |server| async move {
-            ExitCode::from(server.acp(input, output).await)
+        let caller = caller.unwrap_or_else(agentd::session::Caller::anonymous);
+        let when_held = "use agentd acp --url ws://HOST:PORT/api/ws to reach the running server";
+        return in_process(config, telemetry, true, when_held, |server| async move {
+            ExitCode::from(server.acp(caller, input, output).await)
         });
     };
     // A bridge hosts nothing: the settings only say where the workspace is.

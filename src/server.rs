@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::agent::AgentSettings;
 use crate::builtin::{self, BuiltinDeps, BuiltinModel};
 use crate::config::Config;
+use crate::data_dir::DataDirLock;
 use crate::http::accept::{self, ConnectionLimits};
 use crate::http::{self, AppState};
 use crate::llm::LlmError;
@@ -73,6 +74,9 @@ pub enum StartupError {
          shared by every node, or cluster.enabled = false"
     )]
     ClusterNeedsPostgres(&'static str),
+    /// Another process holds the data directory, or it cannot be locked.
+    #[error("{0}")]
+    DataDir(#[from] crate::data_dir::DataDirError),
 }
 
 /// The model and limits turns run with, when a model is configured.
@@ -155,6 +159,8 @@ pub struct Server {
     cancel: CancellationToken,
     tracker: TaskTracker,
     limits: ConnectionLimits,
+    /// Held until the server is dropped: no other process starts on this data directory.
+    _data_dir: DataDirLock,
 }
 
 impl std::fmt::Debug for Server {
@@ -293,7 +299,8 @@ pub mod exec;
 pub mod transfer;
 
 impl Server {
-    /// Creates the data and workspace directories, opens and migrates the database, marks
+    /// Holds the data directory ([`DataDirLock`]) for the server's life, creates the data and
+    /// workspace directories, opens and migrates the database, marks
     /// tasks that were running at the last stop as failed, and builds the router.
     pub async fn start(config: Config) -> Result<Self, StartupError> {
         Self::start_with_tools(config, Vec::new()).await
@@ -305,6 +312,9 @@ impl Server {
         config: Config,
         extra_tools: Vec<Arc<dyn Tool>>,
     ) -> Result<Self, StartupError> {
+        // First of all: a second process must not recover (end the turns, fail the tasks of)
+        // a live server's store, nor touch its files.
+        let data_dir = DataDirLock::acquire(&config.server.data_dir)?;
         crate::builtin::exec::forbid_env_var(&config.llm.api_key_env);
         if !config.server.bind.ip().is_loopback()
             && config.server.auth_token.is_none()
@@ -528,6 +538,7 @@ impl Server {
             cancel,
             tracker,
             limits,
+            _data_dir: data_dir,
         })
     }
 

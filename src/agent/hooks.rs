@@ -66,6 +66,9 @@ impl HookEvent {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HookConfig {
+    /// What `hook/ran` calls it; without it, its command, or a URL hook's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// When it runs.
     pub event: HookEvent,
     /// For tool events: the tools it runs for (a name, `*` wildcards, `group:NAME`); every
@@ -109,15 +112,31 @@ impl HookConfig {
         if self.timeout_secs == 0 {
             return Some("timeout_secs must be at least 1".into());
         }
+        if self
+            .name
+            .as_deref()
+            .is_some_and(|name| name.trim().is_empty())
+        {
+            return Some("name must not be empty".into());
+        }
         None
     }
 
-    /// What `hook/ran` calls it: its command or its URL.
-    pub fn label(&self) -> &str {
-        self.command
+    /// What `hook/ran` (stored, replayed, exported) and a block's reason call it: its `name`,
+    /// else its command, else its URL's host alone, since a URL's path and query often carry
+    /// a secret.
+    pub fn label(&self) -> String {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
+        if let Some(command) = &self.command {
+            return command.clone();
+        }
+        self.url
             .as_deref()
-            .or(self.url.as_deref())
-            .unwrap_or_default()
+            .and_then(|url| reqwest::Url::parse(url).ok())
+            .and_then(|url| url.host_str().map(str::to_string))
+            .unwrap_or_else(|| "url hook".to_string())
     }
 
     /// Whether it runs for `tool` (in `groups`); hooks of events without a tool always do.
@@ -262,7 +281,7 @@ impl SessionHooks {
                 }));
             }
             outcome.ran.push(Ran {
-                hook: hook.label().to_string(),
+                hook: hook.label(),
                 event,
                 decision,
                 reason,
@@ -370,7 +389,9 @@ impl SessionHooks {
                 }
                 Ok(response) => last = format!("answered HTTP {}", response.status()),
                 Err(err) if err.is_timeout() => return Answer::TimedOut,
-                Err(err) => last = format!("cannot reach it: {err}"),
+                // Without the URL: the reason is stored in `hook/ran`, and the URL may hold
+                // a secret.
+                Err(err) => last = format!("cannot reach it: {}", err.without_url()),
             }
             if attempt + 1 < URL_TRIES {
                 tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
@@ -555,6 +576,7 @@ mod tests {
     #[test]
     fn matchers_take_names_wildcards_groups_and_alternatives() {
         let hook = |matcher: Option<&str>| HookConfig {
+            name: None,
             event: HookEvent::PreToolUse,
             matcher: matcher.map(str::to_string),
             command: Some("true".into()),
@@ -582,6 +604,37 @@ mod tests {
                 .unwrap()
                 .contains("either command or url")
         );
+    }
+
+    #[test]
+    fn a_hook_is_named_by_its_name_its_command_or_its_urls_host_alone() {
+        let url_hook = HookConfig {
+            name: None,
+            event: HookEvent::Stop,
+            matcher: None,
+            command: None,
+            url: Some("https://hooks.example.com:8443/t/SECRET-PATH?key=SECRET-QUERY#frag".into()),
+            secret_env: None,
+            timeout_secs: 5,
+            secret: None,
+        };
+        assert_eq!(url_hook.label(), "hooks.example.com");
+        let named = HookConfig {
+            name: Some("audit".into()),
+            ..url_hook.clone()
+        };
+        assert_eq!(named.label(), "audit");
+        let command = HookConfig {
+            url: None,
+            command: Some("./check.sh".into()),
+            ..url_hook.clone()
+        };
+        assert_eq!(command.label(), "./check.sh");
+        let blank = HookConfig {
+            name: Some(" ".into()),
+            ..url_hook
+        };
+        assert!(blank.invalid().unwrap().contains("name"));
     }
 
     #[test]

@@ -133,6 +133,15 @@ impl SessionCgroups {
         }
     }
 
+    /// The CPU cap in force for each session, in words: `percent` through the cpu controller,
+    /// or none without one.
+    pub fn cpu_cap(cgroups: Option<&Self>, percent: u32) -> String {
+        let v2 = cgroups
+            .and_then(|cgroups| cgroups.hierarchy(Controller::Cpu))
+            .map(|hierarchy| hierarchy.v2);
+        cpu_cap_text(percent, v2)
+    }
+
     /// Processes the session's cgroup holds now.
     pub fn count(&self, session_id: &str) -> Option<usize> {
         let hierarchy = self.hierarchy(Controller::Pids)?;
@@ -254,6 +263,18 @@ impl Hierarchy {
             }
         }
         Ok(dir.join("cgroup.procs"))
+    }
+}
+
+/// The CPU cap `percent` (of one core) as the start-up log says it: through the cpu controller
+/// of cgroup v2 (`Some(true)`) or v1 (`Some(false)`), or not capped at all (`None`).
+pub fn cpu_cap_text(percent: u32, cpu_controller_v2: Option<bool>) -> String {
+    match cpu_controller_v2 {
+        Some(v2) => format!(
+            "{percent}% of a core (cgroup {})",
+            if v2 { "cpu.max" } else { "v1 cpu.cfs_quota_us" }
+        ),
+        None => "not capped (no writable cpu controller)".to_string(),
     }
 }
 
@@ -409,6 +430,26 @@ fn kill_and_remove(dir: &Path, has_kill: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_cap_is_said_as_it_is_enforced() {
+        assert_eq!(
+            cpu_cap_text(100, Some(true)),
+            "100% of a core (cgroup cpu.max)"
+        );
+        assert_eq!(
+            cpu_cap_text(250, Some(false)),
+            "250% of a core (cgroup v1 cpu.cfs_quota_us)"
+        );
+        assert_eq!(
+            cpu_cap_text(100, None),
+            "not capped (no writable cpu controller)"
+        );
+        assert_eq!(
+            SessionCgroups::cpu_cap(None, 100),
+            "not capped (no writable cpu controller)"
+        );
+    }
 
     #[test]
     fn finds_each_v1_hierarchy_with_this_process_path() {

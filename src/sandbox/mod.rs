@@ -397,7 +397,6 @@ impl Sandbox {
         let cgroup = SessionCgroups::setup();
         let has_pids = cgroup.as_ref().is_some_and(|g| g.has(Controller::Pids));
         let has_memory = cgroup.as_ref().is_some_and(|g| g.has(Controller::Memory));
-        let has_cpu = cgroup.as_ref().is_some_and(|g| g.has(Controller::Cpu));
         let limits = SessionLimits {
             max_processes: settings.max_processes,
             memory_bytes: settings.memory_max_mb_or_default() << 20,
@@ -455,8 +454,8 @@ impl Sandbox {
         tracing::info!(
             max_processes = limits.max_processes,
             memory_max_mb = limits.memory_bytes >> 20,
-            cpu_max_percent = if has_cpu { limits.cpu_percent } else { 0 },
-            "sandbox: per-session caps (cpu 0 = not enforced: no writable cpu cgroup)"
+            cpu = %SessionCgroups::cpu_cap(sandbox.cgroup.as_ref(), limits.cpu_percent),
+            "sandbox: per-session caps"
         );
         if !has_pids && is_root {
             tracing::warn!(

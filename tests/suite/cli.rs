@@ -587,3 +587,291 @@ async fn exec_runs_one_task_and_its_exit_code_says_how_it_ended() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("needs a prompt"), "{stderr}");
 }
+
+/// Runs the binary as `args` say with stdin closed, killed if it has not ended within the
+/// tests' wait (a second server that started would never end); answers exit code and stderr.
+async fn run_briefly(args: &[&str]) -> (Option<i32>, String) {
+    let mut command = tokio::process::Command::from(agentd());
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(crate::support::WAIT, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{args:?} is still running: it did not stop at the lock"))
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_second_process_on_a_live_servers_data_dir_exits_2_naming_it_and_changes_nothing() {
+    use crate::support::mock_llm::{MockLlm, Reply, Script};
+    use serde_json::{Value, json};
+    use std::sync::Arc;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let mock = MockLlm::start(Script::always(Reply::hold(
+        &["working"],
+        Arc::clone(&release),
+        &[" done"],
+    )))
+    .await;
+    let base_url = mock.base_url();
+    let app = crate::support::TestApp::spawn_with(move |c| {
+        c.llm.base_url = Some(base_url);
+        c.llm.model = Some("test-model".into());
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    // A background task running, and a turn running: what a second start-up's recovery
+    // would end.
+    let started = ws
+        .invoke(
+            &session,
+            "shell",
+            json!({"command": "sleep 600", "run_in_background": true}),
+        )
+        .await;
+    assert_eq!(started["success"], true, "{started}");
+    let (_, answer) = ws
+        .call(
+            "turn/start",
+            json!({"session_id": session, "input": [{"kind": "text", "text": "go"}]}),
+        )
+        .await;
+    assert!(answer.get("error").is_none(), "{answer}");
+    ws.notification("message/delta").await;
+
+    let tasks_path = format!("/api/sessions/{session}/tasks");
+    let snapshot = async || {
+        (
+            app.replay(&session).await,
+            app.get_json(&tasks_path, None).await,
+            app.get_json("/api/sessions", None).await,
+        )
+    };
+    let before = snapshot().await;
+    assert_eq!(before.1["tasks"][0]["state"], "running", "{}", before.1);
+
+    let dir = app.dir.path();
+    let config = dir.join("second.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nbind = \"127.0.0.1:0\"\ndata_dir = \"{0}/data\"\nworkspace = \"{0}/workspace\"\n\
+             [llm]\nbase_url = \"{1}\"\nmodel = \"test-model\"\n",
+            dir.display(),
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let held = format!("data directory in use by pid {}", std::process::id());
+    let cases: &[(&[&str], &str)] = &[
+        (&["serve", "--config", config], ""),
+        (&["--config", config], ""),
+        (&["gc", "--config", config], ""),
+        (&["migrate", "--config", config], ""),
+        (
+            &["import", empty.to_str().unwrap(), "--config", config],
+            "REST",
+        ),
+        (&["export", &session, "--config", config], "REST"),
+        (&["exec", "--config", config, "hello"], "--data-dir"),
+        (&["acp", "--config", config], "--url"),
+    ];
+    for (args, hint) in cases {
+        let (code, stderr) = run_briefly(args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        assert!(
+            lines[0].starts_with(&format!("agentd: {held} (")),
+            "{args:?}: {stderr}"
+        );
+        assert!(lines[0].contains(hint), "{args:?}: {stderr}");
+    }
+
+    // check-config opens nothing, and takes no lock.
+    let (code, stderr) = run_briefly(&["check-config", "--config", config]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // Nothing changed: no turn or task ended, no event added, the holder still named.
+    let after = snapshot().await;
+    assert_eq!(after, before);
+    let events = serde_json::to_string(&after.0).unwrap();
+    assert!(!events.contains("server_restarted"), "{events}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("data/agentd.lock")).unwrap(),
+        format!("{}\n", std::process::id())
+    );
+
+    // The live turn goes on and ends once, as its own.
+    release.notify_one();
+    let end = ws.notification("turn/completed").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    let events = app.replay(&session).await;
+    let ends: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["method"] == "turn/completed" || e["method"] == "turn/error")
+        .collect();
+    assert_eq!(ends.len(), 1, "{events:?}");
+    let tasks = app.get_json(&tasks_path, None).await;
+    assert_eq!(tasks["tasks"][0]["state"], "running", "{tasks}");
+}
+
+#[test]
+fn a_lock_left_by_a_killed_server_blocks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::support::ServerProcess::start(dir.path(), "");
+    let pid = server.child.id();
+    let lock = dir.path().join("data/agentd.lock");
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), format!("{pid}\n"));
+    // SIGKILL: nothing of the server's runs to release anything.
+    drop(server);
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), format!("{pid}\n"));
+    let data_dir = dir.path().join("data");
+    let (code, stderr) = run(
+        &["gc", "--data-dir", data_dir.to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// One ACP exchange with an `agentd acp` child: sends `request`, answers the reply with its id.
+async fn acp_ask(
+    stdin: &mut tokio::process::ChildStdin,
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    use tokio::io::AsyncWriteExt as _;
+    let request =
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    stdin
+        .write_all(format!("{request}\n").as_bytes())
+        .await
+        .unwrap();
+    loop {
+        let line = tokio::time::timeout(crate::support::WAIT, lines.next_line())
+            .await
+            .expect("agentd acp answers in time")
+            .unwrap()
+            .expect("agentd acp is still there");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    }
+}
+
+#[tokio::test]
+async fn in_process_acp_with_users_needs_a_known_user_and_opens_only_their_root() {
+    use tokio::io::AsyncBufReadExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("acp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndata_dir = \"{0}/data\"\nworkspace = \"{0}/ws\"\n\
+             [[server.users]]\nname = \"alice\"\ntoken = \"alice-token\"\n\
+             [[server.users]]\nname = \"bob\"\ntoken = \"bob-token\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    for (args, said) in [
+        (vec!["acp", "--config", config], "needs --user NAME"),
+        (
+            vec!["acp", "--config", config, "--user", "carol"],
+            "--user \"carol\" is not one of [[server.users]]",
+        ),
+        (
+            vec![
+                "acp",
+                "--config",
+                config,
+                "--user",
+                "alice",
+                "--url",
+                "ws://127.0.0.1:1/api/ws",
+            ],
+            "with --url the token says who you are",
+        ),
+    ] {
+        let (code, stderr) = run_briefly(&args).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    // Nothing was started for them: the data directory was never made.
+    assert!(!dir.path().join("data").exists());
+
+    let workspace = dir.path().join("ws");
+    for project in ["alice/proj", "bob/proj"] {
+        std::fs::create_dir_all(workspace.join(project)).unwrap();
+    }
+    let workspace = workspace.canonicalize().unwrap();
+    let mut child = tokio::process::Command::from(agentd())
+        .args(["acp", "--config", config, "--user", "alice"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let init = acp_ask(
+        &mut stdin,
+        &mut lines,
+        1,
+        "initialize",
+        serde_json::json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    )
+    .await;
+    assert!(init.get("result").is_some(), "{init}");
+    let new_session = |cwd: std::path::PathBuf| serde_json::json!({"cwd": cwd.to_str().unwrap(), "mcpServers": []});
+    let mine = acp_ask(
+        &mut stdin,
+        &mut lines,
+        2,
+        "session/new",
+        new_session(workspace.join("alice/proj")),
+    )
+    .await;
+    let session = mine["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{mine}"))
+        .to_string();
+    // Another user's folder and the whole workspace are outside alice's root.
+    for (id, cwd) in [(3, workspace.join("bob/proj")), (4, workspace.clone())] {
+        let refused = acp_ask(&mut stdin, &mut lines, id, "session/new", new_session(cwd)).await;
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("is outside"), "{refused}");
+    }
+    drop(stdin);
+    let status = tokio::time::timeout(crate::support::WAIT, child.wait())
+        .await
+        .expect("agentd acp ends when its input closes")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+
+    // The session was made as alice's: bob cannot see it, alice can.
+    let (code, stderr) =
+        run_briefly(&["export", &session, "--config", config, "--user", "bob"]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("unknown session"), "{stderr}");
+    let (code, stderr) =
+        run_briefly(&["export", &session, "--config", config, "--user", "alice"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -14,6 +14,7 @@ use crate::support::mock_llm::{MockLlm, Reply, Script};
 
 fn command_hook(event: HookEvent, matcher: &str, command: &str) -> HookConfig {
     HookConfig {
+        name: None,
         event,
         matcher: (!matcher.is_empty()).then(|| matcher.to_string()),
         command: Some(command.to_string()),
@@ -445,4 +446,79 @@ async fn a_plugins_calls_meet_the_same_hooks() {
     )
     .await;
     assert!(output.starts_with("stamped"), "{output}");
+}
+
+#[tokio::test]
+async fn a_url_hooks_path_and_query_are_never_stored_or_exported() {
+    // A receiver whose URL carries its secret in the path and the query, as webhook URLs do.
+    let app_hook = axum::Router::new().route(
+        "/hook/SECRET-IN-PATH",
+        axum::routing::post(|| async { axum::Json(json!({})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app_hook).await.unwrap() });
+    // A port nothing listens on: the failure's reason must not carry the URL either.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url_hook = |url: String, name: Option<&str>| HookConfig {
+        name: name.map(str::to_string),
+        url: Some(url),
+        command: None,
+        timeout_secs: 5,
+        ..command_hook(HookEvent::PostToolUse, "list_dir", "")
+    };
+    let app = TestApp::spawn_with(move |c| {
+        c.hooks = vec![
+            url_hook(
+                format!("http://127.0.0.1:{port}/hook/SECRET-IN-PATH?token=SECRET-IN-QUERY"),
+                None,
+            ),
+            url_hook(
+                format!("http://127.0.0.1:{closed_port}/down/SECRET-IN-PATH?token=SECRET-IN-QUERY"),
+                None,
+            ),
+            url_hook(
+                format!("http://127.0.0.1:{port}/hook/SECRET-IN-PATH?token=SECRET-IN-QUERY"),
+                Some("audit"),
+            ),
+        ];
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let listed = ws.invoke(&session, "list_dir", json!({})).await;
+    assert_eq!(listed["success"], true, "{listed}");
+
+    let events = app.replay(&session).await;
+    let ran: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["method"] == "hook/ran")
+        .map(|e| {
+            (
+                e["params"]["hook"].as_str().unwrap().to_string(),
+                e["params"]["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("127.0.0.1", "none"),
+        ("127.0.0.1", "error"),
+        ("audit", "none"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(ran, expected, "{events:?}");
+    let (status, export) = app
+        .get(&format!("/api/sessions/{session}/export"), None)
+        .await;
+    assert_eq!(status, 200, "{export}");
+    assert!(export.contains("hook/ran"), "{export}");
+    for text in [serde_json::to_string(&events).unwrap(), export] {
+        assert!(!text.contains("SECRET-IN"), "{text}");
+        assert!(!text.contains("/hook"), "{text}");
+    }
 }

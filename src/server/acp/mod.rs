@@ -298,7 +298,9 @@ impl AcpSession {
 /// What the connection shares between its reader, its request tasks and its pumps.
 struct Connection {
     backend: Backend,
-    /// The workspace root, canonical: ACP's absolute `cwd`s must lie inside it.
+    /// Whom the in-process sessions belong to.
+    caller: Caller,
+    /// The caller's workspace root, canonical: ACP's absolute `cwd`s must lie inside it.
     workspace: PathBuf,
     /// To the writer task, which ends once every sender is gone.
     out: mpsc::Sender<String>,
@@ -311,26 +313,64 @@ struct Connection {
     closed: CancellationToken,
 }
 
+/// Why in-process `agentd acp` cannot serve the `--user` it was given (or not given).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AcpUserError {
+    /// The configuration has users, and no `--user` says which one this is.
+    #[error(
+        "the configuration has [[server.users]]: agentd acp needs --user NAME to say whose \
+         sessions and workspace it serves"
+    )]
+    Missing,
+    /// `--user` names no configured user.
+    #[error("--user {0:?} is not one of [[server.users]]")]
+    Unknown(String),
+    /// `--user` without `[[server.users]]`.
+    #[error("--user goes with [[server.users]], and the configuration has none")]
+    NoUsers,
+}
+
+/// Whom in-process `agentd acp` acts for: the configured user `user` names, which a
+/// configuration with `[[server.users]]` requires, as the server requires a user's token.
+pub fn acp_caller(
+    users: &[crate::config::UserConfig],
+    user: Option<String>,
+) -> Result<Caller, AcpUserError> {
+    match (users.is_empty(), user) {
+        (true, None) => Ok(Caller::anonymous()),
+        (true, Some(_)) => Err(AcpUserError::NoUsers),
+        (false, None) => Err(AcpUserError::Missing),
+        (false, Some(user)) if users.iter().any(|known| known.name == user) => {
+            Ok(Caller { user: Some(user) })
+        }
+        (false, Some(user)) => Err(AcpUserError::Unknown(user)),
+    }
+}
+
 impl Server {
-    /// Speaks ACP on `input` and `output` until `input` closes, then stops the server;
-    /// answers the exit code.
-    pub async fn acp<R, W>(self, input: R, output: W) -> u8
+    /// Speaks ACP on `input` and `output` for `caller` (from [`acp_caller`]) until `input`
+    /// closes, then stops the server; answers the exit code. The caller's sessions live under
+    /// their workspace root, as on the server: with users, `<workspace>/<user>`.
+    pub async fn acp<R, W>(self, caller: Caller, input: R, output: W) -> u8
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        let sessions = self.state.sessions().clone();
+        let root = sessions.user_root(&caller);
+        // Made now (the last component only, following no link), so the root canonicalises
+        // as the editor's absolute cwds do from the first session on.
+        match std::fs::create_dir(&root) {
+            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                tracing::warn!(root = %root.display(), %err, "cannot create the workspace root");
+            }
+            _ => {}
+        }
         let backend = Backend::Local {
-            sessions: self.state.sessions().clone(),
+            sessions,
             store: Arc::clone(&self.store),
         };
-        speak(
-            backend,
-            &self.config.server.workspace,
-            input,
-            output,
-            self.cancel.clone(),
-        )
-        .await;
+        speak(backend, caller, &root, input, output, self.cancel.clone()).await;
         self.cancel.cancel();
         self.tracker.close();
         self.tracker.wait().await;
@@ -358,6 +398,8 @@ where
     let gone = remote.gone();
     speak(
         Backend::Remote(Arc::clone(&remote)),
+        // The token says who this is, to the server.
+        Caller::anonymous(),
         workspace,
         input,
         output,
@@ -377,6 +419,7 @@ where
 /// Serves one ACP client on `input` and `output` until `input` closes or `stop` fires.
 async fn speak<R, W>(
     backend: Backend,
+    caller: Caller,
     workspace: &Path,
     input: R,
     output: W,
@@ -389,6 +432,7 @@ async fn speak<R, W>(
     let writer = tokio::spawn(write_lines(rx, output));
     let connection = Arc::new(Connection {
         backend,
+        caller,
         workspace: std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf()),
         out,
         next_id: AtomicU64::new(0),
@@ -583,7 +627,7 @@ impl Connection {
         let names: Vec<String> = mcp.iter().map(|server| server.name.clone()).collect();
         let session_id = match &self.backend {
             Backend::Local { sessions, .. } => {
-                let caller = Caller::anonymous();
+                let caller = self.caller.clone();
                 let (handle, row) = sessions.create_with_mcp(&caller, Some(&cwd), mcp).await?;
                 if let Err(err) = wait_for_mcp(&handle, &names).await {
                     let _ = sessions.delete(&caller, &row.session_id).await;
@@ -618,7 +662,7 @@ impl Connection {
         let session_id = params["sessionId"]
             .as_str()
             .ok_or_else(|| RpcError::invalid("sessionId is required"))?;
-        let caller = Caller::anonymous();
+        let caller = self.caller.clone();
         let (last_seq, cwd, messages) = match &self.backend {
             Backend::Local { sessions, store } => {
                 let row = sessions.row(&caller, session_id).await?;
@@ -1488,6 +1532,31 @@ fn title(name: &str, arguments: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_users_the_acp_caller_must_be_one_of_them() {
+        let alice = crate::config::UserConfig {
+            name: "alice".into(),
+            token: crate::config::Secret::new("alice-token"),
+        };
+        let users = [alice];
+        assert_eq!(acp_caller(&[], None), Ok(Caller::anonymous()));
+        assert_eq!(
+            acp_caller(&[], Some("alice".into())),
+            Err(AcpUserError::NoUsers)
+        );
+        assert_eq!(acp_caller(&users, None), Err(AcpUserError::Missing));
+        assert_eq!(
+            acp_caller(&users, Some("mallory".into())),
+            Err(AcpUserError::Unknown("mallory".into()))
+        );
+        assert_eq!(
+            acp_caller(&users, Some("alice".into())),
+            Ok(Caller {
+                user: Some("alice".into())
+            })
+        );
+    }
 
     fn translator() -> Translator {
         Translator {
