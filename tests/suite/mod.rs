@@ -7,6 +7,7 @@ mod architecture;
 mod browser;
 mod checkpoints;
 mod cli;
+mod command_env;
 mod cluster;
 mod first_hour;
 mod hooks;
