@@ -48,6 +48,7 @@ scope = "session"
 name = "dumper"
 command = "sh"
 args = ["-c", "env > mcp-env.txt"]
+scope = "server"
 startup_timeout_secs = 10
 
 [[hooks]]
@@ -149,6 +150,8 @@ async fn commands_hooks_plugins_and_mcp_servers_get_the_built_environment_only()
     let exec = ws
         .invoke(&session, "exec_command", json!({"cmd": "env", "yield_time_ms": 10000}))
         .await;
+    // exec_command answers JSON, the process's output in it.
+    let exec: serde_json::Value = serde_json::from_str(exec["output"].as_str().unwrap()).unwrap();
     assert_built("exec_command", exec["output"].as_str().unwrap());
 
     let plugin = ws.invoke(&session, "show_env", json!({})).await;
