@@ -927,8 +927,17 @@ impl Config {
             Err(err) => tracing::warn!(%err, "the configuration did not serialise"),
         }
         found.push(self.llm.api_key_env.clone());
-        found.extend(self.llm.providers.iter().map(|p| p.key_variable().to_string()));
-        found.extend(self.mcp_servers.iter().filter_map(|s| s.bearer_token_env.clone()));
+        found.extend(
+            self.llm
+                .providers
+                .iter()
+                .map(|p| p.key_variable().to_string()),
+        );
+        found.extend(
+            self.mcp_servers
+                .iter()
+                .filter_map(|s| s.bearer_token_env.clone()),
+        );
         found.extend(self.hooks.iter().filter_map(|h| h.secret_env.clone()));
         SecretNames::new(found)
     }

@@ -647,12 +647,7 @@ mod tests {
         assert!(!output.contains("zeta-fake"), "{output}");
         assert!(!output.contains("RUNTIME_TEST_VISIBLE"), "{output}");
         assert!(output.lines().any(|l| l.starts_with("PATH=")), "{output}");
-        for line in [
-            "NO_COLOR=1",
-            "TERM=dumb",
-            "PAGER=cat",
-            "GIT_PAGER=cat",
-        ] {
+        for line in ["NO_COLOR=1", "TERM=dumb", "PAGER=cat", "GIT_PAGER=cat"] {
             assert!(
                 output.lines().any(|l| l == line),
                 "{line} missing: {output}"

@@ -401,11 +401,7 @@ async fn the_plugin_gets_the_built_environment_not_the_servers() {
     assert!(!output.contains(PROBE_MARKER), "{output}");
     let root = fx.ws.root().to_string_lossy().into_owned();
     assert!(!output.contains("PLUGIN_TEST_UNLISTED"), "{output}");
-    for line in [
-        "NO_COLOR=1",
-        "PAGER=cat",
-        &format!("PWD={root}"),
-    ] {
+    for line in ["NO_COLOR=1", "PAGER=cat", &format!("PWD={root}")] {
         assert!(
             output.lines().any(|l| l == line),
             "{line} missing: {output}"

@@ -142,9 +142,7 @@ impl CommandEnv {
     ) -> Self {
         let passed = |name: &str| {
             let base = BASE_NAMES.contains(&name) || name.starts_with("LC_");
-            let asked = pass.iter().any(|p| p == name)
-                && !secrets.contains(name)
-                && !looks_like_secret(name);
+            let asked = pass.iter().any(|p| p == name) && !looks_like_secret(name);
             (base || asked) && !secrets.contains(name)
         };
         let mut vars: BTreeMap<OsString, OsString> = source
@@ -221,7 +219,11 @@ mod tests {
     }
 
     fn configured_secrets() -> SecretNames {
-        SecretNames::new(["ZETA_PROVIDER_CRED", "mcp_remote_bearer", "HOOK_SIGNING_WORD"])
+        SecretNames::new([
+            "ZETA_PROVIDER_CRED",
+            "mcp_remote_bearer",
+            "HOOK_SIGNING_WORD",
+        ])
     }
 
     fn names(env: &CommandEnv) -> Vec<&str> {
@@ -237,7 +239,15 @@ mod tests {
         assert_eq!(
             names(&env),
             [
-                "GIT_PAGER", "HOME", "LANG", "LC_ALL", "NO_COLOR", "PAGER", "PATH", "TERM", "TZ",
+                "GIT_PAGER",
+                "HOME",
+                "LANG",
+                "LC_ALL",
+                "NO_COLOR",
+                "PAGER",
+                "PATH",
+                "TERM",
+                "TZ",
                 "USER"
             ]
         );

@@ -94,7 +94,10 @@ async fn in_probe(name: &str) -> bool {
     let stdout = String::from_utf8_lossy(&probe.stdout);
     let stderr = String::from_utf8_lossy(&probe.stderr);
     assert!(probe.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("1 passed"), "the probe did not run: {stdout}");
+    assert!(
+        stdout.contains("1 passed"),
+        "the probe did not run: {stdout}"
+    );
     false
 }
 
@@ -114,9 +117,15 @@ fn assert_built(what: &str, env: &str) {
         "NO_COLOR=1",
         "PAGER=cat",
     ] {
-        assert!(env.lines().any(|l| l == line), "{what}: {line} missing:\n{env}");
+        assert!(
+            env.lines().any(|l| l == line),
+            "{what}: {line} missing:\n{env}"
+        );
     }
-    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{what}:\n{env}");
+    assert!(
+        env.lines().any(|l| l.starts_with("PATH=")),
+        "{what}:\n{env}"
+    );
 }
 
 fn read(path: &Path) -> String {
@@ -142,13 +151,22 @@ async fn commands_hooks_plugins_and_mcp_servers_get_the_built_environment_only()
     let mut ws = app.ws().await;
     let session = ws.open().await;
 
-    let shell = ws.invoke(&session, "shell", json!({"command": "env"})).await;
+    let shell = ws
+        .invoke(&session, "shell", json!({"command": "env"}))
+        .await;
     assert_eq!(shell["success"], true, "{shell}");
     assert_built("shell", shell["output"].as_str().unwrap());
-    assert_built("a command hook", &read(&app.workspace().join("hook-env.txt")));
+    assert_built(
+        "a command hook",
+        &read(&app.workspace().join("hook-env.txt")),
+    );
 
     let exec = ws
-        .invoke(&session, "exec_command", json!({"cmd": "env", "yield_time_ms": 10000}))
+        .invoke(
+            &session,
+            "exec_command",
+            json!({"cmd": "env", "yield_time_ms": 10000}),
+        )
         .await;
     // exec_command answers JSON, the process's output in it.
     let exec: serde_json::Value = serde_json::from_str(exec["output"].as_str().unwrap()).unwrap();
@@ -177,7 +195,10 @@ fn check_config_refuses_env_pass_naming_a_secret_the_config_names() {
         "OTEL_EXPORTER_OTLP_HEADERS",
         "AGENTD_AUTH_TOKEN",
     ] {
-        let text = CONFIG.replace(r#"env_pass = ["BAR_PASSED"]"#, &format!("env_pass = [{pass:?}]"));
+        let text = CONFIG.replace(
+            r#"env_pass = ["BAR_PASSED"]"#,
+            &format!("env_pass = [{pass:?}]"),
+        );
         std::fs::write(dir.path().join("agentd.toml"), text).unwrap();
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_agentd"))
             .args(["check-config", "--config", "agentd.toml"])
