@@ -9,6 +9,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentd::builtin::shell::Shell;
@@ -44,7 +45,12 @@ fn main() {
         .expect("the sandbox starts")
         .expect("the sandbox is on");
     let session = sandbox.for_session("bench", &root);
-    let confined = Shell::new(Workspace::anchored(&root, "", Some(session)));
+    let confined = Shell::new(Workspace::anchored(
+        &root,
+        "",
+        Some(session),
+        Arc::default(),
+    ));
     let open = Shell::new(Workspace::new(&root));
     let args = json!({"command": "true"});
     let ctx = ToolContext::detached(&root);

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
 use crate::builtin::ToolPermissions;
+use crate::sandbox::command_env::{CommandEnv, SecretNames};
 pub use crate::sandbox::{SandboxConfig, SandboxMode};
 use crate::tools::ToolPolicy;
 use crate::tools::lifecycle::{DEFAULT_IDLE_THRESHOLD, DEFAULT_MAX_ACTIVE};
@@ -906,6 +907,69 @@ impl Config {
         Ok(())
     }
 
+    /// Every environment variable this configuration reads a secret from: each `*_env` key
+    /// anywhere in it (found by walking the whole configuration, so a key added later is
+    /// covered too), each provider's key variable, and the server's own secret variables.
+    pub fn secret_env_names(&self) -> SecretNames {
+        fn walk(value: &serde_json::Value, key: Option<&str>, found: &mut Vec<String>) {
+            let named = key.is_some_and(|key| key.ends_with("_env"));
+            match value {
+                serde_json::Value::String(name) if named => found.push(name.clone()),
+                serde_json::Value::Array(items) => {
+                    for item in items {
+                        walk(item, key, found);
+                    }
+                }
+                serde_json::Value::Object(fields) => {
+                    for (key, value) in fields {
+                        walk(value, Some(key), found);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut found = Vec::new();
+        match serde_json::to_value(self) {
+            Ok(value) => walk(&value, None, &mut found),
+            // Nothing in Config fails to serialise (check-config prints it); were that ever
+            // not so, the named keys below still hold.
+            Err(err) => tracing::warn!(%err, "the configuration did not serialise"),
+        }
+        found.push(self.llm.api_key_env.clone());
+        found.extend(
+            self.llm
+                .providers
+                .iter()
+                .map(|p| p.key_variable().to_string()),
+        );
+        found.extend(
+            self.mcp_servers
+                .iter()
+                .filter_map(|s| s.bearer_token_env.clone()),
+        );
+        found.extend(self.hooks.iter().filter_map(|h| h.secret_env.clone()));
+        SecretNames::new(found)
+    }
+
+    /// The environment every command, hook, plugin and MCP stdio server gets, built from the
+    /// server's own environment once, at start-up.
+    pub fn command_env(&self) -> CommandEnv {
+        self.command_env_from(std::env::vars_os())
+    }
+
+    /// [`Config::command_env`] from the environment `source`.
+    pub fn command_env_from(
+        &self,
+        source: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> CommandEnv {
+        CommandEnv::build(
+            source,
+            &self.sandbox.env_pass,
+            &self.sandbox.env_set,
+            &self.secret_env_names(),
+        )
+    }
+
     /// Checks values that parse but make no sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
@@ -963,6 +1027,13 @@ impl Config {
                     path.display()
                 ));
             }
+        }
+        if let Some(problem) = crate::sandbox::command_env::configuration_problem(
+            &self.sandbox.env_pass,
+            &self.sandbox.env_set,
+            &self.secret_env_names(),
+        ) {
+            return invalid(problem);
         }
         if self.tools.max_args_bytes < 2 {
             return invalid("tools.max_args_bytes must be at least 2".into());
@@ -1368,5 +1439,97 @@ usd_per_minute = 0.5
         );
         let cli = Cli::try_parse_from(["agentd", "migrate"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Migrate(_))));
+    }
+
+    /// A configuration naming secrets under innocuous names, in every kind of `*_env` key.
+    const SECRETS_NAMED: &str = r#"
+[llm]
+api_key_env = "ALPHA_PROVIDER_CRED"
+model = "zeta/m"
+[[llm.providers]]
+name = "zeta"
+base_url = "http://127.0.0.1:9"
+api_key_env = "ZETA_PROVIDER_CRED"
+[[llm.providers]]
+name = "anthro"
+kind = "anthropic"
+base_url = "http://127.0.0.1:9"
+[[mcp_servers]]
+name = "remote"
+url = "http://127.0.0.1:9/mcp"
+bearer_token_env = "MCP_REMOTE_BEARER"
+[[hooks]]
+event = "Stop"
+url = "http://127.0.0.1:9/hook"
+secret_env = "HOOK_SIGNING_WORD"
+"#;
+
+    #[test]
+    fn every_env_key_of_the_configuration_names_a_secret() {
+        let config = Config::from_toml(SECRETS_NAMED).unwrap();
+        let secrets = config.secret_env_names();
+        for name in [
+            "ALPHA_PROVIDER_CRED",
+            "ZETA_PROVIDER_CRED",
+            "ANTHROPIC_API_KEY",
+            "MCP_REMOTE_BEARER",
+            "HOOK_SIGNING_WORD",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "AGENTD_LLM_API_KEY",
+            "AGENTD_AUTH_TOKEN",
+            "AGENTD_CLUSTER_SECRET",
+            "DATABASE_URL",
+        ] {
+            assert!(secrets.contains(name), "{name}");
+        }
+        assert!(!secrets.contains("FOO_VISIBLE"));
+
+        // Built from a server environment holding them all, the command environment has none.
+        let source = [
+            "ALPHA_PROVIDER_CRED",
+            "ZETA_PROVIDER_CRED",
+            "MCP_REMOTE_BEARER",
+            "HOOK_SIGNING_WORD",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "FOO_VISIBLE",
+            "PATH",
+        ]
+        .map(|name| (name.into(), format!("value-of-{name}").into()));
+        let env = config.command_env_from(source);
+        let names: Vec<_> = env.vars().iter().map(|(name, _)| name.clone()).collect();
+        assert_eq!(
+            names,
+            ["GIT_PAGER", "NO_COLOR", "PAGER", "PATH", "TERM"].map(std::ffi::OsString::from)
+        );
+    }
+
+    #[test]
+    fn env_pass_or_env_set_naming_a_secret_fails_validation() {
+        for (key, name) in [
+            ("env_pass", "ZETA_PROVIDER_CRED"),
+            ("env_pass", "ALPHA_PROVIDER_CRED"),
+            ("env_pass", "MCP_REMOTE_BEARER"),
+            ("env_pass", "HOOK_SIGNING_WORD"),
+            ("env_pass", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+            ("env_pass", "DATABASE_URL"),
+            ("env_set", "ZETA_PROVIDER_CRED"),
+        ] {
+            let value = if key == "env_pass" {
+                format!("[{name:?}]")
+            } else {
+                format!("{{ {name} = \"x\" }}")
+            };
+            let text = format!("{SECRETS_NAMED}[sandbox]\n{key} = {value}\n");
+            let config = Config::from_toml(&text).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("sandbox.{key}: {name:?} holds a secret")),
+                "{err}"
+            );
+        }
+        let text = format!(
+            "{SECRETS_NAMED}[sandbox]\nenv_pass = [\"FOO_VISIBLE\"]\nenv_set = {{ SET_BY_CONFIG = \"yes\" }}\n"
+        );
+        Config::from_toml(&text).unwrap().validate().unwrap();
     }
 }

@@ -176,6 +176,7 @@ pub fn base_registry(
     store: &Arc<dyn Store>,
     agent: Option<&AgentSettings>,
     extra: Vec<Arc<dyn Tool>>,
+    command_env: &Arc<crate::sandbox::command_env::CommandEnv>,
 ) -> Result<ToolRegistry, StartupError> {
     let tools = &config.tools;
     let deps = BuiltinDeps {
@@ -185,6 +186,7 @@ pub fn base_registry(
             pricing: agent.pricing.clone(),
             max_tokens: agent.max_tokens,
         }),
+        workspace: Workspace::with_env(&config.server.workspace, Arc::clone(command_env)),
         ..BuiltinDeps::at(&config.server.workspace, &tools.permissions())
     };
     let mut registry = builtin::registry(&deps)?;
@@ -194,7 +196,7 @@ pub fn base_registry(
     let workspace = registry
         .workspace()
         .cloned()
-        .unwrap_or_else(|| Workspace::new(&config.server.workspace));
+        .unwrap_or_else(|| Workspace::with_env(&config.server.workspace, Arc::clone(command_env)));
     for plugin in &config.plugins {
         if registry.contains(&plugin.name) {
             return Err(StartupError::Plugin(
@@ -315,7 +317,7 @@ impl Server {
         // First of all: a second process must not recover (end the turns, fail the tasks of)
         // a live server's store, nor touch its files.
         let data_dir = DataDirLock::acquire(&config.server.data_dir)?;
-        crate::builtin::exec::forbid_env_var(&config.llm.api_key_env);
+        let command_env = Arc::new(config.command_env());
         if !config.server.bind.ip().is_loopback()
             && config.server.auth_token.is_none()
             && config.server.users.is_empty()
@@ -457,13 +459,14 @@ impl Server {
             &config.mcp_servers,
             &config.server.data_dir,
             sandbox.as_ref(),
+            &command_env,
         )
         .await;
         let mut extra_tools = extra_tools;
         for server in &mcp {
             extra_tools.extend(server.tools());
         }
-        let mut base = base_registry(&config, &store, agent.as_deref(), extra_tools)?;
+        let mut base = base_registry(&config, &store, agent.as_deref(), extra_tools, &command_env)?;
         for server in mcp.iter().filter(|server| server.defers()) {
             base.defer_group(&format!("group:mcp:{}", server.name()));
         }
@@ -494,6 +497,7 @@ impl Server {
                 agent,
                 tasks_dir: config.server.data_dir.join("tasks"),
                 sandbox,
+                command_env,
                 max_inflight_per_session: config.server.max_inflight_per_session,
                 mcp,
                 approval_rules: crate::tools::approval::ApprovalRules::new(
@@ -619,7 +623,7 @@ mod tests {
         let mut config = Config::from_toml(toml).unwrap();
         config.server.workspace = dir.path().to_path_buf();
         let store = store::connect("sqlite::memory:").await.unwrap();
-        base_registry(&config, &store, None, Vec::new()).unwrap()
+        base_registry(&config, &store, None, Vec::new(), &Arc::default()).unwrap()
     }
 
     #[tokio::test]

@@ -21,7 +21,6 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::parse_args;
-pub use super::process::{child_env, forbid_env_var};
 pub(crate) use super::process::{kill_group, sandboxed_command, signal_name};
 use super::process::{merged_output, resolve_workdir, shell_command, truncate_middle};
 use crate::mutex::lock;

@@ -1,10 +1,10 @@
-//! What every process-starting tool shares (`shell`, `exec_command`, plugins): the
-//! secret-free child environment ([`child_env`]), workdir resolution, spawning through the
-//! workspace's sandbox, one merged output pipe, process-group killing, signal names and the
+//! What every process-starting tool shares (`shell`, `exec_command`, plugins, hooks, MCP
+//! stdio servers, git): workdir resolution, spawning through the workspace's sandbox with the
+//! workspace's built environment (never the server's own), one merged output pipe, process-group killing, signal names and the
 //! head-and-tail output cap.
 
 use std::collections::VecDeque;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -12,68 +12,6 @@ use std::path::{Path, PathBuf};
 
 use crate::fs_safe;
 use crate::tools::{ToolError, Workspace};
-
-/// Settings that keep child output plain text without pagers or colour codes.
-const PLAIN_OUTPUT_ENV: [(&str, &str); 4] = [
-    ("NO_COLOR", "1"),
-    ("TERM", "dumb"),
-    ("PAGER", "cat"),
-    ("GIT_PAGER", "cat"),
-];
-
-/// The environment every process a tool starts gets: the server's own minus anything that
-/// looks like a secret, plus settings for plain, pager-free output.
-pub fn child_env() -> Vec<(OsString, OsString)> {
-    child_env_from(std::env::vars_os())
-}
-
-fn child_env_from(
-    vars: impl IntoIterator<Item = (OsString, OsString)>,
-) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = vars
-        .into_iter()
-        .filter(|(name, _)| {
-            let name = name.to_string_lossy();
-            !is_secret_name(&name) && !PLAIN_OUTPUT_ENV.iter().any(|(k, _)| *k == name)
-        })
-        .collect();
-    env.extend(
-        PLAIN_OUTPUT_ENV
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
-    env
-}
-
-/// Names the configuration says hold secrets (such as `llm.api_key_env`), beyond the patterns.
-static CONFIGURED_SECRET_NAMES: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
-
-/// Keeps the variable `name` out of every child process, whatever it is called.
-pub fn forbid_env_var(name: &str) {
-    let mut names = CONFIGURED_SECRET_NAMES
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let upper = name.to_ascii_uppercase();
-    if !names.contains(&upper) {
-        names.push(upper);
-    }
-}
-
-/// Whether an environment variable must not reach a model-driven process: credentials for
-/// the model provider, the database or anything else the server was given.
-fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD"]
-        .iter()
-        .any(|word| upper.contains(word))
-        || upper.starts_with("AGENTD_")
-        || upper.starts_with("OPENAI_")
-        || upper == "DATABASE_URL"
-        || CONFIGURED_SECRET_NAMES
-            .read()
-            .map(|names| names.contains(&upper))
-            .unwrap_or(true)
-}
 
 /// The directory a command runs in: the workspace root, or `workdir` beneath it.
 ///
@@ -110,7 +48,7 @@ pub(crate) fn resolve_workdir(
     }
 }
 
-/// A `sh -c` command in `dir` with the child environment, confined by the workspace's
+/// A `sh -c` command in `dir` with the workspace's environment, confined by the workspace's
 /// sandbox when it has one; the caller picks its stdio.
 pub(crate) fn shell_command(
     workspace: &Workspace,
@@ -126,7 +64,7 @@ pub(crate) fn shell_command(
     )
 }
 
-/// `program args` in `dir` with the child environment, through the workspace's sandbox when
+/// `program args` in `dir` with the workspace's environment, through the workspace's sandbox when
 /// it has one (`extra_read`: files outside the workspace the program needs, such as itself).
 pub(crate) fn sandboxed_command(
     workspace: &Workspace,
@@ -153,8 +91,10 @@ pub(crate) fn sandboxed_command_with_network(
                 sandbox.command_with_network(program, args, dir, extra_read, network)?;
             // The launcher changes into `dir` itself once confined; it starts in the root.
             command.current_dir(workspace.root());
-            command.env_clear().envs(child_env());
-            // The sandbox's TMPDIR and HOME were set before the environment was cleared.
+            command
+                .env_clear()
+                .envs(workspace.command_env().vars().iter().cloned());
+            // The sandbox's TMPDIR and HOME win over the server's.
             sandbox.apply_env(&mut command);
             command
         }
@@ -164,7 +104,7 @@ pub(crate) fn sandboxed_command_with_network(
                 .args(args)
                 .current_dir(dir)
                 .env_clear()
-                .envs(child_env());
+                .envs(workspace.command_env().vars().iter().cloned());
             command
         }
     };
@@ -337,31 +277,6 @@ impl Utf8Chunks {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_are_removed_from_the_child_environment() {
-        let vars = [
-            ("PATH", "/bin"),
-            ("HOME", "/home/u"),
-            ("AGENTD_LLM_API_KEY", "x"),
-            ("AGENTD_CONFIG", "x"),
-            ("OPENAI_BASE_URL", "x"),
-            ("GITHUB_TOKEN", "x"),
-            ("aws_secret_access_key", "x"),
-            ("PGPASSWORD", "x"),
-            ("DATABASE_URL", "x"),
-            ("TERM", "xterm-256color"),
-        ]
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let env = child_env_from(vars);
-        let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
-        assert_eq!(
-            names,
-            ["PATH", "HOME", "NO_COLOR", "TERM", "PAGER", "GIT_PAGER"]
-        );
-        let term = env.iter().find(|(k, _)| k == "TERM").unwrap();
-        assert_eq!(term.1, "dumb");
-    }
 
     #[test]
     fn head_tail_keeps_both_ends_on_char_boundaries() {

@@ -620,7 +620,8 @@ mod tests {
                 .env(PROBE_MARKER, "1")
                 .env("AGENTD_LLM_API_KEY", "sk-fake-agentd")
                 .env("OPENAI_API_KEY", "sk-fake-openai")
-                .env("RUNTIME_TEST_VISIBLE", "visible")
+                .env("ZETA_PROVIDER_CRED", "zeta-fake")
+                .env("RUNTIME_TEST_VISIBLE", "not-listed")
                 .kill_on_drop(true)
                 .output();
             let probe = tokio::time::timeout(WAIT, probe).await.unwrap().unwrap();
@@ -642,13 +643,11 @@ mod tests {
         assert!(!output.contains("AGENTD_LLM_API_KEY"), "{output}");
         assert!(!output.contains("OPENAI_API_KEY"), "{output}");
         assert!(!output.contains(PROBE_MARKER), "{output}");
-        for line in [
-            "RUNTIME_TEST_VISIBLE=visible",
-            "NO_COLOR=1",
-            "TERM=dumb",
-            "PAGER=cat",
-            "GIT_PAGER=cat",
-        ] {
+        // Nothing the built environment does not list is inherited, secret-looking or not.
+        assert!(!output.contains("zeta-fake"), "{output}");
+        assert!(!output.contains("RUNTIME_TEST_VISIBLE"), "{output}");
+        assert!(output.lines().any(|l| l.starts_with("PATH=")), "{output}");
+        for line in ["NO_COLOR=1", "TERM=dumb", "PAGER=cat", "GIT_PAGER=cat"] {
             assert!(
                 output.lines().any(|l| l == line),
                 "{line} missing: {output}"

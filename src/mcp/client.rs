@@ -293,17 +293,8 @@ impl McpServer {
             program: program.to_string(),
             source,
         })?;
-        // Only what the entry names reaches the server, beside what finding programs and
-        // printing text need.
-        command.env_clear();
-        for name in ["PATH", "HOME", "LANG"] {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
-        if let Some(sandbox) = workspace.sandbox() {
-            sandbox.apply_env(&mut command);
-        }
+        // The command already has the built environment every command gets; the entry's own
+        // `env` goes on top.
         command.envs(&self.config.env);
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(std::process::Stdio::piped())

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use client::{McpServer, McpState};
 
 use crate::sandbox::Sandbox;
+use crate::sandbox::command_env::CommandEnv;
 use crate::tools::Workspace;
 
 /// Prefix of every MCP tool's registry name.
@@ -141,11 +142,13 @@ impl McpServerConfig {
 
 /// Starts every `scope = "server"` server, each in a sandboxed directory of its own under
 /// `<data_dir>/mcp/<name>` (so a shared server reaches no user's workspace); a server that does
-/// not come up is reported in its state, never fatal.
+/// not come up is reported in its state, never fatal. A server gets `command_env`, as every
+/// command does, plus its own `env`.
 pub async fn start_servers(
     configs: &[McpServerConfig],
     data_dir: &Path,
     sandbox: Option<&Arc<Sandbox>>,
+    command_env: &Arc<CommandEnv>,
 ) -> Vec<Arc<McpServer>> {
     let mut servers = Vec::with_capacity(configs.len());
     for config in configs
@@ -159,7 +162,7 @@ pub async fn start_servers(
         let dir = std::path::absolute(&dir).unwrap_or(dir);
         let confined =
             sandbox.map(|sandbox| sandbox.for_session(&format!("mcp-{}", config.name), &dir));
-        let workspace = Workspace::anchored(&dir, ".", confined);
+        let workspace = Workspace::anchored(&dir, ".", confined, Arc::clone(command_env));
         servers.push(McpServer::start(config.clone(), &workspace).await);
     }
     servers

@@ -364,17 +364,17 @@ async fn a_program_that_cannot_start_is_spawn_failed() {
 const PROBE_MARKER: &str = "AGENTD_PLUGIN_ENV_PROBE";
 
 #[tokio::test]
-async fn the_plugin_gets_the_secret_free_child_environment() {
+async fn the_plugin_gets_the_built_environment_not_the_servers() {
     if std::env::var_os(PROBE_MARKER).is_none() {
         // Re-run this very test in a child process whose environment holds a fake secret,
         // so this (multi-threaded) process never has to modify its own environment.
         let module = module_path!().split_once("::").unwrap().1;
-        let name = format!("{module}::the_plugin_gets_the_secret_free_child_environment");
+        let name = format!("{module}::the_plugin_gets_the_built_environment_not_the_servers");
         let probe = tokio::process::Command::new(std::env::current_exe().unwrap())
             .args([name.as_str(), "--exact", "--test-threads=1"])
             .env(PROBE_MARKER, "1")
             .env("AGENTD_TEST_SECRET_TOKEN", "fake-secret-value")
-            .env("PLUGIN_TEST_VISIBLE", "visible")
+            .env("PLUGIN_TEST_UNLISTED", "not-listed")
             .kill_on_drop(true)
             .output();
         let probe = tokio::time::timeout(WAIT, probe).await.unwrap().unwrap();
@@ -400,12 +400,8 @@ async fn the_plugin_gets_the_secret_free_child_environment() {
     assert!(!output.contains("fake-secret-value"), "{output}");
     assert!(!output.contains(PROBE_MARKER), "{output}");
     let root = fx.ws.root().to_string_lossy().into_owned();
-    for line in [
-        "PLUGIN_TEST_VISIBLE=visible",
-        "NO_COLOR=1",
-        "PAGER=cat",
-        &format!("PWD={root}"),
-    ] {
+    assert!(!output.contains("PLUGIN_TEST_UNLISTED"), "{output}");
+    for line in ["NO_COLOR=1", "PAGER=cat", &format!("PWD={root}")] {
         assert!(
             output.lines().any(|l| l == line),
             "{line} missing: {output}"

@@ -17,6 +17,7 @@
 //!   `cpu_max_percent` per session.
 
 pub mod cgroup;
+pub mod command_env;
 pub mod launcher;
 pub mod seccomp;
 pub mod spec;
@@ -76,6 +77,11 @@ pub struct SandboxConfig {
     pub memory_max_mb: u64,
     /// CPU one session's commands may use together, in percent of one core.
     pub cpu_max_percent: u32,
+    /// Variables passed from the server's environment to every command, hook, plugin and
+    /// MCP stdio server, beside the few every one gets (see [`command_env`]).
+    pub env_pass: Vec<String>,
+    /// Variables set for every command, hook, plugin and MCP stdio server.
+    pub env_set: std::collections::BTreeMap<String, String>,
     /// The agentd binary that launches sandboxed commands; the running executable unless an
     /// embedder (such as the test harness) names another.
     #[serde(skip)]
@@ -110,6 +116,8 @@ impl Default for SandboxConfig {
             tmp_max_mb: 1024,
             memory_max_mb: 0,
             cpu_max_percent: 100,
+            env_pass: Vec::new(),
+            env_set: std::collections::BTreeMap::new(),
             launcher: None,
         }
     }

@@ -50,6 +50,8 @@ pub struct SessionsConfig {
     pub tasks_dir: PathBuf,
     /// The sandbox every session's commands run in; `None` with `[sandbox] mode = "off"`.
     pub sandbox: Option<Arc<Sandbox>>,
+    /// The environment every session's commands, hooks, plugins and MCP servers start with.
+    pub command_env: Arc<crate::sandbox::command_env::CommandEnv>,
     /// `tool/invoke` calls one session may have running or queued.
     pub max_inflight_per_session: usize,
     /// The configured `scope = "server"` MCP servers, whose tools are in the base registry.
@@ -421,7 +423,12 @@ impl Sessions {
             .sandbox
             .as_ref()
             .map(|sandbox| sandbox.for_session(session_id, &user_root));
-        super::worktree::Git::new(Workspace::anchored(workspace, below, sandbox))
+        super::worktree::Git::new(Workspace::anchored(
+            workspace,
+            below,
+            sandbox,
+            Arc::clone(&self.inner.config.command_env),
+        ))
     }
 
     /// The caller's session `id` as one JSON Lines export (see [`super::transfer`]), with its
@@ -858,7 +865,12 @@ impl Sessions {
             .sandbox
             .as_ref()
             .map(|sandbox| sandbox.for_session(&row.session_id, &user_root));
-        registry.rebind_workspace(Workspace::anchored(root.anchor(), root.below(), sandbox));
+        registry.rebind_workspace(Workspace::anchored(
+            root.anchor(),
+            root.below(),
+            sandbox,
+            Arc::clone(&self.inner.config.command_env),
+        ));
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = super::command_queue();
         let inflight = InflightCalls::new(self.inner.config.max_inflight_per_session);

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::fs_safe::{self, Beneath, FsError, RootPath};
 use crate::mutex::lock;
 use crate::sandbox::SessionSandbox;
+use crate::sandbox::command_env::CommandEnv;
 
 /// What one tool call did to one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,6 +63,8 @@ pub struct Workspace {
     /// The session's sandbox, which every process its tools start runs in; `None` runs them
     /// unconfined (`[sandbox] mode = "off"`, and tools used outside a session).
     sandbox: Option<Arc<SessionSandbox>>,
+    /// The environment every process its tools start gets (built once, from the config).
+    command_env: Arc<CommandEnv>,
     /// The same root as an anchor and a path beneath it, opened afresh for every access.
     at: RootPath,
     journal: Mutex<Journal>,
@@ -107,27 +110,39 @@ const MAX_ORIGINAL_BYTES: u64 = 10 * 1024 * 1024;
 const MAX_ORIGINALS_TOTAL: u64 = 64 * 1024 * 1024;
 
 impl Workspace {
-    /// A workspace rooted at `root`, its own anchor, with an empty journal.
+    /// A workspace rooted at `root`, its own anchor, with an empty journal; its processes get
+    /// the [minimal](CommandEnv::minimal) environment.
     pub fn new(root: impl Into<PathBuf>) -> Arc<Self> {
-        Self::at(RootPath::plain(root), None)
+        Self::at(RootPath::plain(root), None, Arc::new(CommandEnv::minimal()))
+    }
+
+    /// As [`Workspace::new`], its processes getting `command_env`.
+    pub fn with_env(root: impl Into<PathBuf>, command_env: Arc<CommandEnv>) -> Arc<Self> {
+        Self::at(RootPath::plain(root), None, command_env)
     }
 
     /// A workspace rooted at `cwd` (relative) beneath `anchor`: every access reopens the root
     /// from the anchor with no symlink on the way, so a swapped working directory is refused.
-    /// Its tools start their processes in `sandbox`, when given.
+    /// Its tools start their processes in `sandbox`, when given, with `command_env`.
     pub fn anchored(
         anchor: impl Into<PathBuf>,
         cwd: impl Into<PathBuf>,
         sandbox: Option<Arc<SessionSandbox>>,
+        command_env: Arc<CommandEnv>,
     ) -> Arc<Self> {
-        Self::at(RootPath::new(anchor, cwd), sandbox)
+        Self::at(RootPath::new(anchor, cwd), sandbox, command_env)
     }
 
-    fn at(at: RootPath, sandbox: Option<Arc<SessionSandbox>>) -> Arc<Self> {
+    fn at(
+        at: RootPath,
+        sandbox: Option<Arc<SessionSandbox>>,
+        command_env: Arc<CommandEnv>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             root: at.path(),
             at,
             sandbox,
+            command_env,
             journal: Mutex::new(Journal::default()),
             shared: Mutex::new(HashMap::new()),
         })
@@ -142,6 +157,11 @@ impl Workspace {
     /// The sandbox processes of this workspace run in, if any.
     pub fn sandbox(&self) -> Option<&Arc<SessionSandbox>> {
         self.sandbox.as_ref()
+    }
+
+    /// The environment every process of this workspace starts with.
+    pub fn command_env(&self) -> &Arc<CommandEnv> {
+        &self.command_env
     }
 
     /// Where the root is: its anchor and the path beneath it.
@@ -483,7 +503,7 @@ mod tests {
         std::fs::create_dir_all(anchor.join("alice/sw")).unwrap();
         std::fs::create_dir_all(anchor.join("bob/proj")).unwrap();
         std::fs::write(anchor.join("bob/proj/secret.txt"), "bob's").unwrap();
-        let ws = Workspace::anchored(&anchor, "alice/sw", None);
+        let ws = Workspace::anchored(&anchor, "alice/sw", None, Arc::default());
         assert_eq!(ws.root(), anchor.join("alice/sw"));
         assert_eq!(ws.root_path().anchor(), anchor);
         let mine = Path::new("mine.txt");

@@ -8,6 +8,7 @@ mod browser;
 mod checkpoints;
 mod cli;
 mod cluster;
+mod command_env;
 mod first_hour;
 mod hooks;
 mod human;

@@ -330,6 +330,7 @@ impl SessionActor {
             root.anchor(),
             &self.user_root,
             workspace.sandbox().cloned(),
+            Arc::clone(workspace.command_env()),
         ));
         Some((git, cwd))
     }
@@ -375,6 +376,7 @@ impl SessionActor {
             workspace.root_path().anchor(),
             self.user_root.join(&tree.cwd),
             workspace.sandbox().cloned(),
+            Arc::clone(workspace.command_env()),
         ));
     }
 
