@@ -40,6 +40,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("mutex", 14),
     // Every layer reads through it; it names none of them.
     ("capped_read", 14),
+    // Held by the server for its life; it names no other module.
+    ("data_dir", 14),
 ];
 
 fn rank(module: &str) -> Option<u32> {
