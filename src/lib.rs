@@ -10,6 +10,7 @@
 //! - [`mcp`]: the tools of `[[mcp_servers]]` (Model Context Protocol servers).
 //! - [`checkpoint`]: a session's workspace snapshots, for `turn/diff` and `session/revert`.
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
+//! - [`disk_quota`]: each user's disk quota and the free space kept for the server.
 //! - [`secret`]: strings (keys, tokens) that never show in logs.
 //! - [`error_kind`]: the one vocabulary of refusals, with each kind's HTTP status, JSON-RPC code
 //!   and MCP class.
@@ -29,6 +30,7 @@ pub mod builtin;
 pub mod checkpoint;
 pub mod cluster;
 pub mod config;
+pub mod disk_quota;
 pub mod error_kind;
 pub mod fs_safe;
 pub mod heap;
