@@ -186,6 +186,36 @@ mod tests {
         spool.sync().await.unwrap();
     }
 
+    #[derive(Debug)]
+    struct PlentyFree;
+
+    impl crate::disk_quota::FreeSpace for PlentyFree {
+        fn available(&self) -> io::Result<u64> {
+            Ok(u64::MAX)
+        }
+    }
+
+    #[tokio::test]
+    async fn output_past_the_users_disk_quota_is_refused_and_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir(&workspace).unwrap();
+        let quotas = crate::disk_quota::DiskQuotas::new(1, 0, Arc::new(PlentyFree)).unwrap();
+        let disk = quotas.user(Some("alice"), &workspace);
+        let mut spool = OutputSpool::create(&dir.path().join("tasks"), "t1")
+            .await
+            .unwrap()
+            .charged_to(Some(disk));
+        spool.append(&[b'a'; 512 * 1024]).await.unwrap();
+        for _ in 0..3 {
+            let err = spool.append(&[b'b'; 600 * 1024]).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::QuotaExceeded, "{err}");
+        }
+        assert_eq!(spool.refusals(), 3);
+        assert_eq!(spool.total_bytes(), 512 * 1024);
+        assert_eq!(std::fs::metadata(spool.path()).unwrap().len(), 512 * 1024);
+    }
+
     #[tokio::test]
     async fn large_appends_arrive_whole_and_in_order() {
         let dir = tempfile::tempdir().unwrap();
