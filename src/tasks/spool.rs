@@ -110,11 +110,11 @@ impl OutputSpool {
         if bytes.is_empty() {
             return Ok(());
         }
-        if let Some(disk) = &self.disk {
-            if let Err(err) = disk.charge_beside(bytes.len() as u64) {
-                self.refusals += 1;
-                return Err(io::Error::new(io::ErrorKind::QuotaExceeded, err));
-            }
+        if let Some(disk) = &self.disk
+            && let Err(err) = disk.charge_beside(bytes.len() as u64)
+        {
+            self.refusals += 1;
+            return Err(io::Error::new(io::ErrorKind::QuotaExceeded, err));
         }
         // tokio's File stages at most one bounded chunk at a time, so a large `bytes` is not
         // copied whole; flush waits until the last chunk has been written.
