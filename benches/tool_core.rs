@@ -1,4 +1,5 @@
-//! Costs of the tool core's hot paths: dispatch, the argument size cap, session snapshots.
+//! Costs of the tool core's hot paths: dispatch, the argument size cap, session snapshots,
+//! and what the disk accounting adds to a file write.
 
 // Reads what the test or benchmark made itself; the bounded readers are for the server.
 #![allow(clippy::disallowed_methods)]
@@ -111,5 +112,45 @@ fn snapshot(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, dispatch, argument_size, snapshot);
+/// A 4 KiB `Workspace::write` over the same file, uncharged and charged to a user's disk
+/// account (quota and free-space reserve both on, so each write reads the replaced file's
+/// size and `statvfs`).
+fn disk_accounting(c: &mut Criterion) {
+    use agentd::disk_quota::{DiskQuotas, Statvfs};
+    use agentd::tools::workspace::Workspace;
+    let contents = vec![b'x'; 4096];
+    let mut group = c.benchmark_group("workspace_write_4k");
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = Workspace::new(plain_dir.path());
+    group.bench_function("uncharged", |b| {
+        b.iter(|| {
+            plain.write(
+                "write_file",
+                std::path::Path::new("f"),
+                black_box(&contents),
+            )
+        })
+    });
+    let charged_dir = tempfile::tempdir().unwrap();
+    let free = Arc::new(Statvfs::new(vec![charged_dir.path().to_path_buf()]));
+    let quotas = DiskQuotas::new(1024, 512, free).unwrap();
+    let charged = Workspace::charged(
+        charged_dir.path(),
+        "",
+        None,
+        Some(quotas.user(None, charged_dir.path())),
+    );
+    group.bench_function("charged", |b| {
+        b.iter(|| {
+            charged.write(
+                "write_file",
+                std::path::Path::new("f"),
+                black_box(&contents),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, dispatch, argument_size, snapshot, disk_accounting);
 criterion_main!(benches);

@@ -104,6 +104,10 @@ pub struct ServerConfig {
     /// frame for as long again is closed, so a client stalled part-way through a frame is
     /// dropped after at most twice this.
     pub ws_ping_secs: u64,
+    /// MiB of free space held back on the data and workspace filesystems for the database
+    /// and the event log: a file tool's write, task output or a checkpoint that would leave
+    /// less is refused `quota_exceeded` (0: none held back).
+    pub min_free_mb: u64,
 }
 
 impl Default for ServerConfig {
@@ -125,6 +129,7 @@ impl Default for ServerConfig {
             max_sessions_per_user: 1000,
             session_creates_per_minute: 600,
             ws_ping_secs: 30,
+            min_free_mb: 512,
         }
     }
 }
@@ -436,6 +441,8 @@ pub struct Config {
     pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
     /// `[budget]`.
     pub budget: BudgetConfig,
+    /// `[limits]`: totals over all of one user's sessions.
+    pub limits: LimitsConfig,
     /// `[retention]`.
     pub retention: crate::session::retention::RetentionConfig,
     /// `[checkpoints]`.
@@ -507,6 +514,54 @@ pub enum Command {
     Export(ExportArgs),
     /// Make a new session from an export (a file, or `-` for stdin); prints its id.
     Import(ImportArgs),
+}
+
+/// `[limits]`: limits over more than one session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// `[limits.user]`.
+    pub user: UserLimits,
+}
+
+/// `[limits.user]`: totals over all of one user's sessions (each `[[server.users]]` user, or
+/// the one implicit user of a server without users); 0 lifts each.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserLimits {
+    /// MiB of memory the commands of all of the user's sessions hold together.
+    pub memory_max_mb: u64,
+    /// CPU time their commands get together, in percent of one core.
+    pub cpu_max_percent: u32,
+    /// Processes their commands keep alive at once.
+    pub pids_max: u32,
+    /// MiB the user's workspace, task output and checkpoint contents may take; writes past
+    /// it, and commands once it is reached, are refused `quota_exceeded`.
+    pub disk_max_mb: u64,
+}
+
+impl Config {
+    /// The disk limits of `[limits.user] disk_max_mb` and `[server] min_free_mb`, free space
+    /// read with `statvfs` on the data dir and the workspace (`None`: neither is limited);
+    /// says in the log what is enforced.
+    pub fn disk_quotas(&self) -> Option<crate::disk_quota::DiskQuotas> {
+        let free = crate::disk_quota::Statvfs::new(vec![
+            self.server.data_dir.clone(),
+            self.server.workspace.clone(),
+        ]);
+        let quotas = crate::disk_quota::DiskQuotas::new(
+            self.limits.user.disk_max_mb,
+            self.server.min_free_mb,
+            std::sync::Arc::new(free),
+        );
+        match &quotas {
+            Some(quotas) => tracing::info!("disk limits: {}", quotas.describe()),
+            None => tracing::info!(
+                "disk limits: none (limits.user.disk_max_mb and server.min_free_mb are 0)"
+            ),
+        }
+        quotas
+    }
 }
 
 /// `[checkpoints]`: what each turn's checkpoint (`turn/diff`, `session/revert`) copies.
@@ -1015,6 +1070,21 @@ impl Config {
         if self.sandbox.cpu_max_percent == 0 {
             return invalid("sandbox.cpu_max_percent must be at least 1 (100 = one core)".into());
         }
+        // Named by the contract, not yet enforced: a cap that would silently do nothing is
+        // refused, so nobody believes a user's sessions are held to it.
+        let user = &self.limits.user;
+        for (key, value) in [
+            ("memory_max_mb", user.memory_max_mb),
+            ("cpu_max_percent", u64::from(user.cpu_max_percent)),
+            ("pids_max", u64::from(user.pids_max)),
+        ] {
+            if value != 0 {
+                return invalid(format!(
+                    "limits.user.{key} is not enforced by this version (only disk_max_mb is); \
+                     leave it 0 and use the per-session [sandbox] caps"
+                ));
+            }
+        }
         for path in self
             .sandbox
             .extra_read
@@ -1390,6 +1460,10 @@ usd_per_minute = 0.5
         config.sandbox.cpu_max_percent = 0;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("sandbox.cpu_max_percent"), "{err}");
+        let mut config = Config::default();
+        config.limits.user.pids_max = 100;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("limits.user.pids_max is not enforced"), "{err}");
         let config =
             Config::from_toml("[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
         let err = config.validate().unwrap_err().to_string();

@@ -68,6 +68,10 @@ pub enum FsError {
     /// A directory was replaced while it was being listed, so what was read may not be its.
     #[error("\"{0}\" was replaced while it was being listed")]
     Changed(String),
+    /// The user's disk quota, or the free space kept for the server, refuses the write
+    /// (the message says which).
+    #[error("{0}")]
+    Quota(String),
     /// Any other I/O failure.
     #[error("I/O error on \"{path}\": {source}")]
     Io {
@@ -93,6 +97,7 @@ impl FsError {
             Self::TooLarge { .. } => "too_large",
             Self::Root { .. } => "workspace_root",
             Self::Changed(_) => "changed",
+            Self::Quota(_) => "quota_exceeded",
             Self::Io { .. } => "io",
         }
     }

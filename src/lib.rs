@@ -13,6 +13,7 @@
 //! - [`fs_safe`]: symlink-safe, root-confined file I/O.
 //! - [`capped_read`]: reads that stop one byte past a cap, for everything a user, a model or
 //!   a peer controls.
+//! - [`disk_quota`]: each user's disk quota and the free space kept for the server.
 //! - [`secret`]: strings (keys, tokens) that never show in logs.
 //! - [`error_kind`]: the one vocabulary of refusals, with each kind's HTTP status, JSON-RPC code
 //!   and MCP class.
@@ -37,6 +38,7 @@ pub mod checkpoint;
 pub mod cluster;
 pub mod config;
 pub mod data_dir;
+pub mod disk_quota;
 pub mod error_kind;
 pub mod fs_safe;
 pub mod heap;

@@ -525,6 +525,7 @@ impl Server {
                 hooks: config.hooks.clone().into(),
                 profiles: crate::session::profiles::Profiles::new(config.agents.clone()),
                 checkpoints: Some(Arc::new(checkpoints)),
+                disk: config.disk_quotas().map(Arc::new),
             },
             Arc::clone(&metrics),
             cancel.clone(),

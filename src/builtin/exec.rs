@@ -146,6 +146,7 @@ impl Process {
                 format!("{EXEC_NAME}: could not start `sh -c`: {err}"),
             )
         };
+        workspace.admit_command()?;
         let mut command = shell_command(workspace, cmd, dir).map_err(|e| spawn_failed(&e))?;
         let (mut child, reader, writer): (tokio::process::Child, Output, Input) = if tty {
             let (pty, pts) = pty_process::open().map_err(|e| spawn_failed(&e))?;

@@ -150,6 +150,7 @@ impl Shell {
             )
         };
 
+        self.workspace.admit_command()?;
         let started = Instant::now();
         let sandbox = self.workspace.sandbox();
         // A session's cgroup is made at its first command: no counter yet reads as none.

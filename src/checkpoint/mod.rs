@@ -107,7 +107,8 @@ pub struct FileChange {
 impl Snapshot {
     /// The files of `workspace` now, their contents put in `store`. A file whose metadata is
     /// what it was in `previous` keeps that hash unread, so a checkpoint reads only what
-    /// changed, and the store holds each version of a file once.
+    /// changed, and the store holds each version of a file once. Contents new to the store
+    /// are charged to the workspace's disk account; a file it has no room for is skipped.
     pub fn take(
         workspace: &Workspace,
         previous: Option<&Snapshot>,
@@ -161,7 +162,10 @@ impl Snapshot {
             let stored = workspace
                 .read(Path::new(&rel), limits.max_file_bytes)
                 .ok()
-                .and_then(|bytes| Some((bytes.len() as u64, store.put(&bytes).ok()?)));
+                .and_then(|bytes| {
+                    let hash = store.put_charged(&bytes, workspace.disk().map(|d| &**d));
+                    Some((bytes.len() as u64, hash.ok()?))
+                });
             match (stored, stamp) {
                 (Some((size, hash)), Some(stamp)) => {
                     total += size;

@@ -115,6 +115,16 @@ impl CheckpointStore {
 
     /// Stores `bytes` (once, whoever stores them again); answers their hash.
     pub(super) fn put(&self, bytes: &[u8]) -> std::io::Result<Hash> {
+        self.put_charged(bytes, None)
+    }
+
+    /// [`CheckpointStore::put`], contents not stored yet charged to `disk` first (refused
+    /// with `QuotaExceeded` when it has no room).
+    pub(super) fn put_charged(
+        &self,
+        bytes: &[u8],
+        disk: Option<&crate::disk_quota::UserDisk>,
+    ) -> std::io::Result<Hash> {
         let hash: Hash = Sha256::digest(bytes).into();
         let path = self.blob_path(&hash);
         if path.exists() {
@@ -124,6 +134,10 @@ impl CheckpointStore {
                 .open(&path)
                 .and_then(|file| file.set_modified(SystemTime::now()));
             return Ok(hash);
+        }
+        if let Some(disk) = disk {
+            disk.charge_beside(bytes.len() as u64)
+                .map_err(|err| std::io::Error::new(std::io::ErrorKind::QuotaExceeded, err))?;
         }
         let dir = path.parent().unwrap_or(&self.root);
         std::fs::create_dir_all(dir)?;

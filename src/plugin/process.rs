@@ -64,6 +64,7 @@ impl PluginTool {
     /// Spawns the program, retrying while the executable is busy: a file just written is
     /// briefly held open by any child another thread forked meanwhile (ETXTBSY).
     async fn spawn(&self) -> Result<tokio::process::Child, ToolError> {
+        self.workspace.admit_command()?;
         let mut attempt = 1;
         loop {
             match self.command().and_then(|mut command| command.spawn()) {

@@ -78,6 +78,9 @@ pub struct SessionsConfig {
     /// Where checkpoints are kept (`<data_dir>/checkpoints`); `None`: no `turn/diff` nor
     /// `session/revert`.
     pub checkpoints: Option<Arc<crate::checkpoint::CheckpointStore>>,
+    /// Each user's disk account and the free space kept for the server; `None` when
+    /// neither is limited.
+    pub disk: Option<Arc<crate::disk_quota::DiskQuotas>>,
 }
 
 struct Live {
@@ -865,11 +868,18 @@ impl Sessions {
             .sandbox
             .as_ref()
             .map(|sandbox| sandbox.for_session(&row.session_id, &user_root));
-        registry.rebind_workspace(Workspace::anchored(
+        let disk = self
+            .inner
+            .config
+            .disk
+            .as_ref()
+            .map(|disk| disk.user(caller.user.as_deref(), &user_root));
+        registry.rebind_workspace(Workspace::charged(
             root.anchor(),
             root.below(),
             sandbox,
             Arc::clone(&self.inner.config.command_env),
+            disk,
         ));
         let session_id: Arc<str> = row.session_id.as_str().into();
         let (tx, rx) = super::command_queue();

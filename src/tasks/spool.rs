@@ -3,9 +3,12 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tokio::fs::{File, OpenOptions};
 use tokio::io::AsyncWriteExt;
+
+use crate::disk_quota::UserDisk;
 
 /// Longest task id accepted as a log file name.
 pub const MAX_TASK_ID_LEN: usize = 128;
@@ -48,6 +51,10 @@ pub struct OutputSpool {
     file: File,
     path: PathBuf,
     total_bytes: u64,
+    /// The session's user's disk account, each append charged to it.
+    disk: Option<Arc<UserDisk>>,
+    /// Appends the account refused so far.
+    refusals: u64,
 }
 
 impl OutputSpool {
@@ -66,6 +73,8 @@ impl OutputSpool {
             file,
             path,
             total_bytes: 0,
+            disk: None,
+            refusals: 0,
         })
     }
 
@@ -83,7 +92,16 @@ impl OutputSpool {
             file,
             path,
             total_bytes,
+            disk: None,
+            refusals: 0,
         })
+    }
+
+    /// Charges every append from now on to `disk`; one the user's quota or the server's
+    /// free-space reserve refuses fails with `QuotaExceeded` and writes nothing.
+    pub fn charged_to(mut self, disk: Option<Arc<UserDisk>>) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Appends `bytes` and hands them to the operating system before returning, so a crash of
@@ -91,6 +109,12 @@ impl OutputSpool {
     pub async fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
+        }
+        if let Some(disk) = &self.disk
+            && let Err(err) = disk.charge_beside(bytes.len() as u64)
+        {
+            self.refusals += 1;
+            return Err(io::Error::new(io::ErrorKind::QuotaExceeded, err));
         }
         // tokio's File stages at most one bounded chunk at a time, so a large `bytes` is not
         // copied whole; flush waits until the last chunk has been written.
@@ -124,6 +148,12 @@ impl OutputSpool {
         self.total_bytes
     }
 
+    /// Appends the disk account refused so far (a caller logs the first only, so a task
+    /// past the quota cannot fill the server's log instead).
+    pub fn refusals(&self) -> u64 {
+        self.refusals
+    }
+
     /// Where the log lives.
     pub fn path(&self) -> &Path {
         &self.path
@@ -154,6 +184,36 @@ mod tests {
             "first line\nsecond \u{e9}\n"
         );
         spool.sync().await.unwrap();
+    }
+
+    #[derive(Debug)]
+    struct PlentyFree;
+
+    impl crate::disk_quota::FreeSpace for PlentyFree {
+        fn available(&self) -> io::Result<u64> {
+            Ok(u64::MAX)
+        }
+    }
+
+    #[tokio::test]
+    async fn output_past_the_users_disk_quota_is_refused_and_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir(&workspace).unwrap();
+        let quotas = crate::disk_quota::DiskQuotas::new(1, 0, Arc::new(PlentyFree)).unwrap();
+        let disk = quotas.user(Some("alice"), &workspace);
+        let mut spool = OutputSpool::create(&dir.path().join("tasks"), "t1")
+            .await
+            .unwrap()
+            .charged_to(Some(disk));
+        spool.append(&[b'a'; 512 * 1024]).await.unwrap();
+        for _ in 0..3 {
+            let err = spool.append(&[b'b'; 600 * 1024]).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::QuotaExceeded, "{err}");
+        }
+        assert_eq!(spool.refusals(), 3);
+        assert_eq!(spool.total_bytes(), 512 * 1024);
+        assert_eq!(std::fs::metadata(spool.path()).unwrap().len(), 512 * 1024);
     }
 
     #[tokio::test]

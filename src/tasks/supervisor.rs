@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -89,15 +90,23 @@ impl RunningTask {
 pub(crate) struct TaskSupervisor {
     dir: PathBuf,
     running: HashMap<String, RunningTask>,
+    /// The disk account task output is charged to.
+    disk: Option<Arc<crate::disk_quota::UserDisk>>,
 }
 
 impl TaskSupervisor {
     /// A supervisor spooling output under `dir`.
-    pub(crate) fn new(dir: PathBuf) -> Self {
+    pub(crate) fn new(dir: PathBuf, disk: Option<Arc<crate::disk_quota::UserDisk>>) -> Self {
         Self {
             dir,
             running: HashMap::new(),
+            disk,
         }
+    }
+
+    /// The disk account task output is charged to, if any.
+    pub(crate) fn disk(&self) -> Option<&Arc<crate::disk_quota::UserDisk>> {
+        self.disk.as_ref()
     }
 
     /// Where task output files live.
@@ -127,7 +136,9 @@ impl TaskSupervisor {
         F: FnOnce(mpsc::Sender<ToolEvent>) -> R + Send + 'static,
         R: Future<Output = ToolResult> + Send + 'static,
     {
-        let mut spool = OutputSpool::create(&self.dir, task_id).await?;
+        let mut spool = OutputSpool::create(&self.dir, task_id)
+            .await?
+            .charged_to(self.disk.clone());
         let path = spool.path().to_path_buf();
         self.running.insert(task_id.to_string(), task);
         let task_id = task_id.to_string();
@@ -240,7 +251,9 @@ async fn spool_event(
 ) {
     match event {
         ToolEvent::Output { text, .. } => {
-            if let Err(err) = spool.append(text.as_bytes()).await {
+            if let Err(err) = spool.append(text.as_bytes()).await
+                && spool.refusals() <= 1
+            {
                 tracing::error!(%err, "task output not written");
             }
             pending.push_str(&text);

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::disk_quota::UserDisk;
 use crate::fs_safe::{self, Beneath, FsError, RootPath};
 use crate::mutex::lock;
 use crate::sandbox::SessionSandbox;
@@ -69,6 +70,9 @@ pub struct Workspace {
     at: RootPath,
     journal: Mutex<Journal>,
     shared: Mutex<HashMap<TypeId, Arc<dyn SharedEntry>>>,
+    /// The disk account of the session's user, which every write is charged to; `None`
+    /// without `disk_max_mb` or `min_free_mb`.
+    disk: Option<Arc<UserDisk>>,
 }
 
 /// A value a workspace's tools share, one per type (see [`Workspace::shared`]).
@@ -113,12 +117,12 @@ impl Workspace {
     /// A workspace rooted at `root`, its own anchor, with an empty journal; its processes get
     /// the [minimal](CommandEnv::minimal) environment.
     pub fn new(root: impl Into<PathBuf>) -> Arc<Self> {
-        Self::at(RootPath::plain(root), None, Arc::new(CommandEnv::minimal()))
+        Self::at(RootPath::plain(root), None, Arc::new(CommandEnv::minimal()), None)
     }
 
     /// As [`Workspace::new`], its processes getting `command_env`.
     pub fn with_env(root: impl Into<PathBuf>, command_env: Arc<CommandEnv>) -> Arc<Self> {
-        Self::at(RootPath::plain(root), None, command_env)
+        Self::at(RootPath::plain(root), None, command_env, None)
     }
 
     /// A workspace rooted at `cwd` (relative) beneath `anchor`: every access reopens the root
@@ -130,13 +134,25 @@ impl Workspace {
         sandbox: Option<Arc<SessionSandbox>>,
         command_env: Arc<CommandEnv>,
     ) -> Arc<Self> {
-        Self::at(RootPath::new(anchor, cwd), sandbox, command_env)
+        Self::at(RootPath::new(anchor, cwd), sandbox, command_env, None)
+    }
+
+    /// [`Workspace::anchored`], its writes and commands charged to the user's `disk`.
+    pub fn charged(
+        anchor: impl Into<PathBuf>,
+        cwd: impl Into<PathBuf>,
+        sandbox: Option<Arc<SessionSandbox>>,
+        command_env: Arc<CommandEnv>,
+        disk: Option<Arc<UserDisk>>,
+    ) -> Arc<Self> {
+        Self::at(RootPath::new(anchor, cwd), sandbox, command_env, disk)
     }
 
     fn at(
         at: RootPath,
         sandbox: Option<Arc<SessionSandbox>>,
         command_env: Arc<CommandEnv>,
+        disk: Option<Arc<UserDisk>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             root: at.path(),
@@ -145,7 +161,22 @@ impl Workspace {
             command_env,
             journal: Mutex::new(Journal::default()),
             shared: Mutex::new(HashMap::new()),
+            disk,
         })
+    }
+
+    /// The disk account this workspace's writes are charged to, if any.
+    pub fn disk(&self) -> Option<&Arc<UserDisk>> {
+        self.disk.as_ref()
+    }
+
+    /// Lets a command start unless the user's disk quota or the server's free-space reserve
+    /// refuses it; every tool that starts a command asks first.
+    pub fn admit_command(&self) -> Result<(), FsError> {
+        match &self.disk {
+            Some(disk) => disk.admit_command().map_err(refused),
+            None => Ok(()),
+        }
     }
 
     /// The root directory, as a path (for display and process working directories; file
@@ -212,7 +243,13 @@ impl Workspace {
         let mut journal = lock(&self.journal);
         let root = self.open_root()?;
         let existed = remember_original(&root, &mut journal, rel)?;
-        root.write(rel, contents, true)?;
+        let replaced = self.charge(&root, rel, contents.len() as u64)?;
+        if let Err(err) = root.write(rel, contents, true) {
+            if let Some(disk) = &self.disk {
+                disk.undo_tree(contents.len() as u64, replaced);
+            }
+            return Err(err);
+        }
         let kind = if existed {
             ChangeKind::Modified
         } else {
@@ -227,7 +264,11 @@ impl Workspace {
         let mut journal = lock(&self.journal);
         let root = self.open_root()?;
         remember_original(&root, &mut journal, rel)?;
+        let size = self.size_if_charged(&root, rel);
         root.remove_file(rel)?;
+        if let Some(disk) = &self.disk {
+            disk.refund_tree(size);
+        }
         journal.record(rel, ChangeKind::Deleted, None, tool);
         Ok(())
     }
@@ -238,9 +279,33 @@ impl Workspace {
         let root = self.open_root()?;
         remember_original(&root, &mut journal, from)?;
         remember_original(&root, &mut journal, to)?;
+        let replaced = self.size_if_charged(&root, to);
         root.rename(from, to, true)?;
+        if let Some(disk) = &self.disk {
+            disk.refund_tree(replaced);
+        }
         journal.record(from, ChangeKind::Moved, Some(to), tool);
         Ok(())
+    }
+
+    /// Charges a write of `bytes` over `rel` to the user's account; answers the size of the
+    /// file it replaces (counted back out).
+    fn charge(&self, root: &Beneath, rel: &Path, bytes: u64) -> Result<u64, FsError> {
+        let Some(disk) = &self.disk else {
+            return Ok(0);
+        };
+        let replaced = self.size_if_charged(root, rel);
+        disk.charge_tree(bytes, replaced).map_err(refused)?;
+        Ok(replaced)
+    }
+
+    /// The length of the file at `rel` (0 when there is none), read only when writes are
+    /// charged.
+    fn size_if_charged(&self, root: &Beneath, rel: &Path) -> u64 {
+        match &self.disk {
+            Some(_) => root.metadata(rel).map_or(0, |meta| meta.len()),
+            None => 0,
+        }
     }
 
     /// The ordered log of changes tools made.
@@ -305,6 +370,11 @@ impl Workspace {
     }
 }
 
+/// A write or command the disk account refused, as the file error tools answer.
+fn refused(err: crate::disk_quota::QuotaError) -> FsError {
+    FsError::Quota(err.to_string())
+}
+
 /// Keeps the file's contents the first time the session touches it; returns whether the file
 /// exists now.
 fn remember_original(root: &Beneath, journal: &mut Journal, rel: &Path) -> Result<bool, FsError> {
@@ -360,6 +430,62 @@ pub fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Free space that is whatever the test says.
+    #[derive(Debug)]
+    struct FakeFree(u64);
+
+    impl crate::disk_quota::FreeSpace for FakeFree {
+        fn available(&self) -> std::io::Result<u64> {
+            Ok(self.0)
+        }
+    }
+
+    #[test]
+    fn a_write_that_would_eat_the_servers_reserve_is_refused_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // 600 MiB free, 512 MiB held back: room for less than 88 MiB more.
+        let quotas =
+            crate::disk_quota::DiskQuotas::new(0, 512, Arc::new(FakeFree(600 << 20))).unwrap();
+        let ws = Workspace::charged(
+            dir.path(),
+            "",
+            None,
+            Arc::default(),
+            Some(quotas.user(Some("alice"), dir.path())),
+        );
+        ws.write("write_file", Path::new("small"), b"fits").unwrap();
+        let err = ws
+            .write("write_file", Path::new("big"), &vec![0u8; 100 << 20])
+            .unwrap_err();
+        assert_eq!(err.kind(), "quota_exceeded", "{err}");
+        assert!(err.to_string().contains("server.min_free_mb"), "{err}");
+        assert!(!dir.path().join("big").exists());
+        assert_eq!(ws.changes().len(), 1, "the refused write is not logged");
+        let refused = ws.admit_command();
+        assert!(refused.is_ok(), "the reserve is still free: {refused:?}");
+    }
+
+    #[test]
+    fn writes_removals_and_renames_move_the_users_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let quotas =
+            crate::disk_quota::DiskQuotas::new(1, 0, Arc::new(FakeFree(u64::MAX))).unwrap();
+        let disk = quotas.user(None, dir.path());
+        let ws = Workspace::charged(dir.path(), "", None, Arc::default(), Some(Arc::clone(&disk)));
+        let start = disk.usage();
+        ws.write("write_file", Path::new("a"), &[1u8; 1000])
+            .unwrap();
+        ws.write("write_file", Path::new("b"), &[1u8; 300]).unwrap();
+        assert_eq!(disk.usage(), start + 1300);
+        ws.write("edit_file", Path::new("a"), &[1u8; 400]).unwrap();
+        assert_eq!(disk.usage(), start + 700);
+        ws.rename("apply_patch", Path::new("a"), Path::new("b"))
+            .unwrap();
+        assert_eq!(disk.usage(), start + 400);
+        ws.remove("apply_patch", Path::new("b")).unwrap();
+        assert_eq!(disk.usage(), start);
+    }
 
     #[test]
     fn timestamps_are_rfc3339_utc_seconds() {

@@ -30,6 +30,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("store", 13),
     ("error_kind", 13),
     ("fs_safe", 13),
+    ("disk_quota", 13),
     ("secret", 13),
     ("telemetry", 13),
     // Below the store, which trims the heap once its caches are given back.

@@ -591,3 +591,84 @@ async fn the_session_list_pages_with_a_cursor_and_never_shows_another_users() {
         .await;
     assert_eq!(first["sessions"].as_array().unwrap().len(), 2);
 }
+
+/// The kind of a tool call's error answer (`null` for a success).
+fn tool_error_kind(result: &Value) -> &Value {
+    &result["structured_metadata"]["error"]["kind"]
+}
+
+#[tokio::test]
+async fn a_user_at_their_disk_quota_is_refused_writes_and_commands_and_another_user_is_not() {
+    let app = TestApp::spawn_with(|c| {
+        crate::support::alice_and_bob(c);
+        c.limits.user.disk_max_mb = 1;
+    })
+    .await;
+    let mut alice = app.ws_with(Some("alice-token"), None).await.unwrap();
+    let mut bob = app.ws_with(Some("bob-token"), None).await.unwrap();
+    let first = alice.open().await;
+    let second = alice.open().await;
+    let bobs = bob.open().await;
+    let big = "x".repeat(600 * 1024);
+    let write = |path: &str| json!({"path": path, "content": big});
+
+    let written = alice.invoke(&first, "write_file", write("a.txt")).await;
+    assert_eq!(written["success"], true, "{written}");
+    // The quota is the user's, over all of their sessions.
+    let refused = alice.invoke(&second, "write_file", write("b.txt")).await;
+    assert_eq!(tool_error_kind(&refused), "quota_exceeded", "{refused}");
+    assert!(!app.workspace().join("alice/b.txt").exists());
+    // Bob's writes are his own.
+    let bobs_write = bob.invoke(&bobs, "write_file", write("b.txt")).await;
+    assert_eq!(bobs_write["success"], true, "{bobs_write}");
+
+    // A command writes behind the tools' back: it runs, and the next one is refused.
+    let filled = alice
+        .invoke(
+            &first,
+            "shell",
+            json!({"command": "head -c 3000000 /dev/zero > filler && echo filled"}),
+        )
+        .await;
+    assert!(
+        filled["output"].as_str().unwrap().contains("filled"),
+        "{filled}"
+    );
+    let next = alice
+        .invoke(&second, "shell", json!({"command": "echo hi"}))
+        .await;
+    assert_eq!(tool_error_kind(&next), "quota_exceeded", "{next}");
+    let started = alice
+        .invoke(&second, "exec_command", json!({"cmd": "echo hi"}))
+        .await;
+    assert_eq!(tool_error_kind(&started), "quota_exceeded", "{started}");
+    let small = alice
+        .invoke(
+            &second,
+            "write_file",
+            json!({"path": "c.txt", "content": "c"}),
+        )
+        .await;
+    assert_eq!(tool_error_kind(&small), "quota_exceeded", "{small}");
+    let bobs_command = bob
+        .invoke(&bobs, "shell", json!({"command": "echo bob"}))
+        .await;
+    assert!(
+        bobs_command["output"].as_str().unwrap().contains("bob"),
+        "{bobs_command}"
+    );
+
+    // Deleting through a tool makes room again.
+    let patch = "*** Begin Patch\n*** Delete File: filler\n*** End Patch\n";
+    let deleted = alice
+        .invoke(&first, "apply_patch", json!({"input": patch}))
+        .await;
+    assert_eq!(deleted["success"], true, "{deleted}");
+    let again = alice
+        .invoke(&second, "shell", json!({"command": "echo again"}))
+        .await;
+    assert!(
+        again["output"].as_str().unwrap().contains("again"),
+        "{again}"
+    );
+}

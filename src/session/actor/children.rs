@@ -249,6 +249,7 @@ impl SessionActor {
         };
         let spool = OutputSpool::create(self.tasks.dir(), &agent_id)
             .await
+            .map(|spool| spool.charged_to(self.tasks.disk().cloned()))
             .map_err(|err| {
                 tracing::error!(%err, "sub-agent transcript not created");
                 ToolError::Fatal(format!(
@@ -372,11 +373,12 @@ impl SessionActor {
         let Some(workspace) = self.registry.workspace() else {
             return;
         };
-        registry.rebind_workspace(Workspace::anchored(
+        registry.rebind_workspace(Workspace::charged(
             workspace.root_path().anchor(),
             self.user_root.join(&tree.cwd),
             workspace.sandbox().cloned(),
             Arc::clone(workspace.command_env()),
+            workspace.disk().cloned(),
         ));
     }
 
@@ -462,7 +464,7 @@ impl SessionActor {
             }
         };
         let spool = match OutputSpool::reopen(&dir, agent_id).await {
-            Ok(spool) => spool,
+            Ok(spool) => spool.charged_to(self.tasks.disk().cloned()),
             Err(err) => {
                 tracing::error!(%err, agent_id, "sub-agent transcript unreadable");
                 return Ok(());

@@ -208,7 +208,10 @@ impl SessionActor {
             )
         });
         let mut actor = Self {
-            tasks: TaskSupervisor::new(setup.tasks_dir),
+            tasks: TaskSupervisor::new(
+                setup.tasks_dir,
+                setup.registry.workspace().and_then(|w| w.disk().cloned()),
+            ),
             reports: LazyChannel::default(),
             session_id: setup.session_id,
             store: setup.store,
