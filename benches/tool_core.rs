@@ -138,6 +138,7 @@ fn disk_accounting(c: &mut Criterion) {
         charged_dir.path(),
         "",
         None,
+        Arc::default(),
         Some(quotas.user(None, charged_dir.path())),
     );
     group.bench_function("charged", |b| {
