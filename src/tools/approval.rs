@@ -275,6 +275,31 @@ impl ApprovalRules {
         }
     }
 
+    /// These rules with every ask turned into consent: `ask` lists emptied, ask rules made
+    /// allow rules. What a hook's `allow` stands for: the deny rules still refuse, still ask
+    /// about what they cannot see, and the `.git` rule still asks.
+    pub fn without_asks(&self) -> Self {
+        let policies = self
+            .policies
+            .iter()
+            .filter(|policy| !policy.commands.is_empty())
+            .map(|policy| {
+                let mut policy = policy.clone();
+                policy.ask.clear();
+                for rule in &mut policy.commands {
+                    if rule.action == RuleAction::Ask {
+                        rule.action = RuleAction::Allow;
+                    }
+                }
+                policy
+            })
+            .collect();
+        Self {
+            policies,
+            groups: self.groups.clone(),
+        }
+    }
+
     /// The text a call of a command tool runs or types, and where it goes.
     fn command_text<'a>(&self, tool: &str, arguments: &'a Value) -> Option<(&'a str, Source)> {
         let (_, field, source) = COMMAND_TOOLS.iter().find(|(name, ..)| *name == tool)?;
