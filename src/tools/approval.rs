@@ -470,6 +470,40 @@ mod tests {
         matches!(gate, Gate::Ask { .. })
     }
 
+    /// What a hook's `allow` stands for: the ask rules answered, nothing else.
+    #[test]
+    fn without_asks_keeps_deny_rules_and_the_git_rule() {
+        let r = rules(
+            &["shell", "write_file"],
+            &[
+                (&["rm"], RuleAction::Deny),
+                (&["git", "push"], RuleAction::Ask),
+            ],
+        );
+        let allowed = r.without_asks();
+        assert!(asks(&r.gate("shell", &shell("ls"), &[])));
+        assert_eq!(allowed.gate("shell", &shell("ls"), &[]), Gate::Run);
+        assert_eq!(allowed.gate("shell", &shell("git push"), &[]), Gate::Run);
+        assert!(matches!(
+            allowed.gate("shell", &shell("rm victim"), &[]),
+            Gate::Refuse { .. }
+        ));
+        // What the deny rule cannot see through still asks.
+        assert!(asks(&allowed.gate("shell", &shell("r=rm; $r victim"), &[])));
+        assert!(asks(&allowed.gate(
+            "write_file",
+            &json!({"path": ".git/config", "content": "x"}),
+            &[]
+        )));
+        assert_eq!(
+            allowed.gate("write_file", &json!({"path": "a", "content": "x"}), &[]),
+            Gate::Run
+        );
+        // Without a deny rule nothing is left but the `.git` rule.
+        let asking = rules(&["shell"], &[(&["git"], RuleAction::Ask)]).without_asks();
+        assert_eq!(asking.gate("shell", &shell("$x y"), &[]), Gate::Run);
+    }
+
     #[test]
     fn without_ask_entries_or_rules_everything_runs() {
         let empty = ApprovalRules::new([&ToolPolicy::default()], ToolGroups::default());
