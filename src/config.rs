@@ -1025,6 +1025,41 @@ impl Config {
         )
     }
 
+    /// The tools a session of this server can be offered, for checking hook matchers: the
+    /// built-ins, the server's task tools, the plugins, and the MCP servers by name.
+    fn known_tools(&self) -> crate::agent::hooks::KnownTools<'_> {
+        let own = crate::builtin::metas()
+            .iter()
+            .chain(crate::tasks::tools::metas())
+            .map(|meta| (meta.name.as_str(), meta.groups.as_slice()));
+        let plugins = self
+            .plugins
+            .iter()
+            .map(|plugin| (plugin.name.as_str(), &[][..]));
+        crate::agent::hooks::KnownTools {
+            tools: own.chain(plugins).collect(),
+            mcp_servers: self.mcp_servers.iter().map(|s| s.name.as_str()).collect(),
+        }
+    }
+
+    /// What is allowed but probably not meant, one line each (`check-config` prints them,
+    /// `serve` logs them): a hook whose command names a script the agent could rewrite.
+    pub fn warnings(&self) -> Vec<String> {
+        self.hooks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, hook)| {
+                let path = hook.workspace_path(&self.server.workspace)?;
+                Some(format!(
+                    "hooks[{index}] ({}): its command names {path:?}, inside the workspace or \
+                     relative to the session's cwd, where the agent it checks can rewrite it; \
+                     keep hook scripts outside the workspace (e.g. /etc/agentd/hooks/)",
+                    hook.event.as_str()
+                ))
+            })
+            .collect()
+    }
+
     /// Checks values that parse but make no sense.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |msg: String| Err(ConfigError::Invalid(msg));
@@ -1147,11 +1182,22 @@ impl Config {
         if self.llm.max_iterations == 0 {
             return invalid("llm.max_iterations must be at least 1".into());
         }
+        let known = self.known_tools();
         for (index, hook) in self.hooks.iter().enumerate() {
             if let Some(problem) = hook.invalid() {
                 return invalid(format!(
                     "hooks[{index}] ({}): {problem}",
                     hook.event.as_str()
+                ));
+            }
+            if let Some(entry) = hook.unmatched(&known) {
+                return invalid(format!(
+                    "hooks[{index}] ({} {:?}): the matcher {:?} names no tool this server \
+                     offers ({entry:?} matches none: use a tool name, a Claude Code tool name \
+                     such as Bash, a wildcard, or group:NAME)",
+                    hook.event.as_str(),
+                    hook.label(),
+                    hook.matcher.as_deref().unwrap_or_default(),
                 ));
             }
         }

@@ -73,10 +73,17 @@ fn main() -> ExitCode {
         _ => None,
     };
     init_tracing_with("info", telemetry.as_ref());
+    let warnings = config.warnings();
     let Some(serving) = serving else {
+        for warning in &warnings {
+            eprintln!("warning: {warning}");
+        }
         print!("{}", config.to_effective_toml());
         return ExitCode::SUCCESS;
     };
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => return fail(&format!("cannot start the async runtime: {err}")),

@@ -95,6 +95,8 @@ pub struct ApprovalAsk {
 #[derive(Debug)]
 pub(crate) struct Approvals {
     rules: ApprovalRules,
+    /// The rules with their asks answered yes, for a call a hook allowed.
+    without_asks: ApprovalRules,
     grants: Mutex<Vec<Grant>>,
     timeout: Duration,
 }
@@ -102,6 +104,7 @@ pub(crate) struct Approvals {
 impl Approvals {
     pub(crate) fn new(rules: ApprovalRules, timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
+            without_asks: rules.without_asks(),
             rules,
             grants: Mutex::new(Vec::new()),
             timeout,
@@ -117,6 +120,12 @@ impl Approvals {
         }
         let grants = crate::mutex::lock(&self.grants);
         self.rules.gate(tool, arguments, &grants)
+    }
+
+    /// What happens now to a call of `tool` with `arguments` that a hook allowed: only the
+    /// session's ask rules are taken as answered.
+    pub(crate) fn gate_without_asks(&self, tool: &str, arguments: &Value) -> Gate {
+        self.without_asks.gate(tool, arguments, &[])
     }
 
     /// Lets what `grant` names through for the rest of the session.

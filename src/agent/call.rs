@@ -105,6 +105,30 @@ pub(crate) struct Call {
     pub approved: bool,
 }
 
+/// What the `PreToolUse` hooks said about a call's approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HookSays {
+    /// Nothing: the rules decide.
+    Nothing,
+    /// `allow`: the session's ask rules do not ask; deny rules and the `.git` rule still hold.
+    Allow,
+    /// `ask`: a person is asked even where no rule would.
+    Ask,
+}
+
+/// The result of a call the turn's interruption stopped before it ran or while it ran.
+fn interrupted(scope: &CallScope, name: &str) -> ToolResult {
+    if scope.turn_id.is_some() {
+        ToolResult::failure("interrupted: the turn was stopped while this call ran")
+            .with_metadata(json!({"error": {"kind": "interrupted"}}))
+    } else {
+        DispatchError::Cancelled {
+            name: name.to_string(),
+        }
+        .to_tool_result()
+    }
+}
+
 /// Tells `hook/ran` for each hook that ran.
 pub(crate) async fn report_hooks<H: CallHost>(host: &H, ran: Vec<Ran>, tool_call_id: Option<&str>) {
     for ran in ran {
@@ -120,26 +144,30 @@ pub(crate) async fn report_hooks<H: CallHost>(host: &H, ran: Vec<Ran>, tool_call
     }
 }
 
-/// The `PreToolUse` hooks of a call: `Err` with the result a block ends it with; otherwise the
-/// call, its input rewritten and its approval decided as the hooks said.
+/// The `PreToolUse` hooks of a call: `Err` with the result a block (or an interruption) ends
+/// it with; otherwise the call, its input rewritten, and what the hooks said about approval.
 async fn pre_tool_use<H: CallHost>(
     host: &H,
+    scope: &CallScope,
     hooks: &SessionHooks,
     mut call: Call,
     name: &str,
-    force_ask: &mut bool,
-) -> Result<Call, ToolResult> {
+) -> Result<(Call, HookSays), ToolResult> {
     if !hooks.any(HookEvent::PreToolUse, Some(name)) {
-        return Ok(call);
+        return Ok((call, HookSays::Nothing));
     }
     let outcome = hooks
         .run(
             HookEvent::PreToolUse,
             Some(name),
             json!({"tool_name": name, "tool_input": call.arguments, "tool_use_id": call.tool_call_id}),
+            &call.cancel,
         )
         .await;
     report_hooks(host, outcome.ran, Some(&call.tool_call_id)).await;
+    if outcome.interrupted {
+        return Err(interrupted(scope, name));
+    }
     if let Some(reason) = outcome.blocked {
         return Err(ToolResult::failure(format!("blocked by a hook: {reason}"))
             .with_metadata(json!({"error": {"kind": "hook_blocked", "message": reason}})));
@@ -147,12 +175,14 @@ async fn pre_tool_use<H: CallHost>(
     if let Some(input) = outcome.updated_input {
         call.arguments = input;
     }
-    if outcome.ask {
-        *force_ask = true;
+    let says = if outcome.ask {
+        HookSays::Ask
     } else if outcome.allow {
-        call.approved = true;
-    }
-    Ok(call)
+        HookSays::Allow
+    } else {
+        HookSays::Nothing
+    };
+    Ok((call, says))
 }
 
 /// The `PostToolUse` hooks of a call that ran: what they add goes to the model with its result.
@@ -176,6 +206,7 @@ async fn post_tool_use<H: CallHost>(
                 "tool_use_id": call.tool_call_id,
                 "tool_response": {"output": result.output, "success": result.success},
             }),
+            &call.cancel,
         )
         .await;
     report_hooks(host, outcome.ran, Some(&call.tool_call_id)).await;
@@ -238,11 +269,10 @@ async fn run_call<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolR
         arguments: arguments_for_event(&call.arguments),
     })
     .await;
-    let mut force_ask = false;
     let tool_call_id = call.tool_call_id.clone();
-    let call = match &scope.hooks {
-        Some(hooks) => match pre_tool_use(host, hooks, call, &name, &mut force_ask).await {
-            Ok(call) => call,
+    let (call, says) = match &scope.hooks {
+        Some(hooks) => match pre_tool_use(host, scope, hooks, call, &name).await {
+            Ok(decided) => decided,
             Err(blocked) => {
                 host.emit(ToolCompleted::of(
                     scope.turn_id.clone(),
@@ -255,9 +285,9 @@ async fn run_call<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolR
                 return blocked;
             }
         },
-        None => call,
+        None => (call, HookSays::Nothing),
     };
-    if let Some(refused) = approve(host, scope, &call, &name, force_ask).await {
+    if let Some(refused) = approve(host, scope, &call, &name, says).await {
         host.emit(ToolCompleted::of(
             scope.turn_id.clone(),
             &call.tool_call_id,
@@ -298,16 +328,25 @@ async fn run_call<H: CallHost>(host: &H, scope: &CallScope, call: Call) -> ToolR
 
 /// The approval step: `None` when the call may run (no rule asks, a person accepted, or it was
 /// decided already), else the result it ends with (a rule refuses it, or it was declined, timed
-/// out or interrupted). A deny rule refuses even a call decided already.
+/// out or interrupted). A deny rule refuses even a call decided already. A hook's `allow` is no
+/// person's decision: it answers only the session's ask rules, so the `.git` rule and what a
+/// deny rule could be hiding (a program named by a variable) still ask.
 async fn approve<H: CallHost>(
     host: &H,
     scope: &CallScope,
     call: &Call,
     name: &str,
-    force_ask: bool,
+    says: HookSays,
 ) -> Option<ToolResult> {
-    let (reason, grant) = match scope.approvals.gate(name, &call.arguments) {
-        Gate::Run if force_ask => ("a hook asked for a person's approval".to_string(), None),
+    let gate = if says == HookSays::Allow {
+        scope.approvals.gate_without_asks(name, &call.arguments)
+    } else {
+        scope.approvals.gate(name, &call.arguments)
+    };
+    let (reason, grant) = match gate {
+        Gate::Run if says == HookSays::Ask => {
+            ("a hook asked for a person's approval".to_string(), None)
+        }
         Gate::Run => return None,
         Gate::Refuse { reason } => {
             return Some(

@@ -8,7 +8,14 @@
 //! (`X-Agentd-Signature: sha256=<hex>`) when it has a secret, tried up to three times within
 //! its timeout; a 2xx answer's body is read like a command's stdout. Every hook that ran is
 //! told as a `hook/ran` event with what it decided: none is skipped without a word.
+//!
+//! A hook's `allow` only spares a person the question the session's ask rules would put: a
+//! deny rule and the `.git` rule still hold (see `agent::call`). A hook runs until its
+//! timeout or until the turn it serves is interrupted, whichever comes first: its process
+//! group is killed, or its request dropped, at once. Matchers take Claude Code's tool names
+//! too, and one that could match no tool is refused at start-up ([`HookConfig::unmatched`]).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,16 +23,85 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
 
 use crate::builtin::process::{kill_group, shell_command};
 use crate::capped_read::{Prefix, read_prefix, response_prefix};
 use crate::secret::Secret;
+use crate::tools::policy::{MCP_TOOL_PREFIX, mcp_group_names};
 use crate::tools::workspace::Workspace;
 
 /// Tries of a URL hook before it is reported as failed.
 const URL_TRIES: u32 = 3;
 /// Most bytes of a hook's stdout or stderr read.
 const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// Claude Code's tool names, which matchers take as they are written (case-sensitive), and
+/// the tools each stands for here. `Bash` names the command tools one by one until tool metas
+/// say which tools run commands (`group:commands`).
+const CLAUDE_CODE_TOOLS: &[(&str, &[&str])] = &[
+    ("Bash", &["shell", "exec_command", "write_stdin"]),
+    ("Edit", &["edit_file", "diff_edit", "apply_patch"]),
+    ("MultiEdit", &["edit_file", "diff_edit", "apply_patch"]),
+    ("Write", &["write_file"]),
+    ("Read", &["read_file", "view_image"]),
+    ("Glob", &["glob"]),
+    ("Grep", &["grep"]),
+    ("LS", &["list_dir"]),
+    ("WebFetch", &["web_fetch"]),
+    ("WebSearch", &["web_search"]),
+    ("Task", &["spawn_agent"]),
+    ("TodoWrite", &["update_plan"]),
+];
+
+/// Whether one `|` alternative of a matcher names `tool` (in `groups`): a Claude Code tool
+/// name, `group:NAME`, a `prefix*` or `prefix.*` wildcard, or the name itself.
+fn alternative_matches(entry: &str, tool: &str, groups: &[&str]) -> bool {
+    if let Some((_, tools)) = CLAUDE_CODE_TOOLS.iter().find(|(alias, _)| *alias == entry) {
+        return tools.contains(&tool);
+    }
+    if let Some(prefix) = entry.strip_suffix(".*") {
+        return tool.starts_with(prefix);
+    }
+    crate::tools::policy::entry_matches(entry, tool, groups)
+}
+
+/// The tools a server can offer, for checking matchers before it starts.
+#[derive(Debug, Default)]
+pub struct KnownTools<'a> {
+    /// Each tool's name and groups: built-ins, the server's own, plugins.
+    pub tools: Vec<(&'a str, &'a [&'static str])>,
+    /// The configured MCP servers: their tools are named only once they list them, so any
+    /// `mcp__<server>__…` name is taken as known.
+    pub mcp_servers: Vec<&'a str>,
+}
+
+impl KnownTools<'_> {
+    /// Whether one `|` alternative of a matcher could name a tool of these.
+    fn could_match(&self, entry: &str) -> bool {
+        if CLAUDE_CODE_TOOLS.iter().any(|(alias, _)| *alias == entry) {
+            return true;
+        }
+        if let Some(group) = entry.strip_prefix("group:") {
+            return self.mcp_servers.iter().any(|server| {
+                mcp_group_names(group, &crate::mcp::tool_name(server, "x")) == Some(true)
+            }) || (mcp_group_names(group, "").is_none()
+                && self.tools.iter().any(|(_, groups)| groups.contains(&group)));
+        }
+        let prefix = entry.strip_suffix(".*").or_else(|| entry.strip_suffix('*'));
+        let mcp = self.mcp_servers.iter().any(|server| {
+            let tools = format!("{MCP_TOOL_PREFIX}{server}__");
+            match prefix {
+                Some(prefix) => tools.starts_with(prefix) || prefix.starts_with(&tools),
+                None => entry.len() > tools.len() && entry.starts_with(&tools),
+            }
+        });
+        mcp || self
+            .tools
+            .iter()
+            .any(|(name, groups)| alternative_matches(entry, name, groups))
+    }
+}
 
 /// When a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,8 +147,8 @@ pub struct HookConfig {
     pub name: Option<String>,
     /// When it runs.
     pub event: HookEvent,
-    /// For tool events: the tools it runs for (a name, `*` wildcards, `group:NAME`); every
-    /// tool when omitted.
+    /// For tool events: the tools it runs for (a name, a Claude Code tool name, `*` or `.*`
+    /// wildcards, `group:NAME`, alternatives `a|b`); every tool when omitted or empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matcher: Option<String>,
     /// A shell command, run in the session's sandbox.
@@ -141,14 +217,76 @@ impl HookConfig {
 
     /// Whether it runs for `tool` (in `groups`); hooks of events without a tool always do.
     fn matches(&self, tool: Option<&str>, groups: &[&str]) -> bool {
-        match (&self.matcher, tool) {
+        match (self.tool_matcher(), tool) {
             (None, _) | (_, None) => true,
             (Some(matcher), Some(tool)) => matcher
                 .split('|')
-                .any(|entry| crate::tools::policy::entry_matches(entry.trim(), tool, groups)),
+                .any(|entry| alternative_matches(entry.trim(), tool, groups)),
         }
     }
+
+    /// Its matcher, when it has one that narrows: an empty one means every tool, as in Claude
+    /// Code.
+    fn tool_matcher(&self) -> Option<&str> {
+        self.matcher.as_deref().filter(|m| !m.trim().is_empty())
+    }
+
+    /// For a tool event's hook, the alternative of its matcher that can match none of `known`:
+    /// a typo (`shel`) that would leave the hook silently idle.
+    pub fn unmatched(&self, known: &KnownTools<'_>) -> Option<String> {
+        if !matches!(self.event, HookEvent::PreToolUse | HookEvent::PostToolUse) {
+            return None;
+        }
+        self.tool_matcher()?
+            .split('|')
+            .map(str::trim)
+            .find(|entry| !known.could_match(entry))
+            .map(str::to_string)
+    }
+
+    /// A path its command names inside `workspace`, or relative to the session's cwd (which
+    /// lies in the workspace): a script there can be rewritten by the agent the hook is meant
+    /// to check. A warning, not an error: the words are read without a shell.
+    pub fn workspace_path(&self, workspace: &Path) -> Option<String> {
+        let command = self.command.as_deref()?;
+        let real = std::fs::canonicalize(workspace).ok();
+        let inside = |path: &Path| {
+            path.starts_with(workspace)
+                || real.as_deref().is_some_and(|real| path.starts_with(real))
+        };
+        for segment in command.split(|c: char| ";|&()\n".contains(c)) {
+            let words = segment
+                .split(|c: char| c.is_whitespace() || "\"'`<>".contains(c))
+                .filter(|word| !word.is_empty());
+            // The program is the first word that assigns no variable.
+            let mut program = true;
+            for word in words {
+                // `--config=./x` and `X=./x` name `./x`.
+                let path = word.rsplit('=').next().unwrap_or(word);
+                let named = if path.starts_with('/') {
+                    inside(Path::new(path))
+                } else {
+                    path.starts_with("./")
+                        || path.starts_with("../")
+                        || (path.contains('/')
+                            && !path.starts_with(['~', '$', '-'])
+                            && !path.contains("://")
+                            && (program || SCRIPT_ENDINGS.iter().any(|end| path.ends_with(end))))
+                };
+                if named {
+                    return Some(path.to_string());
+                }
+                if !(program && word.contains('=')) {
+                    program = false;
+                }
+            }
+        }
+        None
+    }
 }
+
+/// How a script's name ends, for a relative path that is an interpreter's argument.
+const SCRIPT_ENDINGS: &[&str] = &[".sh", ".py", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl"];
 
 /// What a hook decided, as `hook/ran` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -198,6 +336,9 @@ pub struct Outcome {
     pub context: Vec<String>,
     /// Every hook that ran.
     pub ran: Vec<Ran>,
+    /// The work the hooks served was interrupted while one ran: it was stopped, and the
+    /// hooks after it did not run.
+    pub interrupted: bool,
 }
 
 /// The hooks of one session: they run in its sandbox, in its cwd.
@@ -251,8 +392,15 @@ impl SessionHooks {
     }
 
     /// Runs the hooks of `event` (for `tool`, when given) one after the other with the
-    /// event's JSON: `fields` plus `hook_event_name`, `session_id` and `cwd`.
-    pub async fn run(&self, event: HookEvent, tool: Option<&str>, fields: Value) -> Outcome {
+    /// event's JSON: `fields` plus `hook_event_name`, `session_id` and `cwd`. When `cancel`
+    /// fires (the turn is interrupted) the running hook is stopped at once and no other runs.
+    pub async fn run(
+        &self,
+        event: HookEvent,
+        tool: Option<&str>,
+        fields: Value,
+        cancel: &CancellationToken,
+    ) -> Outcome {
         let mut payload = json!({
             "hook_event_name": event.as_str(),
             "session_id": self.session_id,
@@ -267,13 +415,25 @@ impl SessionHooks {
             if hook.event != event || !hook.matches(tool, self.groups_of(tool)) {
                 continue;
             }
+            if cancel.is_cancelled() {
+                outcome.interrupted = true;
+                break;
+            }
             let started = Instant::now();
             let timeout = Duration::from_secs(hook.timeout_secs);
             let answer = match (&hook.command, &hook.url) {
-                (Some(command), _) => self.run_command(command, &body, timeout).await,
-                (None, Some(url)) => self.post(url, hook.secret.as_ref(), &body, timeout).await,
+                (Some(command), _) => self.run_command(command, &body, timeout, cancel).await,
+                (None, Some(url)) => {
+                    let post = self.post(url, hook.secret.as_ref(), &body, timeout);
+                    tokio::select! {
+                        answer = post => answer,
+                        // Dropping the request's future closes its connection.
+                        () = cancel.cancelled() => Answer::Interrupted,
+                    }
+                }
                 (None, None) => Answer::Failed("no command or url".into()),
             };
+            outcome.interrupted = matches!(answer, Answer::Interrupted);
             let (decision, reason) = read_answer(answer, &mut outcome);
             if decision == Decision::Block && outcome.blocked.is_none() {
                 outcome.blocked = Some(reason.clone().unwrap_or_else(|| {
@@ -287,14 +447,20 @@ impl SessionHooks {
                 reason,
                 duration: started.elapsed(),
             });
-            if outcome.blocked.is_some() {
+            if outcome.blocked.is_some() || outcome.interrupted {
                 break;
             }
         }
         outcome
     }
 
-    async fn run_command(&self, command: &str, body: &str, timeout: Duration) -> Answer {
+    async fn run_command(
+        &self,
+        command: &str,
+        body: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Answer {
         let mut process = match shell_command(&self.workspace, command, self.workspace.root()) {
             Ok(process) => process,
             Err(err) => return Answer::Failed(format!("cannot start: {err}")),
@@ -338,7 +504,14 @@ impl SessionHooks {
             let status = child.wait().await?;
             Ok::<_, std::io::Error>((status, out?, err?))
         };
-        match tokio::time::timeout(timeout, run).await {
+        let ended = tokio::select! {
+            ended = tokio::time::timeout(timeout, run) => ended,
+            () = cancel.cancelled() => {
+                kill_group(pgid);
+                return Answer::Interrupted;
+            }
+        };
+        match ended {
             Err(_) => {
                 kill_group(pgid);
                 Answer::TimedOut
@@ -420,6 +593,8 @@ enum Answer {
         stderr: String,
     },
     TimedOut,
+    /// Stopped because the turn it served was interrupted.
+    Interrupted,
     Failed(String),
 }
 
@@ -452,6 +627,12 @@ struct SpecificOutput {
 fn read_answer(answer: Answer, outcome: &mut Outcome) -> (Decision, Option<String>) {
     let (code, stdout, stderr) = match answer {
         Answer::TimedOut => return (Decision::Timeout, None),
+        Answer::Interrupted => {
+            return (
+                Decision::Error,
+                Some("stopped: the turn was interrupted".into()),
+            );
+        }
         Answer::Failed(why) => return (Decision::Error, Some(why)),
         Answer::Exited {
             code,
@@ -606,6 +787,145 @@ mod tests {
         );
     }
 
+    fn tool_hook(matcher: &str) -> HookConfig {
+        HookConfig {
+            name: None,
+            event: HookEvent::PreToolUse,
+            matcher: Some(matcher.to_string()),
+            command: Some("true".into()),
+            url: None,
+            secret_env: None,
+            timeout_secs: 5,
+            secret: None,
+        }
+    }
+
+    #[test]
+    fn claude_code_tool_names_match_the_tools_they_stand_for() {
+        let runs = |matcher: &str, tool: &str| tool_hook(matcher).matches(Some(tool), &[]);
+        for tool in ["shell", "exec_command", "write_stdin"] {
+            assert!(runs("Bash", tool), "{tool}");
+        }
+        assert!(!runs("Bash", "read_file"));
+        for tool in ["edit_file", "diff_edit", "apply_patch", "write_file"] {
+            assert!(runs("Edit|Write", tool), "{tool}");
+            assert!(runs("Read | Edit | Write", tool), "{tool}");
+        }
+        assert!(runs("MultiEdit", "apply_patch"));
+        assert!(!runs("Edit|Write", "read_file"));
+        assert!(runs("Read", "read_file") && runs("Read", "view_image"));
+        for (alias, tool) in [
+            ("Glob", "glob"),
+            ("Grep", "grep"),
+            ("LS", "list_dir"),
+            ("WebFetch", "web_fetch"),
+            ("WebSearch", "web_search"),
+            ("Task", "spawn_agent"),
+            ("TodoWrite", "update_plan"),
+        ] {
+            assert!(runs(alias, tool), "{alias}");
+        }
+        // As in Claude Code, names are case-sensitive; an empty matcher is every tool.
+        assert!(!runs("bash", "shell") && !runs("BASH", "shell"));
+        assert!(runs("", "grep") && runs("mcp__fs__.*", "mcp__fs__read"));
+        // Every tool an alias stands for is one the server has.
+        let names: Vec<&str> = crate::builtin::metas()
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        for (alias, tools) in CLAUDE_CODE_TOOLS {
+            for tool in *tools {
+                assert!(
+                    names.contains(tool),
+                    "{alias} names {tool}, which no tool is"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_matcher_that_matches_no_tool_is_named() {
+        let fs: &[&'static str] = &["fs"];
+        let known = KnownTools {
+            tools: vec![("shell", &[]), ("write_file", fs), ("lint", &[])],
+            mcp_servers: vec!["github"],
+        };
+        let unmatched = |matcher: &str| tool_hook(matcher).unmatched(&known);
+        for fine in [
+            "shell",
+            "Bash",
+            "Edit|Write",
+            "sh*",
+            "*",
+            "",
+            "group:fs",
+            "lint",
+            "group:mcp",
+            "group:mcp:github",
+            "mcp__github__create_issue",
+            "mcp__github__.*",
+            "mcp__git*",
+            "mc*",
+        ] {
+            assert_eq!(unmatched(fine), None, "{fine:?}");
+        }
+        assert_eq!(unmatched("shel"), Some("shel".into()));
+        assert_eq!(unmatched("shell|writ_file"), Some("writ_file".into()));
+        assert_eq!(unmatched("bash"), Some("bash".into()));
+        assert_eq!(unmatched("group:web"), Some("group:web".into()));
+        assert_eq!(
+            unmatched("group:mcp:gitlab"),
+            Some("group:mcp:gitlab".into())
+        );
+        assert_eq!(unmatched("mcp__gitlab__x"), Some("mcp__gitlab__x".into()));
+        assert_eq!(unmatched("mcp__github__"), Some("mcp__github__".into()));
+        assert_eq!(unmatched("zz*"), Some("zz*".into()));
+        // Events without a tool ignore their matcher.
+        let stop = HookConfig {
+            event: HookEvent::Stop,
+            ..tool_hook("shel")
+        };
+        assert_eq!(stop.unmatched(&known), None);
+    }
+
+    #[test]
+    fn a_command_naming_a_script_the_agent_can_rewrite_is_found() {
+        let workspace = Path::new("/srv/work");
+        let named = |command: &str| {
+            HookConfig {
+                command: Some(command.into()),
+                ..tool_hook("shell")
+            }
+            .workspace_path(workspace)
+        };
+        for (command, path) in [
+            ("python3 .agents/hooks/check.py", ".agents/hooks/check.py"),
+            ("./scripts/guard.sh", "./scripts/guard.sh"),
+            ("scripts/guard", "scripts/guard"),
+            ("sh -c '../up/guard'", "../up/guard"),
+            (
+                "/srv/work/hooks/guard.sh --strict",
+                "/srv/work/hooks/guard.sh",
+            ),
+            ("LANG=C /srv/work/guard", "/srv/work/guard"),
+            ("jq . | node --config=./hook.json x", "./hook.json"),
+        ] {
+            assert_eq!(named(command).as_deref(), Some(path), "{command}");
+        }
+        for command in [
+            "/etc/agentd/hooks/check.py",
+            "python3 /etc/agentd/hooks/check.py 2>/dev/null",
+            "grep -q 'rm -rf' && exit 2",
+            "jq -r .tool_input.command",
+            "sed 's/a/b/' | check-hook",
+            "curl -s https://ci.example.com/hook",
+            "/srv/workshop/guard",
+            "$HOME/hooks/guard.sh",
+        ] {
+            assert_eq!(named(command), None, "{command}");
+        }
+    }
+
     #[test]
     fn a_hook_is_named_by_its_name_its_command_or_its_urls_host_alone() {
         let url_hook = HookConfig {
@@ -685,7 +1005,12 @@ mod tests {
         .unwrap()]);
         let session = SessionHooks::new(&hooks, Default::default(), workspace, "s").unwrap();
         let answer = session
-            .run_command(command, "{}", Duration::from_secs(100))
+            .run_command(
+                command,
+                "{}",
+                Duration::from_secs(100),
+                &CancellationToken::new(),
+            )
             .await;
         let Answer::Exited {
             code: Some(0),

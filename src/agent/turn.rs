@@ -173,14 +173,19 @@ impl<H: TurnHost> Turn<H> {
         if let Some(diff) = diff {
             self.host.emit(diff).await;
         }
+        // As in Claude Code, a turn a person interrupted runs no Stop hook: the interrupt's
+        // answer waits for the turn's end, which must come at once.
+        let interrupted = self.cancel.is_cancelled() && !timed_out;
         if let Some(hooks) = &self.scope.hooks
             && hooks.any(HookEvent::Stop, None)
+            && !interrupted
         {
             let outcome = hooks
                 .run(
                     HookEvent::Stop,
                     None,
                     json!({"stop_hook_active": false, "reason": outcome_label}),
+                    &CancellationToken::new(),
                 )
                 .await;
             super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
@@ -209,7 +214,12 @@ impl<H: TurnHost> Turn<H> {
         let mut context = Vec::new();
         if self.session_start && hooks.any(HookEvent::SessionStart, None) {
             let outcome = hooks
-                .run(HookEvent::SessionStart, None, json!({"source": "startup"}))
+                .run(
+                    HookEvent::SessionStart,
+                    None,
+                    json!({"source": "startup"}),
+                    &self.cancel,
+                )
                 .await;
             super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
             context.extend(outcome.context);
@@ -222,6 +232,7 @@ impl<H: TurnHost> Turn<H> {
                     HookEvent::UserPromptSubmit,
                     None,
                     json!({"prompt": content}),
+                    &self.cancel,
                 )
                 .await;
             super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
@@ -439,7 +450,12 @@ impl<H: TurnHost> Turn<H> {
             && hooks.any(HookEvent::PreCompact, None)
         {
             let outcome = hooks
-                .run(HookEvent::PreCompact, None, json!({"trigger": "auto"}))
+                .run(
+                    HookEvent::PreCompact,
+                    None,
+                    json!({"trigger": "auto"}),
+                    &self.cancel,
+                )
                 .await;
             super::call::report_hooks(self.host.as_ref(), outcome.ran, None).await;
         }

@@ -35,15 +35,8 @@ pub struct ReadTaskOutput {
 }
 
 impl ReadTaskOutput {
-    /// A read_task_output over the server's store.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
-    }
-}
-
-#[async_trait]
-impl Tool for ReadTaskOutput {
-    fn meta(&self) -> &ToolMeta {
+    /// What it is, known without a store.
+    pub fn spec() -> &'static ToolMeta {
         static META: LazyLock<ToolMeta> = LazyLock::new(|| {
             ToolMeta::new(
                 "read_task_output",
@@ -83,6 +76,18 @@ impl Tool for ReadTaskOutput {
         &META
     }
 
+    /// A read_task_output over the server's store.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl Tool for ReadTaskOutput {
+    fn meta(&self) -> &ToolMeta {
+        Self::spec()
+    }
+
     async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args: ReadArgs = crate::tools::args::parse_args(&self.meta().name, args)?;
         let query = match args.mode {
@@ -120,16 +125,14 @@ pub struct CheckBackgroundTasks {
     store: Arc<dyn Store>,
 }
 
-impl CheckBackgroundTasks {
-    /// A check_background_tasks over the server's store.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
-    }
+/// The metas of the server's own tools, known without a store.
+pub fn metas() -> [&'static ToolMeta; 2] {
+    [ReadTaskOutput::spec(), CheckBackgroundTasks::spec()]
 }
 
-#[async_trait]
-impl Tool for CheckBackgroundTasks {
-    fn meta(&self) -> &ToolMeta {
+impl CheckBackgroundTasks {
+    /// What it is, known without a store.
+    pub fn spec() -> &'static ToolMeta {
         static META: LazyLock<ToolMeta> = LazyLock::new(|| {
             ToolMeta::new(
                 "check_background_tasks",
@@ -141,6 +144,18 @@ impl Tool for CheckBackgroundTasks {
             .tags(&["agents"])
         });
         &META
+    }
+
+    /// A check_background_tasks over the server's store.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl Tool for CheckBackgroundTasks {
+    fn meta(&self) -> &ToolMeta {
+        Self::spec()
     }
 
     async fn call(&self, ctx: &ToolContext, _args: &Value) -> Result<ToolResult, ToolError> {

@@ -275,6 +275,31 @@ impl ApprovalRules {
         }
     }
 
+    /// These rules with every ask turned into consent: `ask` lists emptied, ask rules made
+    /// allow rules. What a hook's `allow` stands for: the deny rules still refuse, still ask
+    /// about what they cannot see, and the `.git` rule still asks.
+    pub fn without_asks(&self) -> Self {
+        let policies = self
+            .policies
+            .iter()
+            .filter(|policy| !policy.commands.is_empty())
+            .map(|policy| {
+                let mut policy = policy.clone();
+                policy.ask.clear();
+                for rule in &mut policy.commands {
+                    if rule.action == RuleAction::Ask {
+                        rule.action = RuleAction::Allow;
+                    }
+                }
+                policy
+            })
+            .collect();
+        Self {
+            policies,
+            groups: self.groups.clone(),
+        }
+    }
+
     /// The text a call of a command tool runs or types, and where it goes.
     fn command_text<'a>(&self, tool: &str, arguments: &'a Value) -> Option<(&'a str, Source)> {
         let (_, field, source) = COMMAND_TOOLS.iter().find(|(name, ..)| *name == tool)?;
@@ -443,6 +468,40 @@ mod tests {
 
     fn asks(gate: &Gate) -> bool {
         matches!(gate, Gate::Ask { .. })
+    }
+
+    /// What a hook's `allow` stands for: the ask rules answered, nothing else.
+    #[test]
+    fn without_asks_keeps_deny_rules_and_the_git_rule() {
+        let r = rules(
+            &["shell", "write_file"],
+            &[
+                (&["rm"], RuleAction::Deny),
+                (&["git", "push"], RuleAction::Ask),
+            ],
+        );
+        let allowed = r.without_asks();
+        assert!(asks(&r.gate("shell", &shell("ls"), &[])));
+        assert_eq!(allowed.gate("shell", &shell("ls"), &[]), Gate::Run);
+        assert_eq!(allowed.gate("shell", &shell("git push"), &[]), Gate::Run);
+        assert!(matches!(
+            allowed.gate("shell", &shell("rm victim"), &[]),
+            Gate::Refuse { .. }
+        ));
+        // What the deny rule cannot see through still asks.
+        assert!(asks(&allowed.gate("shell", &shell("r=rm; $r victim"), &[])));
+        assert!(asks(&allowed.gate(
+            "write_file",
+            &json!({"path": ".git/config", "content": "x"}),
+            &[]
+        )));
+        assert_eq!(
+            allowed.gate("write_file", &json!({"path": "a", "content": "x"}), &[]),
+            Gate::Run
+        );
+        // Without a deny rule nothing is left but the `.git` rule.
+        let asking = rules(&["shell"], &[(&["git"], RuleAction::Ask)]).without_asks();
+        assert_eq!(asking.gate("shell", &shell("$x y"), &[]), Gate::Run);
     }
 
     #[test]

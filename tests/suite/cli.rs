@@ -875,3 +875,90 @@ async fn in_process_acp_with_users_needs_a_known_user_and_opens_only_their_root(
         run_briefly(&["export", &session, "--config", config, "--user", "alice"]).await;
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// `check-config` refuses a hook matcher that matches no tool, naming the hook and the
+/// matcher, takes Claude Code's names and MCP and plugin tools, and warns (without failing)
+/// about a hook command that runs a script the agent could rewrite.
+#[test]
+fn check_config_refuses_a_matcher_of_no_tool_and_warns_of_workspace_scripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+    let hook = |matcher: &str, command: &str| {
+        format!(
+            "[[hooks]]\nname = \"guard\"\nevent = \"PreToolUse\"\nmatcher = {matcher:?}\n\
+             command = {command:?}\n"
+        )
+    };
+    let check = |config: &str| {
+        let output = agentd()
+            .args(["check-config", "--config", config])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+
+    write("typo.toml", &hook("Bash|shel", "/etc/agentd/hooks/guard"));
+    let (code, stderr) = check("typo.toml");
+    assert_eq!(code, Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("agentd:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("hooks[0]")
+            && lines[0].contains("\"guard\"")
+            && lines[0].contains("\"shel\""),
+        "{stderr}"
+    );
+
+    let tools = "[[plugins]]\nname = \"lint\"\ndescription = \"d\"\ncommand = \"/bin/true\"\n\
+                 [[mcp_servers]]\nname = \"gh\"\ncommand = \"/bin/true\"\n";
+    write(
+        "fine.toml",
+        &format!(
+            "{}{tools}",
+            hook(
+                "Edit|Write|MultiEdit|lint|mcp__gh__.*|group:fs",
+                "/etc/agentd/hooks/guard"
+            )
+        ),
+    );
+    let (code, stderr) = check("fine.toml");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    write(
+        "other_server.toml",
+        &format!(
+            "{}{tools}",
+            hook("mcp__gitlab__.*", "/etc/agentd/hooks/guard")
+        ),
+    );
+    assert_eq!(check("other_server.toml").0, Some(2));
+
+    // A script in the workspace, or relative to the session's cwd: a warning, not a refusal.
+    let inside = cwd.join("workspace/hooks/guard.sh");
+    for command in [
+        "python3 .agents/hooks/check.py",
+        "./scripts/guard.sh",
+        inside.to_str().unwrap(),
+    ] {
+        write("inside.toml", &hook("Bash", command));
+        let (code, stderr) = check("inside.toml");
+        assert_eq!(code, Some(0), "{command}: {stderr}");
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("warning: hooks[0]"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{command}: {stderr}");
+        assert!(
+            warnings[0].contains("outside the workspace"),
+            "{command}: {stderr}"
+        );
+    }
+}

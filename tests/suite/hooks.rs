@@ -522,3 +522,176 @@ async fn a_url_hooks_path_and_query_are_never_stored_or_exported() {
         assert!(!text.contains("/hook"), "{text}");
     }
 }
+
+/// A hook that answers `allow` to everything, for a model that tries to use it as a key.
+const ALLOW_EVERYTHING: &str =
+    r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}'"#;
+
+/// Waits for `approval/requested` of the call `tool_call_id` and declines it; fails the test
+/// when the call ends (or the turn does) without asking.
+async fn declined_after_asking(
+    ws: &mut crate::support::WsClient,
+    session: &str,
+    tool_call_id: &str,
+) {
+    loop {
+        let message = ws.next_json().await;
+        let params = &message["params"];
+        match message["method"].as_str().unwrap_or_default() {
+            "approval/requested" => {
+                assert_eq!(params["tool_call_id"], tool_call_id, "{message}");
+                ws.result(
+                    "approval/respond",
+                    json!({"session_id": session, "approval_id": params["approval_id"], "decision": "decline"}),
+                )
+                .await;
+                return;
+            }
+            "tool/completed" if params["tool_call_id"] == tool_call_id => {
+                panic!("{tool_call_id} ended without asking: {message}")
+            }
+            "turn/completed" | "turn/error" => {
+                panic!("the turn ended before {tool_call_id} asked: {message}")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A `PreToolUse` hook that answers `allow` to every call lets no call past a deny rule
+/// (named, or hidden where the words cannot show it) nor past the `.git` rule.
+#[tokio::test]
+async fn a_hooks_allow_passes_neither_a_deny_rule_nor_the_git_rule() {
+    use crate::support::mock_llm::ScriptedCall;
+    use agentd::tools::approval::{CommandRule, RuleAction};
+    let mock = MockLlm::start(Script::sequence(vec![
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "named",
+            "shell",
+            &json!({"command": "rm victim"}),
+        )]),
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "hidden",
+            "shell",
+            &json!({"command": "r=rm; $r victim"}),
+        )]),
+        Reply::tool_calls(vec![ScriptedCall::whole(
+            "git_config",
+            "write_file",
+            &json!({"path": ".git/config", "content": "[core]\n\tfsmonitor = rm victim\n"}),
+        )]),
+        Reply::text(&["done"]),
+    ]))
+    .await;
+    let app = TestApp::spawn_with({
+        let with_model = crate::suite::agent::with_model(&mock);
+        move |c| {
+            with_model(c);
+            c.tool_policy.commands = vec![CommandRule {
+                prefix: vec!["rm".into()],
+                action: RuleAction::Deny,
+            }];
+            c.hooks = vec![command_hook(HookEvent::PreToolUse, "", ALLOW_EVERYTHING)];
+        }
+    })
+    .await;
+    let root = app.workspace();
+    std::fs::write(root.join("victim"), "keep\n").unwrap();
+    std::fs::create_dir(root.join(".git")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    ws.result(
+        "turn/start",
+        json!({"session_id": session, "input": [{"kind": "text", "text": "clean up"}]}),
+    )
+    .await;
+    let refused = loop {
+        let note = ws.notification("tool/completed").await;
+        if note["tool_call_id"] == "named" {
+            break note;
+        }
+    };
+    assert_eq!(
+        refused["structured_metadata"]["error"]["kind"], "policy_denied",
+        "{refused}"
+    );
+    declined_after_asking(&mut ws, &session, "hidden").await;
+    declined_after_asking(&mut ws, &session, "git_config").await;
+    let end = ws.notification("turn/completed").await;
+    assert_eq!(end["reason"], "completed", "{end}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("victim")).unwrap(),
+        "keep\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    // The hook did run and said allow each time: it was heard, and outranked.
+    let events = app.replay(&session).await;
+    let allows = events
+        .iter()
+        .filter(|e| e["method"] == "hook/ran" && e["params"]["decision"] == "allow")
+        .count();
+    assert_eq!(allows, 3, "{events:?}");
+}
+
+/// `turn/interrupt` stops a `PreToolUse` hook that would sleep for 30 s: the hook's process is
+/// killed, the call does not run, and the turn ends `interrupted` at once.
+#[tokio::test]
+async fn an_interrupt_stops_a_running_hook_at_once() {
+    use crate::support::mock_llm::ScriptedCall;
+    let mock = MockLlm::start(Script::sequence(vec![Reply::tool_calls(vec![
+        ScriptedCall::whole(
+            "slow",
+            "write_file",
+            &json!({"path": "written", "content": "x"}),
+        ),
+    ])]))
+    .await;
+    let app = TestApp::spawn_with({
+        let with_model = crate::suite::agent::with_model(&mock);
+        move |c| {
+            with_model(c);
+            c.hooks = vec![HookConfig {
+                timeout_secs: 60,
+                ..command_hook(HookEvent::PreToolUse, "write_file", "sleep 30")
+            }];
+        }
+    })
+    .await;
+    let mut ws = app.ws().await;
+    let session = ws.open().await;
+    let started = ws
+        .result(
+            "turn/start",
+            json!({"session_id": session, "input": [{"kind": "text", "text": "write"}]}),
+        )
+        .await;
+    ws.notification("tool/started").await;
+    let (notes, answer) = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        ws.call("turn/interrupt", json!({"session_id": session})),
+    )
+    .await
+    .expect("the interrupt is answered long before the hook's sleep ends");
+    assert_eq!(answer["result"]["interrupted"], true, "{answer}");
+    let of = |method: &str| -> Vec<&Value> {
+        notes
+            .iter()
+            .filter(|n| n["method"] == method)
+            .map(|n| &n["params"])
+            .collect()
+    };
+    let ended = of("turn/error");
+    assert_eq!(ended.len(), 1, "{notes:?}");
+    assert_eq!(ended[0]["turn_id"], started["turn_id"]);
+    assert_eq!(ended[0]["code"], "interrupted");
+    let completed = of("tool/completed");
+    assert_eq!(
+        completed[0]["structured_metadata"]["error"]["kind"], "interrupted",
+        "{notes:?}"
+    );
+    assert!(!app.workspace().join("written").exists());
+}

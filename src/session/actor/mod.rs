@@ -270,8 +270,14 @@ impl SessionActor {
         if !hooks.any(HookEvent::SessionEnd, None) {
             return;
         }
-        let outcome =
-            Box::pin(hooks.run(HookEvent::SessionEnd, None, json!({"reason": reason}))).await;
+        // Nothing interrupts a session's end: its hooks have their own timeouts.
+        let outcome = Box::pin(hooks.run(
+            HookEvent::SessionEnd,
+            None,
+            json!({"reason": reason}),
+            &tokio_util::sync::CancellationToken::new(),
+        ))
+        .await;
         for ran in outcome.ran {
             self.emit(SessionEvent::HookRan {
                 hook: ran.hook,

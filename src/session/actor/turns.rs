@@ -246,6 +246,7 @@ impl SessionActor {
                         crate::agent::hooks::HookEvent::PreCompact,
                         None,
                         serde_json::json!({"trigger": "manual"}),
+                        &cancel,
                     )
                     .await;
                 crate::agent::call::report_hooks(&host, outcome.ran, None).await;
