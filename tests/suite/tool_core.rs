@@ -199,7 +199,8 @@ async fn policies_deferral_and_unsupported_tools_meet_in_one_dispatch_path() {
     assert_eq!(
         catalog["entries"][0],
         json!({"name": "read_file", "description": "Reads a file of the workspace.",
-               "tags": ["fs"], "group": "fs", "concurrency": "safe", "spawn_only": false,
-               "state": "hidden", "reason": "policy_deny"})
+               "tags": ["fs"], "group": "fs", "concurrency": "safe",
+               "effects": {"writes_files": false, "runs_commands": false, "reaches_network": false},
+               "spawn_only": false, "state": "hidden", "reason": "policy_deny"})
     );
 }
