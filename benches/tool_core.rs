@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use agentd::tools::args::estimate_json_size;
-use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolRegistry, ToolResult};
+use agentd::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolRegistry, ToolResult};
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ impl Noop {
             "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
             "required": ["path"]
         });
-        Self(ToolMeta::new(name, "does nothing", schema))
+        Self(ToolMeta::new(name, "does nothing", schema, Effects::NONE))
     }
 }
 

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::parse_args;
-use crate::tools::{Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
 
 /// How long `wait_agent` waits when the model does not say.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -109,6 +109,7 @@ impl Tool for SpawnAgent {
                     "required": ["message"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["sessions", "delegated"])
             .contract()
@@ -166,6 +167,7 @@ impl Tool for SendInput {
                     "required": ["target", "message"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["sessions"])
             .contract()
@@ -212,6 +214,7 @@ impl Tool for ResumeAgent {
                     "required": ["id"],
                     "additionalProperties": false
                 }),
+                Effects::NONE,
             )
             .groups(&["sessions"])
             .contract()
@@ -258,6 +261,7 @@ impl Tool for WaitAgent {
                     },
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["sessions"])
             .contract()
@@ -360,6 +364,7 @@ impl Tool for CloseAgent {
                     "required": ["target"],
                     "additionalProperties": false
                 }),
+                Effects::NONE,
             )
             .groups(&["sessions"])
             .contract()

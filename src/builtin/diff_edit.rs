@@ -18,7 +18,9 @@ use super::text_edit::{
     old_lines, seek_near, without_trailing_blanks,
 };
 use crate::fs_safe::FsError;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{
+    CallSubject, Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
+};
 
 const TOOL: &str = "diff_edit";
 
@@ -607,7 +609,9 @@ impl Tool for DiffEdit {
                     "required": ["path", "diff"],
                     "additionalProperties": false
                 }),
+                Effects::WRITES_FILES,
             )
+            .subject(CallSubject::WrittenPath("path"))
             .groups(&["fs"])
             .contract()
             .tags(&["fs"])

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::parse_args;
 use crate::tools::catalog::{CatalogEntry, ToolCatalog, ToolState};
 use crate::tools::registry::DeferralToolFactory;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Words too common to say anything about which tool fits.
 const STOP_WORDS: &[&str] = &[
@@ -159,6 +159,7 @@ impl Tool for ToolSearch {
                     "required": ["query"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .base()
             .contract()
@@ -212,6 +213,7 @@ impl Tool for ToolSuggest {
                     "required": ["task"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .contract()
             .tags(&["meta"])
@@ -266,7 +268,7 @@ impl ActivateTools {
             "additionalProperties": false
         });
         Self {
-            meta: ToolMeta::new("activate_tools", description, schema)
+            meta: ToolMeta::new("activate_tools", description, schema, Effects::NONE)
                 .base()
                 .contract()
                 .tags(&["meta"])

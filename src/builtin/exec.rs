@@ -24,7 +24,9 @@ use super::parse_args;
 pub(crate) use super::process::{kill_group, sandboxed_command, signal_name};
 use super::process::{merged_output, resolve_workdir, shell_command, truncate_middle};
 use crate::mutex::lock;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{
+    CallSubject, Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
+};
 
 const EXEC_NAME: &str = "exec_command";
 const WRITE_NAME: &str = "write_stdin";
@@ -598,7 +600,9 @@ impl Tool for ExecCommand {
                     "required": ["cmd"],
                     "additionalProperties": false
                 }),
+                Effects::RUNS_COMMANDS,
             )
+            .subject(CallSubject::CommandLine("cmd"))
             .groups(&["runtime", "delegated"])
             .contract()
             .tags(&["runtime"])
@@ -746,7 +750,9 @@ impl Tool for WriteStdin {
                     "required": ["session_id"],
                     "additionalProperties": false
                 }),
+                Effects::RUNS_COMMANDS,
             )
+            .subject(CallSubject::TypedInput("chars"))
             .groups(&["runtime", "delegated"])
             .contract()
             .tags(&["runtime"])

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 use crate::tools::workspace::{ChangeKind, Workspace};
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{CallSubject, Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Largest file the file tools read.
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -80,6 +80,7 @@ impl Tool for ReadFile {
                     "required": ["path"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["fs"])
             .base()
@@ -174,7 +175,9 @@ impl Tool for WriteFile {
                     "required": ["path", "content"],
                     "additionalProperties": false
                 }),
+                Effects::WRITES_FILES,
             )
+            .subject(CallSubject::WrittenPath("path"))
             .groups(&["fs"])
             .base()
             .contract()
@@ -256,7 +259,9 @@ impl Tool for EditFile {
                     "required": ["path", "old_string", "new_string"],
                     "additionalProperties": false
                 }),
+                Effects::WRITES_FILES,
             )
+            .subject(CallSubject::WrittenPath("path"))
             .groups(&["fs"])
             .base()
             .contract()

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 use crate::tools::workspace::Workspace;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Largest diff returned whole; a longer one keeps its head and says how much was cut.
 const MAX_DIFF_BYTES: usize = 256 * 1024;
@@ -42,6 +42,7 @@ impl Tool for WorkspaceDiff {
                 "Show one unified diff of every file this session has changed, compared with each \
                  file's content before the session first touched it. Use it to review your work.",
                 no_arguments(),
+                Effects::NONE,
             )
             .contract()
             .tags(&["fs"])
@@ -96,6 +97,7 @@ impl Tool for WorkspaceLog {
                 "List, in order, every file change this session made: created, modified, moved or \
                  deleted, and by which tool.",
                 no_arguments(),
+                Effects::NONE,
             )
             .contract()
             .tags(&["fs"])

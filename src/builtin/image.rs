@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::parse_args;
 use crate::llm::ImageData;
 use crate::tools::workspace::Workspace;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Shows the model a PNG, JPEG, GIF or WebP file of the workspace.
 pub struct ViewImage {
@@ -48,6 +48,7 @@ impl Tool for ViewImage {
                     "required": ["path"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["fs"])
             .tags(&["fs"])
@@ -99,6 +100,7 @@ impl Tool for ImageGeneration {
                     "required": ["prompt"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .contract()
             .tags(&["meta"])

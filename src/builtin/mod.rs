@@ -275,13 +275,109 @@ mod tests {
         let groups = with_builtins(dir.path(), &ToolPermissions::default())
             .unwrap()
             .tool_groups();
-        assert_eq!(groups.of("shell"), ["runtime", "delegated"]);
+        assert_eq!(
+            groups.of("shell"),
+            ["runtime", "delegated", "writes", "commands"]
+        );
         let deny_fs = crate::tools::ToolPolicy {
             deny: vec!["group:fs".into()],
             ..Default::default()
         };
         assert!(!deny_fs.is_allowed("write_file", groups.of("write_file")));
         assert!(deny_fs.is_allowed("grep", groups.of("grep")));
+    }
+
+    /// The built-ins that change files themselves, naming them in an argument.
+    const FILE_WRITERS: &[&str] = &["apply_patch", "diff_edit", "edit_file", "write_file"];
+    /// The built-ins that run commands or type into one.
+    const COMMAND_RUNNERS: &[&str] = &["exec_command", "shell", "write_stdin"];
+    /// The built-ins that reach the network without running a command.
+    const NETWORK_READERS: &[&str] = &["web_fetch", "web_search"];
+
+    #[test]
+    fn every_builtin_states_what_it_does_and_the_groups_follow() {
+        use crate::tools::{CallSubject, Effects};
+        for meta in metas() {
+            let name = meta.name.as_str();
+            let expected = if COMMAND_RUNNERS.contains(&name) {
+                Effects::RUNS_COMMANDS
+            } else if FILE_WRITERS.contains(&name) {
+                Effects::WRITES_FILES
+            } else if NETWORK_READERS.contains(&name) {
+                Effects::REACHES_NETWORK
+            } else {
+                Effects::NONE
+            };
+            assert_eq!(meta.effects, expected, "{name}");
+            assert_eq!(
+                meta.groups.contains(&"writes"),
+                meta.effects.writes_files,
+                "{name}: {:?}",
+                meta.groups
+            );
+            assert_eq!(
+                meta.groups.contains(&"commands"),
+                meta.effects.runs_commands,
+                "{name}: {:?}",
+                meta.groups
+            );
+            // A writer that runs no command names what it writes, so the `.git` rule sees it;
+            // a command tool names its command, so command rules judge it.
+            let wants_subject = meta.effects.runs_commands || meta.effects.writes_files;
+            assert_eq!(meta.subject.is_some(), wants_subject, "{name}");
+            if let Some(subject) = meta.subject {
+                assert_eq!(subject.is_command(), meta.effects.runs_commands, "{name}");
+                let (CallSubject::CommandLine(field)
+                | CallSubject::TypedInput(field)
+                | CallSubject::WrittenPath(field)
+                | CallSubject::Patch(field)) = subject;
+                assert!(
+                    meta.input_schema["properties"].get(field).is_some(),
+                    "{name}: its subject {field:?} is not one of its arguments"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_git_rule_and_command_rules_reach_every_tool_the_metas_name() {
+        use crate::tools::approval::{ApprovalRules, CommandRule, Gate, RuleAction};
+        let dir = tempfile::tempdir().unwrap();
+        let groups = with_builtins(dir.path(), &ToolPermissions::default())
+            .unwrap()
+            .tool_groups();
+        let git_rule = ApprovalRules::new([], groups.clone());
+        let into_git = |name: &str| match name {
+            "apply_patch" => serde_json::json!({
+                "input": "*** Begin Patch\n*** Add File: .git/hooks/pre-commit\n+x\n*** End Patch"
+            }),
+            _ => serde_json::json!({"path": ".git/config", "content": "x", "diff": "",
+                                    "old_string": "a", "new_string": "b"}),
+        };
+        for name in FILE_WRITERS {
+            assert!(
+                matches!(git_rule.gate(name, &into_git(name), &[]), Gate::Ask { .. }),
+                "{name} writes .git without asking"
+            );
+        }
+        let policy = crate::tools::ToolPolicy {
+            commands: vec![CommandRule {
+                prefix: vec!["rm".into()],
+                action: RuleAction::Deny,
+            }],
+            ..Default::default()
+        };
+        let rules = ApprovalRules::new([&policy], groups);
+        let arguments = |name: &str| match name {
+            "write_stdin" => serde_json::json!({"session_id": 1, "chars": "rm x\n"}),
+            _ => serde_json::json!({"command": "rm x", "cmd": "rm x"}),
+        };
+        for name in COMMAND_RUNNERS {
+            assert!(
+                matches!(rules.gate(name, &arguments(name), &[]), Gate::Refuse { .. }),
+                "{name} runs a denied command"
+            );
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tracing::Instrument;
 use super::parse_args;
 use crate::llm::pricing::{Allowance, CallCost, Pricing};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmError, Provider, Usage};
-use crate::tools::{TokenUsage, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, TokenUsage, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Model calls in flight at once when the call does not say.
 pub const DEFAULT_MAX_PARALLEL: usize = 4;
@@ -237,6 +237,7 @@ impl RunPipeline {
                     "required": ["nodes"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .contract()
             .tags(&["agents"])

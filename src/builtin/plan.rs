@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::parse_args;
-use crate::tools::{Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
 
 /// How long `request_user_input` waits for an answer by default.
 pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -77,6 +77,7 @@ impl Tool for UpdatePlan {
                     "required": ["plan"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .contract()
             .tags(&["plan"])
@@ -204,6 +205,7 @@ impl Tool for RequestUserInput {
                     "required": ["questions"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["delegated"])
             .contract()

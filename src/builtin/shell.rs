@@ -21,7 +21,9 @@ use super::parse_args;
 use super::process::{
     HeadTail, Utf8Chunks, kill_group, merged_output, resolve_workdir, shell_command, signal_name,
 };
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{
+    CallSubject, Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
+};
 
 const NAME: &str = "shell";
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -347,7 +349,9 @@ impl Tool for Shell {
                     "required": ["command"],
                     "additionalProperties": false
                 }),
+                Effects::RUNS_COMMANDS,
             )
+            .subject(CallSubject::CommandLine("command"))
             .groups(&["runtime", "delegated"])
             .base()
             .contract()

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::parse_args;
 use crate::fs_safe;
 use crate::tools::workspace::Workspace;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// The largest `SKILL.md` read.
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
@@ -109,6 +109,7 @@ impl Tool for SkillTool {
                     "required": ["name"],
                     "additionalProperties": false
                 }),
+                Effects::NONE,
             )
             .tags(&["meta"])
         });

@@ -25,7 +25,8 @@ use super::{McpServerConfig, result, tool_name};
 use crate::builtin::process::sandboxed_command_with_network;
 use crate::mutex::lock;
 use crate::tools::{
-    ConcurrencyClass, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult, Workspace,
+    ConcurrencyClass, Effects, Tool, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult,
+    Workspace,
 };
 
 /// Where a server is in its life, as `session/open` and `GET /api/sessions/{id}/mcp` say it.
@@ -536,6 +537,20 @@ impl Drop for ProgressRoute {
     }
 }
 
+/// What an MCP tool can do, by its annotations (hints its server gives, which the spec's
+/// defaults fill in): it writes unless it says `readOnlyHint: true` (and a tool that also says
+/// `destructiveHint: true` contradicts itself, so it counts as writing); it reaches the network
+/// unless it says `openWorldHint: false`. What runs on its server is the server's own, so it
+/// never counts as running a command of the session.
+fn effects_of(annotations: &Value) -> Effects {
+    let read_only = annotations["readOnlyHint"] == true && annotations["destructiveHint"] != true;
+    Effects {
+        writes_files: !read_only,
+        runs_commands: false,
+        reaches_network: annotations["openWorldHint"] != false,
+    }
+}
+
 /// One tool of an MCP server as a registry tool.
 pub struct McpTool {
     meta: ToolMeta,
@@ -565,12 +580,18 @@ impl McpTool {
             Value::Object(schema) => Value::Object(schema.clone()),
             _ => serde_json::json!({"type": "object"}),
         };
-        let mut meta = ToolMeta::new(tool_name(&server.name, &remote), description, schema);
+        let effects = effects_of(&spec["annotations"]);
+        let mut meta = ToolMeta::new(
+            tool_name(&server.name, &remote),
+            description,
+            schema,
+            effects,
+        );
         meta.tags = vec!["mcp"];
-        meta.concurrency = if spec["annotations"]["readOnlyHint"] == true {
-            ConcurrencyClass::Safe
-        } else {
+        meta.concurrency = if effects.writes_files {
             ConcurrencyClass::Exclusive
+        } else {
+            ConcurrencyClass::Safe
         };
         Self {
             meta,
@@ -675,6 +696,29 @@ fn never_reached(err: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn annotations_say_what_a_tool_does_and_silence_counts_as_writing() {
+        let effects = |annotations: Value| effects_of(&annotations);
+        let unannotated = effects(Value::Null);
+        assert!(unannotated.writes_files && unannotated.reaches_network);
+        assert!(!unannotated.runs_commands);
+        assert!(!effects(serde_json::json!({"readOnlyHint": true})).writes_files);
+        assert!(effects(serde_json::json!({"readOnlyHint": false})).writes_files);
+        assert!(
+            effects(serde_json::json!({"readOnlyHint": true, "destructiveHint": true}))
+                .writes_files,
+            "a read-only tool that destroys contradicts itself"
+        );
+        assert!(
+            effects(serde_json::json!({"destructiveHint": false})).writes_files,
+            "an additive tool still writes"
+        );
+        let closed = effects(serde_json::json!({"readOnlyHint": true, "openWorldHint": false}));
+        assert_eq!(closed, Effects::NONE);
+        let groups: Vec<&str> = unannotated.groups().collect();
+        assert_eq!(groups, ["writes"]);
+    }
 
     #[tokio::test]
     async fn a_refused_connection_is_tried_again_and_an_answer_is_not() {

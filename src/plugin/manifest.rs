@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::tools::ToolMeta;
 use crate::tools::args::ArgsValidator;
+use crate::tools::{Effects, ToolMeta};
 
 /// `[[plugins]]`: an external program offered as a tool, as the configuration gives it.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -138,7 +138,14 @@ impl Definition {
             return Err(PluginError::EmptyTag { name, index });
         }
         check_schema(&name, &config.input_schema)?;
-        let mut meta = ToolMeta::new(name, &config.description, config.input_schema.clone());
+        // A plugin is a program: nothing in its manifest can vouch for what it does, so it
+        // counts as running a command, with everything a command can do.
+        let mut meta = ToolMeta::new(
+            name,
+            &config.description,
+            config.input_schema.clone(),
+            Effects::RUNS_COMMANDS,
+        );
         meta.tags = config.tags.iter().map(|t| intern(t)).collect();
         if config.exclusive {
             meta = meta.exclusive();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::query::{OutputParams, optional_mode_object};
 use super::read::{TaskReadError, read_task_output, task_of_session};
 use crate::store::Store;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 fn model_error(err: TaskReadError) -> ToolError {
     match err {
@@ -68,6 +68,7 @@ impl ReadTaskOutput {
                     "required": ["task_handle"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .base()
             .contract()
@@ -139,6 +140,7 @@ impl CheckBackgroundTasks {
                 "List this session's background tasks: their handles, tools, states (running, \
                  completed, failed, cancelled), exit codes and output sizes.",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                Effects::NONE,
             )
             .contract()
             .tags(&["agents"])

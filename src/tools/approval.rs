@@ -1,9 +1,11 @@
 //! Which calls need a person's yes before they run: the policies' `ask` lists, their command
-//! rules for `shell`, `exec_command` and `write_stdin`, what `accept_for_session` granted, and
-//! writes into a `.git` directory.
+//! rules for the tools whose calls are commands (`shell`, `exec_command`, `write_stdin`), what
+//! `accept_for_session` granted, and writes into a `.git` directory. Which tools are which is
+//! each tool's [`ToolMeta::subject`](super::ToolMeta::subject), read through [`ToolGroups`].
 //!
-//! Precedence: a hard deny has already removed the tool. A write of `write_file`, `edit_file`,
-//! `diff_edit` or `apply_patch` inside a `.git` directory always asks, policy or not: a
+//! Precedence: a hard deny has already removed the tool. A write of a tool naming the files it
+//! writes (`write_file`, `edit_file`, `diff_edit`, `apply_patch`) inside a `.git` directory
+//! always asks, policy or not: a
 //! repository's configuration and hooks can make an allowed `git` command run anything. For a
 //! command tool, the line is read by [`command_line`] into every command it runs, seen through
 //! wrappers (`env rm`, `sudo rm`, `sh -c 'rm x'`, `find -delete`, …), and each must pass: a
@@ -19,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::CallSubject;
 use super::command_line::{self, Concern, Seen, Source};
 use super::policy::{ToolGroups, ToolPolicy, entry_matches};
 
@@ -73,16 +76,6 @@ pub enum Gate {
         reason: String,
     },
 }
-
-/// The tools whose calls are commands: the argument holding the text, and where it goes.
-const COMMAND_TOOLS: &[(&str, &str, Source)] = &[
-    ("shell", "command", Source::Line),
-    ("exec_command", "cmd", Source::Line),
-    ("write_stdin", "chars", Source::Typed),
-];
-
-/// Tools that write the file their `path` argument names.
-const PATH_WRITERS: &[&str] = &["write_file", "edit_file", "diff_edit"];
 
 /// The lines of an `apply_patch` patch that name a file it writes.
 const PATCH_TARGETS: &[&str] = &[
@@ -161,12 +154,17 @@ impl ApprovalRules {
         })
     }
 
-    /// Whether `write_stdin` input is judged: there are command rules, or the command tools
-    /// ask by name.
+    /// Whether a tool that runs command lines (`shell`, `exec_command`) asks by name.
+    fn command_lines_asked_by_name(&self) -> bool {
+        self.groups
+            .command_line_tools()
+            .any(|tool| self.asked_by_name(tool))
+    }
+
+    /// Whether typed input (`write_stdin`) is judged: there are command rules, or the tools
+    /// that run command lines ask by name.
     fn judges_typing(&self) -> bool {
-        self.rules().next().is_some()
-            || self.asked_by_name("shell")
-            || self.asked_by_name("exec_command")
+        self.rules().next().is_some() || self.command_lines_asked_by_name()
     }
 
     /// The rule with the longest prefix matching `seen`; on a tie the strictest.
@@ -200,7 +198,7 @@ impl ApprovalRules {
 
     /// What happens to a call of `tool` with `arguments`, given the session's grants.
     pub fn gate(&self, tool: &str, arguments: &Value, grants: &[Grant]) -> Gate {
-        if let Some(path) = git_directory_target(tool, arguments) {
+        if let Some(path) = git_directory_target(self.groups.subject(tool), arguments) {
             return Gate::Ask {
                 reason: format!(
                     "{tool} writes {path:?}, inside a .git directory: a repository's \
@@ -228,8 +226,7 @@ impl ApprovalRules {
         };
         // Typing into a process started by a command tool is judged as that tool would be.
         let by_name = self.asked_by_name(tool)
-            || (source == Source::Typed
-                && (self.asked_by_name("shell") || self.asked_by_name("exec_command")));
+            || (source == Source::Typed && self.command_lines_asked_by_name());
         let reading = match command_line::read(text, source) {
             Ok(reading) => reading,
             Err(why) => {
@@ -302,12 +299,14 @@ impl ApprovalRules {
 
     /// The text a call of a command tool runs or types, and where it goes.
     fn command_text<'a>(&self, tool: &str, arguments: &'a Value) -> Option<(&'a str, Source)> {
-        let (_, field, source) = COMMAND_TOOLS.iter().find(|(name, ..)| *name == tool)?;
-        match source {
-            Source::Typed if !self.judges_typing() => None,
+        match self.groups.subject(tool)? {
+            CallSubject::TypedInput(_) if !self.judges_typing() => None,
             // A poll without `chars` types nothing.
-            Source::Typed => Some((arguments[*field].as_str().unwrap_or_default(), *source)),
-            Source::Line => Some((arguments[*field].as_str()?, *source)),
+            CallSubject::TypedInput(field) => {
+                Some((arguments[field].as_str().unwrap_or_default(), Source::Typed))
+            }
+            CallSubject::CommandLine(field) => Some((arguments[field].as_str()?, Source::Line)),
+            CallSubject::WrittenPath(_) | CallSubject::Patch(_) => None,
         }
     }
 
@@ -408,12 +407,12 @@ fn prefix_matches(prefix: &[String], seen: &Seen, strict: bool) -> bool {
     }
 }
 
-/// The path inside a `.git` directory that a call of a file-writing tool writes, if any.
-fn git_directory_target(tool: &str, arguments: &Value) -> Option<String> {
-    let paths: Vec<&str> = if PATH_WRITERS.contains(&tool) {
-        arguments["path"].as_str().into_iter().collect()
-    } else if tool == "apply_patch" {
-        arguments["input"]
+/// The path inside a `.git` directory that a call of a tool writing the files its `subject`
+/// names writes, if any.
+fn git_directory_target(subject: Option<CallSubject>, arguments: &Value) -> Option<String> {
+    let paths: Vec<&str> = match subject? {
+        CallSubject::WrittenPath(field) => arguments[field].as_str().into_iter().collect(),
+        CallSubject::Patch(field) => arguments[field]
             .as_str()
             .unwrap_or_default()
             .lines()
@@ -423,9 +422,8 @@ fn git_directory_target(tool: &str, arguments: &Value) -> Option<String> {
                     .find_map(|marker| line.trim().strip_prefix(marker))
             })
             .map(str::trim)
-            .collect()
-    } else {
-        return None;
+            .collect(),
+        CallSubject::CommandLine(_) | CallSubject::TypedInput(_) => return None,
     };
     paths
         .into_iter()
@@ -454,12 +452,69 @@ mod tests {
                 .collect(),
             ..ToolPolicy::default()
         };
-        let groups = ToolGroups::new([
-            ("write_file", &["fs"][..]),
-            ("shell", &["runtime", "delegated"][..]),
-            ("grep", &["search"][..]),
-        ]);
-        ApprovalRules::new([&policy], groups)
+        ApprovalRules::new([&policy], tool_groups())
+    }
+
+    /// The built-ins' subjects and groups as the tools state them (`crate::builtin` sits
+    /// above this module; its own test checks the real metas say the same).
+    fn tool_groups() -> ToolGroups {
+        use crate::tools::{Effects, ToolMeta};
+        let meta = |name: &str, effects, subject: Option<CallSubject>, groups: &[&'static str]| {
+            let meta = ToolMeta::new(name, "", json!({"type": "object"}), effects).groups(groups);
+            match subject {
+                Some(subject) => meta.subject(subject),
+                None => meta,
+            }
+        };
+        let command = Effects::RUNS_COMMANDS;
+        let writes = Effects::WRITES_FILES;
+        let runtime = &["runtime", "delegated"][..];
+        ToolGroups::of_metas(&[
+            meta(
+                "shell",
+                command,
+                Some(CallSubject::CommandLine("command")),
+                runtime,
+            ),
+            meta(
+                "exec_command",
+                command,
+                Some(CallSubject::CommandLine("cmd")),
+                runtime,
+            ),
+            meta(
+                "write_stdin",
+                command,
+                Some(CallSubject::TypedInput("chars")),
+                runtime,
+            ),
+            meta(
+                "write_file",
+                writes,
+                Some(CallSubject::WrittenPath("path")),
+                &["fs"],
+            ),
+            meta(
+                "edit_file",
+                writes,
+                Some(CallSubject::WrittenPath("path")),
+                &["fs"],
+            ),
+            meta(
+                "diff_edit",
+                writes,
+                Some(CallSubject::WrittenPath("path")),
+                &["fs"],
+            ),
+            meta(
+                "apply_patch",
+                writes,
+                Some(CallSubject::Patch("input")),
+                &["fs"],
+            ),
+            meta("read_file", Effects::NONE, None, &["fs"]),
+            meta("grep", Effects::NONE, None, &["search"]),
+        ])
     }
 
     fn shell(command: &str) -> Value {
@@ -506,7 +561,7 @@ mod tests {
 
     #[test]
     fn without_ask_entries_or_rules_everything_runs() {
-        let empty = ApprovalRules::new([&ToolPolicy::default()], ToolGroups::default());
+        let empty = ApprovalRules::new([&ToolPolicy::default()], tool_groups());
         assert!(empty.is_empty());
         assert_eq!(empty.gate("shell", &shell("rm -rf /"), &[]), Gate::Run);
     }
@@ -852,7 +907,7 @@ mod tests {
 
     #[test]
     fn writes_into_a_git_directory_always_ask() {
-        for r in [ApprovalRules::default(), rm_asked()] {
+        for r in [ApprovalRules::new([], tool_groups()), rm_asked()] {
             for (tool, arguments) in [
                 ("write_file", json!({"path": ".git/config", "content": "x"})),
                 (

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::ser::{SerializeStruct, Serializer};
 
 use super::policy::HiddenReason;
-use super::{ConcurrencyClass, Tool};
+use super::{ConcurrencyClass, Effects, Tool};
 
 /// Where a tool stands in one registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,11 @@ impl CatalogEntry {
     pub fn concurrency(&self) -> ConcurrencyClass {
         self.tool.concurrency_class()
     }
+
+    /// What it can do to files, commands and the network.
+    pub fn effects(&self) -> Effects {
+        self.tool.meta().effects
+    }
 }
 
 impl std::fmt::Debug for CatalogEntry {
@@ -89,7 +94,7 @@ impl std::fmt::Debug for CatalogEntry {
 /// Serialises as the contract's `ToolInfo` plus `state` and, for hidden tools, `reason`.
 impl Serialize for CatalogEntry {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("CatalogEntry", 8)?;
+        let mut s = serializer.serialize_struct("CatalogEntry", 9)?;
         s.serialize_field("name", self.name())?;
         s.serialize_field("description", self.description())?;
         s.serialize_field("tags", self.tags())?;
@@ -97,6 +102,7 @@ impl Serialize for CatalogEntry {
             s.serialize_field("group", group)?;
         }
         s.serialize_field("concurrency", &self.concurrency())?;
+        s.serialize_field("effects", &self.effects())?;
         s.serialize_field("spawn_only", &self.spawn_only)?;
         s.serialize_field("state", self.state.as_str())?;
         if let ToolState::Hidden(reason) = self.state {

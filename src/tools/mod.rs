@@ -285,11 +285,83 @@ impl ToolContext {
     }
 }
 
-/// What a tool is, as data fixed when it is built: what the model is shown and how the
-/// dispatcher schedules it.
+/// What a tool can do to the world beyond answering, stated by every tool when its
+/// [`ToolMeta`] is built (there is no default): the groups `group:writes` and
+/// `group:commands`, the `.git` rule, approvals and ACP's tool kinds are derived from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Effects {
+    /// It can change files: by itself, or through a command or program it runs.
+    pub writes_files: bool,
+    /// It runs a command or a program, or types into a running one.
+    pub runs_commands: bool,
+    /// It can reach the network.
+    pub reaches_network: bool,
+}
+
+impl Effects {
+    /// Reads, computes or coordinates only.
+    pub const NONE: Self = Self {
+        writes_files: false,
+        runs_commands: false,
+        reaches_network: false,
+    };
+    /// Changes files itself and nothing more.
+    pub const WRITES_FILES: Self = Self {
+        writes_files: true,
+        ..Self::NONE
+    };
+    /// Reaches the network and changes no file.
+    pub const REACHES_NETWORK: Self = Self {
+        reaches_network: true,
+        ..Self::NONE
+    };
+    /// Runs a command or program: it can then change files and reach the network too, so it
+    /// counts as doing all three.
+    pub const RUNS_COMMANDS: Self = Self {
+        writes_files: true,
+        runs_commands: true,
+        reaches_network: true,
+    };
+
+    /// The policy groups these effects put a tool in: `writes`, `commands`.
+    pub fn groups(self) -> impl Iterator<Item = &'static str> {
+        [
+            (self.writes_files, policy::WRITES_GROUP),
+            (self.runs_commands, policy::COMMANDS_GROUP),
+        ]
+        .into_iter()
+        .filter_map(|(member, group)| member.then_some(group))
+    }
+}
+
+/// Which argument of a call says what it runs or writes: what approvals' command rules judge
+/// and what the `.git` rule checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallSubject {
+    /// The argument holds a command line the tool runs (`shell`'s `command`).
+    CommandLine(&'static str),
+    /// The argument holds characters typed into a running command (`write_stdin`'s `chars`).
+    TypedInput(&'static str),
+    /// The argument names the one file the call writes (`write_file`'s `path`).
+    WrittenPath(&'static str),
+    /// The argument holds a patch whose `*** Add File:`, `*** Update File:`,
+    /// `*** Delete File:` and `*** Move to:` lines name the files it writes (`apply_patch`).
+    Patch(&'static str),
+}
+
+impl CallSubject {
+    /// Whether the subject is a command: the tool must then run commands.
+    pub fn is_command(self) -> bool {
+        matches!(self, Self::CommandLine(_) | Self::TypedInput(_))
+    }
+}
+
+/// What a tool is, as data fixed when it is built: what the model is shown, how the
+/// dispatcher schedules it, and what it can do ([`Effects`]).
 ///
-/// Built with [`ToolMeta::new`] (an untagged Safe tool that calls no model) and the chained
-/// setters below; tools whose metadata never varies keep one in a `static` `LazyLock`.
+/// Built with [`ToolMeta::new`] (an untagged Safe tool that calls no model, with the effects
+/// it states) and the chained setters below; tools whose metadata never varies keep one in a
+/// `static` `LazyLock`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolMeta {
     /// The unique name the model calls it by.
@@ -310,9 +382,15 @@ pub struct ToolMeta {
     /// (`wait_agent`) never holds off the session's other calls. Batch order still follows
     /// [`ToolMeta::concurrency`].
     pub coordinates_only: bool,
+    /// What it can do to the world: files, commands, network.
+    pub effects: Effects,
+    /// The argument approvals and the `.git` rule read, for a tool whose calls name a command
+    /// or the files they write.
+    pub subject: Option<CallSubject>,
     /// The named groups it belongs to, for `group:NAME` in policies, deferral and activation:
-    /// at most one primary group (`fs`, `search`, `runtime`, `web`, `sessions`) and any
-    /// policy-only ones (`delegated`).
+    /// at most one primary group (`fs`, `search`, `runtime`, `web`, `sessions`), any
+    /// policy-only ones (`delegated`), and those its [`Effects`] put it in (`writes`,
+    /// `commands`), which [`ToolMeta::groups`] keeps.
     pub groups: Vec<&'static str>,
     /// Whether it is a base tool: never evicted nor deferred unless `[tools] base_tools` names
     /// another set.
@@ -322,11 +400,12 @@ pub struct ToolMeta {
 }
 
 impl ToolMeta {
-    /// An untagged, Safe tool that calls no model.
+    /// An untagged, Safe tool that calls no model, with the `effects` it states.
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
         input_schema: Value,
+        effects: Effects,
     ) -> Self {
         Self {
             name: name.into(),
@@ -336,10 +415,18 @@ impl ToolMeta {
             concurrency: ConcurrencyClass::Safe,
             uses_models: false,
             coordinates_only: false,
-            groups: Vec::new(),
+            effects,
+            subject: None,
+            groups: effects.groups().collect(),
             base: false,
             contract: false,
         }
+    }
+
+    /// Sets the argument approvals and the `.git` rule read (see the field of that name).
+    pub fn subject(mut self, subject: CallSubject) -> Self {
+        self.subject = Some(subject);
+        self
     }
 
     /// Sets the capability tags.
@@ -366,9 +453,11 @@ impl ToolMeta {
         self
     }
 
-    /// Sets the named groups it belongs to (see the field of that name).
+    /// Sets the named groups it belongs to (see the field of that name); the groups of its
+    /// effects stay.
     pub fn groups(mut self, groups: &[&'static str]) -> Self {
         self.groups = groups.to_vec();
+        self.groups.extend(self.effects.groups());
         self
     }
 

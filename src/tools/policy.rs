@@ -9,12 +9,21 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::{CallSubject, ToolMeta};
+
 /// Groups a tool can have as its one primary group, the group a call to it while deferred
 /// brings back. Which tools are in which group is in their [`ToolMeta::groups`]
 /// (`delegated` is a policy-only group: what a sub-agent must never use).
 ///
 /// [`ToolMeta::groups`]: super::ToolMeta::groups
 pub const PRIMARY_GROUPS: &[&str] = &["fs", "search", "runtime", "web", "sessions"];
+
+/// The group of every tool whose [`Effects`](super::Effects) say it changes files.
+pub const WRITES_GROUP: &str = "writes";
+
+/// The group of every tool whose [`Effects`](super::Effects) say it runs a command or types
+/// into one.
+pub const COMMANDS_GROUP: &str = "commands";
 
 /// How every MCP tool's name starts: `mcp__<server>__<tool>`.
 pub const MCP_TOOL_PREFIX: &str = "mcp__";
@@ -46,25 +55,67 @@ pub fn entry_matches(entry: &str, name: &str, groups: &[&str]) -> bool {
     }
 }
 
-/// The groups of a set of tools by name, for checks that know a call's tool only by its name
-/// (approval rules, hooks); taken from the session's registry. Cheap to clone.
+/// The groups of a set of tools by name, and the argument each call names its command or
+/// written files in, for checks that know a call's tool only by its name (approval rules, the
+/// `.git` rule, hooks); taken from the session's registry. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct ToolGroups(Arc<HashMap<String, Vec<&'static str>>>);
+pub struct ToolGroups(Arc<HashMap<String, Membership>>);
+
+#[derive(Debug, Clone, Default)]
+struct Membership {
+    groups: Vec<&'static str>,
+    subject: Option<CallSubject>,
+}
 
 impl ToolGroups {
-    /// The groups of each `(name, groups)`.
+    /// The groups of each `(name, groups)`, with no call subjects.
     pub fn new<'a>(tools: impl IntoIterator<Item = (&'a str, &'a [&'static str])>) -> Self {
         Self(Arc::new(
             tools
                 .into_iter()
-                .map(|(name, groups)| (name.to_string(), groups.to_vec()))
+                .map(|(name, groups)| {
+                    let membership = Membership {
+                        groups: groups.to_vec(),
+                        subject: None,
+                    };
+                    (name.to_string(), membership)
+                })
+                .collect(),
+        ))
+    }
+
+    /// The groups and call subjects of each tool's meta.
+    pub fn of_metas<'a>(metas: impl IntoIterator<Item = &'a ToolMeta>) -> Self {
+        Self(Arc::new(
+            metas
+                .into_iter()
+                .map(|meta| {
+                    let membership = Membership {
+                        groups: meta.groups.clone(),
+                        subject: meta.subject,
+                    };
+                    (meta.name.clone(), membership)
+                })
                 .collect(),
         ))
     }
 
     /// The groups of the tool `name`; none for a tool not in the set.
     pub fn of(&self, name: &str) -> &[&'static str] {
-        self.0.get(name).map_or(&[], Vec::as_slice)
+        self.0.get(name).map_or(&[], |m| m.groups.as_slice())
+    }
+
+    /// The argument a call of `name` names its command or written files in, if any.
+    pub fn subject(&self, name: &str) -> Option<CallSubject> {
+        self.0.get(name).and_then(|m| m.subject)
+    }
+
+    /// The tools whose calls run a command line (`shell`, `exec_command`, …).
+    pub fn command_line_tools(&self) -> impl Iterator<Item = &str> {
+        self.0
+            .iter()
+            .filter(|(_, m)| matches!(m.subject, Some(CallSubject::CommandLine(_))))
+            .map(|(name, _)| name.as_str())
     }
 }
 

@@ -460,15 +460,11 @@ impl ToolRegistry {
     /// The groups of every tool registered here, by name, for checks that know a call's tool
     /// only by its name.
     pub fn tool_groups(&self) -> policy::ToolGroups {
-        policy::ToolGroups::new(
+        policy::ToolGroups::of_metas(
             self.tools
                 .iter()
-                .map(|(name, entry)| (name.as_ref(), &entry.tool.meta().groups[..]))
-                .chain(
-                    self.removed
-                        .iter()
-                        .map(|(name, entry)| (name.as_str(), &entry.tool.meta().groups[..])),
-                ),
+                .map(|(_, entry)| entry.tool.meta())
+                .chain(self.removed.values().map(|entry| entry.tool.meta())),
         )
     }
 

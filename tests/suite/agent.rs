@@ -5,7 +5,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use agentd::config::{Config, ModelCard, ModelPrice};
-use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use agentd::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
@@ -208,7 +208,12 @@ struct BarrierTool {
 
 impl BarrierTool {
     fn new(name: &str, barrier: Arc<Barrier>) -> Self {
-        let meta = ToolMeta::new(name, "Waits for its twin.", json!({"type": "object"}));
+        let meta = ToolMeta::new(
+            name,
+            "Waits for its twin.",
+            json!({"type": "object"}),
+            Effects::NONE,
+        );
         Self { meta, barrier }
     }
 }
@@ -237,6 +242,7 @@ impl Tool for Step {
                 "step",
                 "Succeeds unless told to fail.",
                 json!({"type": "object", "properties": {"fail": {"type": "boolean"}, "n": {"type": "integer"}}}),
+Effects::NONE,
             )
             .exclusive()
         });
@@ -323,6 +329,7 @@ impl Filler {
             name,
             "Fills the tool list.",
             json!({"type": "object"}),
+            Effects::NONE,
         ))
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agentd::config::{Config, ModelCard, ModelPrice, PluginConfig, ProviderConfig};
 use agentd::session::profiles::AgentProfile;
-use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use agentd::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use fantoccini::wd::TimeoutConfiguration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures_util::FutureExt;
@@ -358,6 +358,7 @@ impl Tool for Handout {
                 "handout",
                 "Offers report.txt as a download.",
                 json!({"type": "object"}),
+                Effects::NONE,
             )
         });
         &META
@@ -1066,6 +1067,7 @@ impl Tool for Waiter {
                 "wait_for_release",
                 "Waits until released.",
                 json!({"type": "object"}),
+                Effects::NONE,
             )
         });
         &META

@@ -6,7 +6,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use agentd::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use agentd::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -302,7 +302,12 @@ struct Gate(Arc<Semaphore>);
 impl Tool for Gate {
     fn meta(&self) -> &ToolMeta {
         static META: LazyLock<ToolMeta> = LazyLock::new(|| {
-            ToolMeta::new("gate", "Waits until released.", json!({"type": "object"}))
+            ToolMeta::new(
+                "gate",
+                "Waits until released.",
+                json!({"type": "object"}),
+                Effects::NONE,
+            )
         });
         &META
     }

@@ -98,6 +98,15 @@ async fn an_mcp_servers_tools_are_registry_tools_that_answer() {
         info("mcp__everything__toggle-simulated-logging")["concurrency"],
         "exclusive"
     );
+    // Effects follow the annotations: a read-only tool writes nothing, others count as writing.
+    assert_eq!(
+        info("mcp__everything__echo")["effects"]["writes_files"],
+        false
+    );
+    assert_eq!(
+        info("mcp__everything__toggle-simulated-logging")["effects"]["writes_files"],
+        true
+    );
 
     let (notes, answer) = ws
         .call(

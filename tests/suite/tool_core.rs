@@ -6,8 +6,8 @@ use std::sync::{Arc, LazyLock};
 
 use agentd::fs_safe::{read_no_follow, resolve_path};
 use agentd::tools::{
-    DispatchError, HiddenReason, Tool, ToolContext, ToolError, ToolMeta, ToolPolicy, ToolRegistry,
-    ToolResult, ToolState, Workspace,
+    DispatchError, Effects, HiddenReason, Tool, ToolContext, ToolError, ToolMeta, ToolPolicy,
+    ToolRegistry, ToolResult, ToolState, Workspace,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -30,6 +30,7 @@ impl Tool for Cat {
                     "required": ["path"],
                     "additionalProperties": false
                 }),
+                Effects::NONE,
             )
             .groups(&["fs"])
             .tags(&["fs"])
@@ -60,6 +61,7 @@ impl Tool for WebStub {
                 "web_fetch",
                 "Stands in for a web tool.",
                 json!({"type": "object"}),
+                Effects::REACHES_NETWORK,
             )
             .groups(&["web"])
             .tags(&["web"])
@@ -197,7 +199,8 @@ async fn policies_deferral_and_unsupported_tools_meet_in_one_dispatch_path() {
     assert_eq!(
         catalog["entries"][0],
         json!({"name": "read_file", "description": "Reads a file of the workspace.",
-               "tags": ["fs"], "group": "fs", "concurrency": "safe", "spawn_only": false,
-               "state": "hidden", "reason": "policy_deny"})
+               "tags": ["fs"], "group": "fs", "concurrency": "safe",
+               "effects": {"writes_files": false, "runs_commands": false, "reaches_network": false},
+               "spawn_only": false, "state": "hidden", "reason": "policy_deny"})
     );
 }

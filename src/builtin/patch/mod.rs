@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 
 use super::parse_args;
 pub use super::text_edit::HunkLine;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{
+    CallSubject, Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace,
+};
 pub use apply::apply_update;
 use apply::{failure_result, plan, run_steps, success_result};
 pub use parse::{FileOp, Hunk, Patch, PatchError, parse_patch};
@@ -111,7 +113,9 @@ impl Tool for ApplyPatch {
                     "required": ["input"],
                     "additionalProperties": false
                 }),
+                Effects::WRITES_FILES,
             )
+            .subject(CallSubject::Patch("input"))
             .groups(&["fs"])
             .base()
             .contract()

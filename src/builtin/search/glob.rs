@@ -13,7 +13,7 @@ use super::walk::{FileWalk, PathFilter, compile_glob};
 use super::{TAGS, blocking, cancelled, display, resolve_start};
 use crate::builtin::parse_args;
 use crate::fs_safe::Beneath;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Paths `glob` shows.
 const GLOB_CAP: usize = 1_000;
@@ -68,6 +68,7 @@ impl Tool for Glob {
                     "required": ["pattern"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["search"])
             .base()

@@ -16,7 +16,7 @@ use super::walk::{FileWalk, PathFilter, compile_glob};
 use super::{TAGS, blocking, cancelled, display, resolve_start};
 use crate::builtin::parse_args;
 use crate::fs_safe::Beneath;
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Matching lines `grep` shows unless asked otherwise.
 const GREP_DEFAULT_RESULTS: usize = 100;
@@ -97,6 +97,7 @@ impl Tool for Grep {
                     "required": ["pattern"],
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["search"])
             .base()

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::{TAGS, blocking, cancelled, display, resolve_start};
 use crate::builtin::parse_args;
 use crate::fs_safe::{Beneath, DirEntryInfo, EntryKind};
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult, Workspace};
 
 /// Deepest `list_dir` listing.
 const LIST_MAX_DEPTH: usize = 5;
@@ -70,6 +70,7 @@ impl Tool for ListDir {
                     },
                     "additionalProperties": false
                 }),
+Effects::NONE,
             )
             .groups(&["search"])
             .base()

@@ -15,7 +15,7 @@ use super::body::{
 use super::guard::AddressGuard;
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, request_error};
 use crate::builtin::{ToolPermissions, parse_args};
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Body bytes read from an error response, of which an excerpt is shown.
 const ERROR_BODY_BYTES: u64 = 64 * 1024;
@@ -244,6 +244,7 @@ impl Tool for WebFetch {
                     "required": ["url"],
                     "additionalProperties": false
                 }),
+                Effects::REACHES_NETWORK,
             )
             .groups(&["web"])
             .contract()

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::body::{excerpt, read_capped};
 use super::{ERROR_EXCERPT_CHARS, LazyClient, MAX_BODY_BYTES, describe_error};
 use crate::builtin::{ToolPermissions, parse_args};
-use crate::tools::{Tool, ToolContext, ToolError, ToolMeta, ToolResult};
+use crate::tools::{Effects, Tool, ToolContext, ToolError, ToolMeta, ToolResult};
 
 /// Search results shown to the model.
 const MAX_SEARCH_RESULTS: usize = 10;
@@ -193,6 +193,7 @@ impl Tool for WebSearch {
                     "required": ["query"],
                     "additionalProperties": false
                 }),
+Effects::REACHES_NETWORK,
             )
             .groups(&["web"])
             .contract()

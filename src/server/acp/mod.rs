@@ -42,6 +42,7 @@ use crate::session::{
     Caller, ImageInput, ModelChoice, Outbound, SessionError, SessionHandle, Sessions, Watcher,
 };
 use crate::store::Store;
+use crate::tools::Effects;
 
 /// The ACP version spoken.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -223,8 +224,8 @@ impl Link {
         }
     }
 
-    /// Each of the session's tools: its name, tags and whether it runs alone.
-    async fn tools(&self) -> Vec<(String, Vec<String>, bool)> {
+    /// Each of the session's tools: its name, tags and effects.
+    async fn tools(&self) -> Vec<(String, Vec<String>, Effects)> {
         match self {
             Self::Local(handle) => handle
                 .catalog()
@@ -237,7 +238,7 @@ impl Link {
                             (
                                 entry.name().to_string(),
                                 entry.tags().iter().map(|tag| (*tag).to_string()).collect(),
-                                entry.concurrency() == crate::tools::ConcurrencyClass::Exclusive,
+                                entry.effects(),
                             )
                         })
                         .collect()
@@ -267,7 +268,9 @@ impl Link {
                         Some((
                             info["name"].as_str()?.to_string(),
                             tags,
-                            info["concurrency"] == "exclusive",
+                            // A tool whose effects are not told counts as doing everything.
+                            serde_json::from_value(info["effects"].clone())
+                                .unwrap_or(Effects::RUNS_COMMANDS),
                         ))
                     })
                     .collect()
@@ -1362,18 +1365,15 @@ impl Translator {
 
     /// Learns the kinds of the session's tools as they are now.
     async fn learn(&mut self, link: &Link) {
-        for (name, tags, exclusive) in link.tools().await {
+        for (name, tags, effects) in link.tools().await {
             let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
-            let kind = tool_kind(&name, &tags, exclusive);
+            let kind = tool_kind(&name, &tags, effects);
             self.kinds.insert(name, kind);
         }
     }
 
     fn kind(&self, name: &str) -> &'static str {
-        self.kinds
-            .get(name)
-            .copied()
-            .unwrap_or_else(|| tool_kind(name, &[], false))
+        self.kinds.get(name).copied().unwrap_or("other")
     }
 
     /// The tool call as ACP's `tool_call` fields.
@@ -1477,26 +1477,29 @@ impl Translator {
     }
 }
 
-/// ACP's kind of a tool: from its capability tags, with the names that say more.
-fn tool_kind(name: &str, tags: &[&str], exclusive: bool) -> &'static str {
+/// ACP's kind of a tool: from its effects (a tool that runs commands executes, one that writes
+/// files edits), then for the others from the names and capability tags that say more.
+fn tool_kind(name: &str, tags: &[&str], effects: Effects) -> &'static str {
+    if effects.runs_commands {
+        return "execute";
+    }
+    if effects.writes_files {
+        return "edit";
+    }
     match name {
         "grep" | "glob" | "web_search" | "tool_search" => return "search",
         "update_plan" => return "think",
-        "shell" | "exec_command" | "write_stdin" => return "execute",
         _ => {}
     }
     let tagged = |tag: &str| tags.contains(&tag);
-    if tagged("runtime") {
-        "execute"
-    } else if tagged("search") {
+    if tagged("search") {
         "search"
-    } else if tagged("web") {
+    } else if tagged("web") || effects.reaches_network {
         "fetch"
     } else if tagged("plan") {
         "think"
     } else if tagged("fs") {
-        // The file tools that change files are the exclusive ones.
-        if exclusive { "edit" } else { "read" }
+        "read"
     } else {
         "other"
     }
@@ -1560,7 +1563,10 @@ mod tests {
 
     fn translator() -> Translator {
         Translator {
-            kinds: HashMap::from([("read_file".to_string(), "read")]),
+            kinds: HashMap::from([
+                ("read_file".to_string(), "read"),
+                ("shell".to_string(), "execute"),
+            ]),
             dir: PathBuf::from("/ws/proj"),
             replay: false,
             prompts: Default::default(),
@@ -1647,14 +1653,33 @@ mod tests {
     }
 
     #[test]
-    fn kinds_come_from_tags_and_names() {
-        assert_eq!(tool_kind("read_file", &["fs"], false), "read");
-        assert_eq!(tool_kind("write_file", &["fs"], true), "edit");
-        assert_eq!(tool_kind("shell", &["runtime"], true), "execute");
-        assert_eq!(tool_kind("web_fetch", &["web"], false), "fetch");
-        assert_eq!(tool_kind("web_search", &["web"], false), "search");
-        assert_eq!(tool_kind("update_plan", &["plan"], false), "think");
-        assert_eq!(tool_kind("mcp__x__y", &[], false), "other");
+    fn kinds_come_from_effects_then_tags_and_names() {
+        let none = Effects::NONE;
+        assert_eq!(tool_kind("read_file", &["fs"], none), "read");
+        assert_eq!(
+            tool_kind("write_file", &["fs"], Effects::WRITES_FILES),
+            "edit"
+        );
+        assert_eq!(
+            tool_kind("shell", &["runtime"], Effects::RUNS_COMMANDS),
+            "execute"
+        );
+        // A plugin runs a program whatever its tags say.
+        assert_eq!(
+            tool_kind("lint", &["search"], Effects::RUNS_COMMANDS),
+            "execute"
+        );
+        let network = Effects::REACHES_NETWORK;
+        assert_eq!(tool_kind("web_fetch", &["web"], network), "fetch");
+        assert_eq!(tool_kind("web_search", &["web"], network), "search");
+        assert_eq!(tool_kind("update_plan", &["plan"], none), "think");
+        // MCP tools: unannotated ones write, read-only open-world ones fetch.
+        assert_eq!(
+            tool_kind("mcp__x__y", &["mcp"], Effects::WRITES_FILES),
+            "edit"
+        );
+        assert_eq!(tool_kind("mcp__x__z", &["mcp"], network), "fetch");
+        assert_eq!(tool_kind("mcp__x__w", &["mcp"], none), "other");
     }
 
     #[test]

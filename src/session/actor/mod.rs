@@ -749,6 +749,7 @@ pub(crate) fn tool_list(registry: &ToolRegistry) -> Value {
                     "description": e.description(),
                     "tags": e.tags(),
                     "concurrency": e.concurrency(),
+                    "effects": e.effects(),
                     "spawn_only": e.spawn_only,
                 });
                 if let Some(group) = e.group() {

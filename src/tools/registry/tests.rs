@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::tools::{ConcurrencyClass, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult};
+use crate::tools::{
+    ConcurrencyClass, Effects, ToolContext, ToolError, ToolEvent, ToolMeta, ToolResult,
+};
 
 /// A configurable tool that counts its calls.
 struct Probe {
@@ -44,7 +46,8 @@ impl Probe {
             _ => Vec::new(),
         };
         Self {
-            meta: ToolMeta::new(name, "a probe", json!({"type": "object"})).groups(&groups),
+            meta: ToolMeta::new(name, "a probe", json!({"type": "object"}), Effects::NONE)
+                .groups(&groups),
             cwd: None,
             behaviour: Behaviour::Echo,
             calls: AtomicUsize::new(0),
@@ -927,7 +930,9 @@ fn the_catalog_cell_follows_every_mutation() {
     assert_eq!(
         entry,
         json!({"name": "grep", "description": "a probe", "tags": [], "group": "search",
-               "concurrency": "safe", "spawn_only": false, "state": "active"})
+               "concurrency": "safe",
+               "effects": {"writes_files": false, "runs_commands": false, "reaches_network": false},
+               "spawn_only": false, "state": "active"})
     );
 }
 
@@ -1096,6 +1101,7 @@ impl Listing {
             "activate_tools",
             &probe.meta.name,
             json!({"type": "object"}),
+            Effects::NONE,
         );
         Self { probe, meta }
     }
