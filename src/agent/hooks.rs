@@ -40,7 +40,8 @@ const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// the tools each stands for here. `Bash` names the command tools one by one until tool metas
 /// say which tools run commands (`group:commands`).
 const CLAUDE_CODE_TOOLS: &[(&str, &[&str])] = &[
-    ("Bash", &["shell", "exec_command", "write_stdin"]),
+    // Every tool whose meta says it runs or types into a command, whatever it is called.
+    ("Bash", &["group:commands"]),
     ("Edit", &["edit_file", "diff_edit", "apply_patch"]),
     ("MultiEdit", &["edit_file", "diff_edit", "apply_patch"]),
     ("Write", &["write_file"]),
@@ -58,7 +59,9 @@ const CLAUDE_CODE_TOOLS: &[(&str, &[&str])] = &[
 /// name, `group:NAME`, a `prefix*` or `prefix.*` wildcard, or the name itself.
 fn alternative_matches(entry: &str, tool: &str, groups: &[&str]) -> bool {
     if let Some((_, tools)) = CLAUDE_CODE_TOOLS.iter().find(|(alias, _)| *alias == entry) {
-        return tools.contains(&tool);
+        return tools
+            .iter()
+            .any(|stands_for| crate::tools::policy::entry_matches(stands_for, tool, groups));
     }
     if let Some(prefix) = entry.strip_suffix(".*") {
         return tool.starts_with(prefix);
@@ -802,7 +805,16 @@ mod tests {
 
     #[test]
     fn claude_code_tool_names_match_the_tools_they_stand_for() {
-        let runs = |matcher: &str, tool: &str| tool_hook(matcher).matches(Some(tool), &[]);
+        let metas = crate::builtin::metas();
+        let groups_of = |tool: &str| {
+            metas
+                .iter()
+                .find(|meta| meta.name == tool)
+                .map(|meta| meta.groups.clone())
+                .unwrap_or_default()
+        };
+        let runs =
+            |matcher: &str, tool: &str| tool_hook(matcher).matches(Some(tool), &groups_of(tool));
         for tool in ["shell", "exec_command", "write_stdin"] {
             assert!(runs("Bash", tool), "{tool}");
         }
@@ -828,17 +840,14 @@ mod tests {
         // As in Claude Code, names are case-sensitive; an empty matcher is every tool.
         assert!(!runs("bash", "shell") && !runs("BASH", "shell"));
         assert!(runs("", "grep") && runs("mcp__fs__.*", "mcp__fs__read"));
-        // Every tool an alias stands for is one the server has.
-        let names: Vec<&str> = crate::builtin::metas()
-            .iter()
-            .map(|m| m.name.as_str())
-            .collect();
+        // Every tool or group an alias stands for is one the server has.
         for (alias, tools) in CLAUDE_CODE_TOOLS {
             for tool in *tools {
-                assert!(
-                    names.contains(tool),
-                    "{alias} names {tool}, which no tool is"
-                );
+                let known = match tool.strip_prefix("group:") {
+                    Some(group) => metas.iter().any(|meta| meta.groups.contains(&group)),
+                    None => metas.iter().any(|meta| meta.name == *tool),
+                };
+                assert!(known, "{alias} names {tool}, which no tool is");
             }
         }
     }
