@@ -227,7 +227,8 @@ impl ApprovalRules {
         // Typing into a process started by a command tool is judged as that tool would be.
         let by_name = self.asked_by_name(tool)
             || (source == Source::Typed && self.command_lines_asked_by_name());
-        let reading = match command_line::read(text, source) {
+        let reading = match command_line::read_with_terminal(text, source, arguments["tty"] == true)
+        {
             Ok(reading) => reading,
             Err(why) => {
                 return if self.guarded(by_name) && !whole_tool {
@@ -620,9 +621,9 @@ mod tests {
     fn a_line_that_cannot_be_split_safely_asks_when_an_ask_rule_exists() {
         let r = rules(&[], &[(&["git"], RuleAction::Ask)]);
         for line in [
-            "echo $(rm -rf x)",
-            "echo `id`",
-            "cat < /etc/passwd",
+            "echo $(git push)",
+            "echo `git push`",
+            "$GIT status",
             "echo \"open",
         ] {
             assert!(asks(&r.gate("shell", &shell(line), &[])), "{line}");
@@ -731,7 +732,6 @@ mod tests {
             "echo rm v | sh",
             "source ./x.sh",
             ". ./x.sh",
-            "sh ./x.sh",
             "echo rm v | xargs sh -c",
             "echo rm v | xargs env",
             "alias ls='rm v'",
