@@ -1509,7 +1509,10 @@ usd_per_minute = 0.5
         let mut config = Config::default();
         config.limits.user.pids_max = 100;
         let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("limits.user.pids_max is not enforced"), "{err}");
+        assert!(
+            err.contains("limits.user.pids_max is not enforced"),
+            "{err}"
+        );
         let config =
             Config::from_toml("[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
         let err = config.validate().unwrap_err().to_string();

@@ -117,7 +117,12 @@ impl Workspace {
     /// A workspace rooted at `root`, its own anchor, with an empty journal; its processes get
     /// the [minimal](CommandEnv::minimal) environment.
     pub fn new(root: impl Into<PathBuf>) -> Arc<Self> {
-        Self::at(RootPath::plain(root), None, Arc::new(CommandEnv::minimal()), None)
+        Self::at(
+            RootPath::plain(root),
+            None,
+            Arc::new(CommandEnv::minimal()),
+            None,
+        )
     }
 
     /// As [`Workspace::new`], its processes getting `command_env`.
@@ -472,7 +477,13 @@ mod tests {
         let quotas =
             crate::disk_quota::DiskQuotas::new(1, 0, Arc::new(FakeFree(u64::MAX))).unwrap();
         let disk = quotas.user(None, dir.path());
-        let ws = Workspace::charged(dir.path(), "", None, Arc::default(), Some(Arc::clone(&disk)));
+        let ws = Workspace::charged(
+            dir.path(),
+            "",
+            None,
+            Arc::default(),
+            Some(Arc::clone(&disk)),
+        );
         let start = disk.usage();
         ws.write("write_file", Path::new("a"), &[1u8; 1000])
             .unwrap();
