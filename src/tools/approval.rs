@@ -436,7 +436,7 @@ fn git_directory_target(subject: Option<CallSubject>, arguments: &Value) -> Opti
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
@@ -458,7 +458,7 @@ mod tests {
 
     /// The built-ins' subjects and groups as the tools state them (`crate::builtin` sits
     /// above this module; its own test checks the real metas say the same).
-    fn tool_groups() -> ToolGroups {
+    pub(crate) fn tool_groups() -> ToolGroups {
         use crate::tools::{Effects, ToolMeta};
         let meta = |name: &str, effects, subject: Option<CallSubject>, groups: &[&'static str]| {
             let meta = ToolMeta::new(name, "", json!({"type": "object"}), effects).groups(groups);

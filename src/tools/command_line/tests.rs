@@ -277,7 +277,7 @@ fn programs_named_by_a_path_are_local_unless_in_a_system_directory() {
 }
 
 use crate::tools::approval::{ApprovalRules, CommandRule, Gate, RuleAction};
-use crate::tools::policy::{ToolGroups, ToolPolicy};
+use crate::tools::policy::ToolPolicy;
 use serde_json::json;
 
 /// Rules where only `rm` and `curl` are denied, as the hostile model met them.
@@ -290,7 +290,8 @@ fn rm_and_curl_denied() -> ApprovalRules {
         commands: vec![deny("rm"), deny("curl")],
         ..ToolPolicy::default()
     };
-    ApprovalRules::new([&policy], ToolGroups::default())
+    // The built-ins' subjects: which argument of which tool is a command line.
+    ApprovalRules::new([&policy], crate::tools::approval::tests::tool_groups())
 }
 
 /// The command lines of the corpus: one a line, a here-document's body and end line with the
