@@ -9,6 +9,10 @@ use agentd::tools::policy::ToolGroups;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 
+/// The built-ins' groups and subjects: which argument of which tool is a command line.
+static GROUPS: std::sync::LazyLock<ToolGroups> =
+    std::sync::LazyLock::new(|| ToolGroups::of_metas(agentd::builtin::metas()));
+
 fuzz_target!(|text: &str| {
     let _ = read(text, Source::Line);
     let _ = read(text, Source::Typed);
@@ -19,7 +23,7 @@ fuzz_target!(|text: &str| {
         }],
         ..ToolPolicy::default()
     };
-    let rules = ApprovalRules::new([&policy], ToolGroups::default());
+    let rules = ApprovalRules::new([&policy], GROUPS.clone());
     let _ = rules.gate("shell", &json!({ "command": text }), &[]);
     let _ = rules.gate("exec_command", &json!({ "cmd": text, "tty": true }), &[]);
     let _ = rules.gate("write_stdin", &json!({ "chars": text }), &[]);
